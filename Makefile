@@ -1,0 +1,41 @@
+# make test / make run set everything up from nothing: a .venv with the package, a pinned CPU torch
+# (override: make test TORCH="torch==2.13.0 --index-url https://download.pytorch.org/whl/cu128")
+# and, for the browser tests, Debian's chromium.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+TORCH ?= torch==2.13.0
+PORT ?= 8501
+
+.PHONY: test run bench lint venv browser clean
+
+$(BIN)/.ready: pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q $(TORCH)
+	$(BIN)/pip install -q -e ".[app,test]"
+	touch $@
+
+venv: $(BIN)/.ready
+
+browser:
+	@command -v chromium >/dev/null 2>&1 || [ -x /usr/bin/chromium ] || \
+	  (echo "installing Debian chromium for the browser tests"; \
+	   (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \
+	   || echo "could not install chromium: the browser tests will skip")
+
+test: venv browser
+	$(BIN)/ruff check seqis app tests
+	$(BIN)/python -m pytest -q
+
+run: venv
+	$(BIN)/streamlit run app --server.port $(PORT) --browser.gatherUsageStats false
+
+bench: venv
+	$(BIN)/python -m seqis.bench
+
+lint: venv
+	$(BIN)/ruff check seqis app tests
+
+clean:
+	rm -rf $(VENV) .pytest_cache .hypothesis

@@ -1,0 +1,33 @@
+"""seqis: sequence-level importance-sampling estimators for LLM RL with a mismatched sampler.
+
+The trainer's policy pi and the inference engine's policy mu disagree on every token's log-probability.
+With l_t = log pi(y_t) - log mu(y_t) and S_j = sum of l_t over rollout j's loss tokens (T_j of them),
+the product ratio w_j = exp(S_j) is the exact importance weight of a rollout: unbiased, with variance
+that grows like (1 + chi2)^T. Every estimator here trades some of that variance for bias by truncating
+(seq_tis), gating on the geometric ratio exp(S_j / T_j) (seq_mis, geo_mask), or filtering tokens and
+trajectories (mis_po); reference estimators (pg, seq_is, token_tis, ...) are there to compare.
+
+    from seqis import Batch, ESTIMATORS, run, diagnostics
+    out = run("seq_tis", batch, ESTIMATORS["seq_tis"].config(seq_clip=3.0))
+    out.loss.backward()            # d loss / d trainer_logprobs = -out.weights * adv_tau * A / N
+"""
+
+from .diagnostics import diagnostics
+from .estimators import AGGREGATIONS, ESTIMATORS, SEED_ESTIMATORS, EstimatorSpec
+from .metrics import run, run_many
+from .types import Batch, Config, EstimatorOutput, knob, knobs
+
+__all__ = [
+    "AGGREGATIONS",
+    "Batch",
+    "Config",
+    "ESTIMATORS",
+    "EstimatorOutput",
+    "EstimatorSpec",
+    "SEED_ESTIMATORS",
+    "diagnostics",
+    "knob",
+    "knobs",
+    "run",
+    "run_many",
+]

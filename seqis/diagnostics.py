@@ -1,0 +1,68 @@
+"""Estimator-free statistics of a batch's mismatch.
+
+  kl_k1          mean over loss tokens of -l          (k1 estimate of KL(mu || pi), unbiased, noisy)
+  kl_k3          mean over loss tokens of rho - 1 - l (k3 estimate: unbiased and >= 0)
+  chi2_token     mean over loss tokens of rho^2 - 1   (chi^2(pi || mu) per token, if E_mu[rho] = 1)
+  chi2_seq       mean over valid rollouts of w^2 - 1  (w capped at e^40)
+  ess_seq        (sum w)^2 / (n sum w^2), normalised effective sample size of the sequence weights, in (0, 1]
+  ppl_ratio      mean over valid rollouts of exp(-S/T) (perplexity under pi over perplexity under mu)
+  abs_log_ratio_p50 / _p99 / _max   percentiles of |l| over loss tokens
+  n_rollouts     valid rollouts (T_j > 0);  n_tokens: loss tokens
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .estimators._common import MAX_LOG_WEIGHT, Ratios, masked_mean
+from .types import Batch
+
+# kthvalue is exact at any size; beyond this many tokens we take a seeded sample (rank error ~1e-4)
+_PERCENTILE_SAMPLE = 1 << 24
+
+
+def percentiles(x: torch.Tensor, qs: tuple[float, ...]) -> list[float]:
+    """Percentiles (nearest rank, q in [0, 1]) of a 1-D tensor; works on 1e8 elements (torch.quantile
+    refuses more than 2^24). Empty input gives 0.0."""
+    n = x.numel()
+    if n == 0:
+        return [0.0 for _ in qs]
+    if n > _PERCENTILE_SAMPLE:
+        g = torch.Generator(device=x.device).manual_seed(0)
+        x = x[torch.randint(n, (_PERCENTILE_SAMPLE,), generator=g, device=x.device)]
+        n = x.numel()
+    xs = x.sort().values
+    return [float(xs[min(n - 1, max(0, round(q * (n - 1))))]) for q in qs]
+
+
+@torch.no_grad()
+def diagnostics(batch: Batch, ratios: Ratios | None = None) -> dict[str, float]:
+    """Mismatch statistics of a batch, independent of any estimator."""
+    r = ratios if ratios is not None else Ratios.of(batch)
+    n_tok = r.n_tokens.clamp(min=1)
+    l = r.log_ratio.clamp(max=MAX_LOG_WEIGHT / 2)  # (B, T) so rho^2 stays finite
+    S = r.seq_log_ratio.clamp(max=MAX_LOG_WEIGHT)  # (B,)
+    valid = r.valid
+    zero = torch.zeros((), dtype=r.dtype, device=l.device)
+
+    # ESS in log space: scale by the largest valid weight first, so it never overflows or divides by 0
+    log_w = torch.where(valid, r.seq_log_ratio, torch.full_like(S, -torch.inf))
+    w = torch.exp(log_w - log_w.max()) if valid.any() else torch.zeros_like(S)  # (B,) in (0, 1]
+    n = valid.sum().clamp(min=1)
+    ess = (w.sum() ** 2 / (n * (w**2).sum())) if valid.any() else zero
+
+    abs_l = r.log_ratio.abs()[r.mask]  # (n_tokens,)
+    p50, p99 = percentiles(abs_l, (0.5, 0.99))
+    return {
+        "kl_k1": float(-r.log_ratio.sum() / n_tok),
+        "kl_k3": float(r.k3.sum() / n_tok),
+        "chi2_token": float(torch.where(r.mask, torch.expm1(2 * l), zero).sum() / n_tok),
+        "chi2_seq": float(masked_mean(torch.expm1(2 * S), valid)),
+        "ess_seq": float(ess),
+        "ppl_ratio": float(masked_mean(torch.exp(-r.geo_log_ratio), valid)),
+        "abs_log_ratio_p50": p50,
+        "abs_log_ratio_p99": p99,
+        "abs_log_ratio_max": float(abs_l.max()) if abs_l.numel() else 0.0,
+        "n_rollouts": int(valid.sum()),
+        "n_tokens": int(r.n_tokens),
+    }

@@ -1,0 +1,155 @@
+"""Pieces every estimator shares: log-ratios and their per-rollout sums (computed once per batch),
+log-space bands and clips, masked means, the surrogate loss and the aggregation modes.
+
+An estimator is a pure function `fn(r: Ratios, cfg) -> Correction`: it says only how its token weights
+and masks differ. `seqis.run` turns the correction into a loss, metrics and per-rollout values.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from functools import cached_property
+
+import torch
+
+from ..types import Batch
+
+# Every weight is exp(x) with x clamped at MAX_LOG_WEIGHT first: e^40 ~ 2.4e17 is finite in fp32 (and
+# squares finitely too), and a summed log-ratio of +800 still gives a finite loss and gradient.
+MAX_LOG_WEIGHT = 40.0
+
+AGGREGATIONS = ("token-mean", "kept-token-mean", "seq-mean-token-mean", "seq-mean-token-sum")
+
+
+def compute_dtype(x: torch.Tensor) -> torch.dtype:
+    """fp16 / bf16 inputs are computed in float32; float64 stays float64."""
+    return torch.float64 if x.dtype == torch.float64 else torch.float32
+
+
+def log_of(x: float) -> float:
+    """log of a knob value: log 0 = -inf, log inf = inf."""
+    return -math.inf if x == 0 else math.log(x)
+
+
+def capped_exp(x: torch.Tensor, clip: float = math.inf) -> torch.Tensor:
+    """min(exp(x), clip, e^40), computed as exp(min(x, log clip, 40))."""
+    return torch.exp(x.clamp(max=min(log_of(clip), MAX_LOG_WEIGHT)))
+
+
+def in_band(x: torch.Tensor, low: float, high: float) -> torch.Tensor:
+    """low <= exp(x) <= high, inclusive, compared in log space."""
+    return (x >= log_of(low)) & (x <= log_of(high))
+
+
+def masked_mean(x: torch.Tensor, select: torch.Tensor) -> torch.Tensor:
+    """Mean of x where select is True; 0.0 for an empty selection (never NaN)."""
+    total = torch.where(select, x, torch.zeros((), dtype=x.dtype, device=x.device)).sum()
+    return total / select.sum().clamp(min=1)
+
+
+@dataclass(eq=False)
+class Ratios:
+    """Log-ratios of one batch and everything derived from them that estimators share.
+
+    Built once per batch (`Ratios.of`); several estimators evaluated on one batch reuse it.
+    All tensors are detached and in the compute dtype; padding positions hold 0.
+    """
+
+    mask: torch.Tensor  # (B, T) bool, loss tokens
+    log_ratio: torch.Tensor  # (B, T) l_t = log pi - log mu on loss tokens, 0 elsewhere
+    _cache: dict = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def of(cls, batch: Batch) -> Ratios:
+        dtype = compute_dtype(batch.trainer_logprobs)
+        tl = batch.trainer_logprobs.detach().to(dtype)
+        il = batch.inference_logprobs.to(dtype)
+        zero = torch.zeros((), dtype=dtype, device=tl.device)
+        return cls(batch.loss_mask, torch.where(batch.loss_mask, tl - il, zero))  # (B, T)
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.log_ratio.dtype
+
+    @cached_property
+    def length(self) -> torch.Tensor:  # (B,) T_j as a float
+        return self.mask.sum(-1).to(self.dtype)
+
+    @cached_property
+    def valid(self) -> torch.Tensor:  # (B,) T_j > 0
+        return self.length > 0
+
+    @cached_property
+    def n_tokens(self) -> torch.Tensor:  # () loss tokens in the batch
+        return self.length.sum()
+
+    @cached_property
+    def seq_log_ratio(self) -> torch.Tensor:  # (B,) S_j
+        return self.log_ratio.sum(-1)
+
+    @cached_property
+    def geo_log_ratio(self) -> torch.Tensor:  # (B,) S_j / T_j, 0 for an empty rollout
+        return self.seq_log_ratio / self.length.clamp(min=1)
+
+    @cached_property
+    def k3(self) -> torch.Tensor:  # (B, T) rho - 1 - l >= 0, the k3 estimate of KL(mu || pi); 0 off-mask
+        l = self.log_ratio.clamp(max=MAX_LOG_WEIGHT)
+        return torch.expm1(l) - l
+
+    @cached_property
+    def k3_rollout(self) -> torch.Tensor:  # (B,) sum of k3 over each rollout's loss tokens
+        return self.k3.sum(-1)
+
+    def per_token(self, x: torch.Tensor) -> torch.Tensor:
+        """Broadcast a per-rollout value (B,) to the loss tokens (B, T), 0 elsewhere."""
+        return torch.where(self.mask, x[:, None], torch.zeros((), dtype=x.dtype, device=x.device))
+
+
+@dataclass(eq=False)
+class Correction:
+    """What an estimator function returns.
+
+    weights   (B, T) gradient coefficient on each token (before adv_tau * A); run() zeroes it off `kept`
+    kept      (B, T) bool, the loss tokens whose gradient survives (None: all of them; a weight that
+              underflows to 0 is still kept, it is not dropped)
+    masks     its own (B, T) bool masks ("clipped", "token_masked", "traj_masked", ...), subsets of the mask
+    accepted  (B,) bool rollout gate, when the estimator has one (else: a rollout keeps any token)
+    metrics   its own metrics (beyond the common ones run() computes for everyone)
+    """
+
+    weights: torch.Tensor
+    kept: torch.Tensor | None = None
+    masks: dict[str, torch.Tensor] = field(default_factory=dict)
+    accepted: torch.Tensor | None = None
+    metrics: dict[str, torch.Tensor] = field(default_factory=dict)
+
+
+def gated(gate: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """x where gate is True, else 0 (a select, never a multiply: 0 * inf is NaN)."""
+    return torch.where(gate, x, torch.zeros((), dtype=x.dtype, device=x.device))
+
+
+def seq_weight_metric(r: Ratios, seq_weight: torch.Tensor, kept: torch.Tensor) -> torch.Tensor:
+    """seq_weight: mean applied sequence weight over valid rollouts that keep their gradient."""
+    return masked_mean(seq_weight, r.valid & kept)
+
+
+def clipped_metric(r: Ratios, clipped: torch.Tensor) -> torch.Tensor:
+    """is_clipped: fraction of valid rollouts whose weight was truncated."""
+    return masked_mean(clipped.to(r.dtype), r.valid)
+
+
+def token_scale(r: Ratios, kept: torch.Tensor, agg: str) -> torch.Tensor:
+    """The normaliser each aggregation applies: a (B, 1) or () factor s with loss = -sum(s * coef * logp)."""
+    one = torch.ones((), dtype=r.dtype, device=r.mask.device)
+    if agg == "token-mean":  # N = every loss token, dropped ones included (prime-rl)
+        return one / r.n_tokens.clamp(min=1)
+    if agg == "kept-token-mean":  # N = kept tokens only
+        return one / kept.sum().clamp(min=1).to(r.dtype)
+    n_seq = r.valid.sum().clamp(min=1).to(r.dtype)
+    if agg == "seq-mean-token-mean":
+        return (1 / (r.length.clamp(min=1) * n_seq))[:, None]
+    if agg == "seq-mean-token-sum":
+        return one / n_seq
+    raise ValueError(f"agg must be one of {AGGREGATIONS}, got {agg!r}")

@@ -1,0 +1,40 @@
+"""Geometric trust-region mask (Geo-Mask), optionally with a token clip (Geo-Mask-Token-TIS).
+
+    weight on token t of rollout j = 1[lo <= exp(S_j / T_j) <= hi] * (1, or min(rho_t, token_clip))
+
+A pure filter: the geometric ratio is a per-token KL threshold that sharpens with length (a long
+rollout passes iff its mean log-ratio lies in (log lo, log hi)). With token_clip set, kept tokens also
+carry their own truncated ratio.
+Trades: no weight variance at all (weights are 0/1); the bias is the distribution shift it does not
+correct inside the band. A single catastrophic token with l = -L passes lo iff L / T < -log lo:
+long rollouts dilute catastrophes.
+Reduces to: pg as the band widens to [0, inf] (token_clip None).
+Source: prime-rl's geometric sequence mask; Li & Liu, "RL collapse" part 3.
+"""
+
+from dataclasses import dataclass
+
+from ..types import Config, knob
+from ._common import Correction, Ratios, capped_exp, in_band, log_of
+
+
+@dataclass(frozen=True)
+class GeoMaskConfig(Config):
+    geo_mask_low: float = knob(0.5, "Lower edge of the geometric band: exp(S/T) below it drops the rollout.",
+                               ge=0.0, ui=(0.01, 1.0), log=True)
+    geo_mask_high: float = knob(2.0, "Upper edge of the geometric band: exp(S/T) above it drops the rollout.",
+                                gt=0.0, ui=(1.0, 100.0), log=True)
+    token_clip: float | None = knob(None, "None: pure filter. A number C: kept tokens weigh min(rho_t, C).",
+                                    gt=0.0, ui=(1.0, 10.0), log=True, optional=True)
+
+
+def geo_mask(r: Ratios, cfg: GeoMaskConfig) -> Correction:
+    gate = r.valid & in_band(r.geo_log_ratio, cfg.geo_mask_low, cfg.geo_mask_high)  # (B,)
+    kept = r.mask & gate[:, None]  # (B, T)
+    masks = {"traj_masked": r.mask & ~gate[:, None]}
+    if cfg.token_clip is None:
+        weights = kept.to(r.dtype)  # (B, T) 0/1
+    else:
+        weights = capped_exp(r.log_ratio, cfg.token_clip)  # (B, T) min(rho_t, C); run() zeroes it off `kept`
+        masks["clipped"] = kept & (r.log_ratio > log_of(cfg.token_clip))
+    return Correction(weights=weights, kept=kept, masks=masks, accepted=gate)

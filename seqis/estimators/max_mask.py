@@ -1,0 +1,34 @@
+"""Trust-region masking with the max criterion (verl's veto / seq_max rejection).
+
+    weight on rollout j = 1[every loss token of j has lo <= rho_t <= hi]
+
+Trades: a pure filter that a single catastrophic token trips, whatever the rollout's length (a
+geometric gate dilutes it); the acceptance of a long rollout falls like the product of per-token
+acceptances, so a band too tight rejects nearly everything at long T.
+Reduces to: pg as the band opens to [0, inf].
+Source: verl's rollout-correction helper (veto threshold, seq_max rejection).
+"""
+
+from dataclasses import dataclass
+
+from ..types import Config, knob
+from ._common import Correction, Ratios, in_band
+
+
+@dataclass(frozen=True)
+class MaxMaskConfig(Config):
+    token_mask_low: float = knob(0.5, "A rollout with any token rho_t below this is dropped.", ge=0.0,
+                                 ui=(0.01, 1.0), log=True)
+    token_mask_high: float = knob(2.0, "A rollout with any token rho_t above this is dropped.", gt=0.0,
+                                  ui=(1.0, 100.0), log=True)
+
+
+def max_mask(r: Ratios, cfg: MaxMaskConfig) -> Correction:
+    token_out = r.mask & ~in_band(r.log_ratio, cfg.token_mask_low, cfg.token_mask_high)  # (B, T)
+    gate = r.valid & ~token_out.any(-1)  # (B,)
+    return Correction(
+        weights=r.mask.to(r.dtype),
+        kept=r.mask & gate[:, None],
+        masks={"token_masked": token_out, "traj_masked": r.mask & ~gate[:, None]},
+        accepted=gate,
+    )

@@ -1,0 +1,47 @@
+"""MIS-PO: a token band times a trajectory band (Step 3.5 Flash, section 5.2.1, eq. 2).
+
+    weight on token t of rollout j = 1[tlo <= rho_t <= thi] * 1[glo <= exp(S_j / T_j) <= ghi]
+
+The trajectory ratio uses all of the rollout's loss tokens, including those the token band drops.
+Trades: a pure filter (0/1 weights, no variance from weights). The default trajectory band
+[0.996, 1.001] is [-0.0040, +0.0010] in log space: long rollouts pass iff the per-token KL is below
+~0.004 nats, short ones are rejected more often; the token band catches catastrophic tokens that a
+geometric mean dilutes.
+Reduces to: pg as both bands widen to [0, inf].
+Source: StepFun, "Step 3.5 Flash" (arXiv 2602.10604).
+"""
+
+from dataclasses import dataclass
+
+from ..types import Config, knob
+from ._common import Correction, Ratios, in_band, masked_mean
+
+
+@dataclass(frozen=True)
+class MISPOConfig(Config):
+    token_mask_low: float = knob(0.5, "Token band: tokens with rho_t below this are dropped.", ge=0.0,
+                                 ui=(0.01, 1.0), log=True)
+    token_mask_high: float = knob(2.0, "Token band: tokens with rho_t above this are dropped.", gt=0.0,
+                                  ui=(1.0, 100.0), log=True)
+    geo_mask_low: float = knob(0.996, "Trajectory band: exp(S/T) below this drops the rollout.", ge=0.0,
+                               ui=(0.9, 1.0), log=True)
+    geo_mask_high: float = knob(1.001, "Trajectory band: exp(S/T) above this drops the rollout.", gt=0.0,
+                                ui=(1.0, 1.1), log=True)
+
+
+def mis_po(r: Ratios, cfg: MISPOConfig) -> Correction:
+    token_ok = in_band(r.log_ratio, cfg.token_mask_low, cfg.token_mask_high)  # (B, T)
+    gate = r.valid & in_band(r.geo_log_ratio, cfg.geo_mask_low, cfg.geo_mask_high)  # (B,)
+    token_masked = r.mask & ~token_ok  # (B, T)
+    traj_masked = r.mask & ~gate[:, None]  # (B, T)
+    kept = r.mask & token_ok & gate[:, None]
+    return Correction(
+        weights=kept.to(r.dtype),
+        kept=kept,
+        masks={"token_masked": token_masked, "traj_masked": traj_masked},
+        accepted=gate,
+        metrics={
+            "is_token_masked": masked_mean(token_masked.to(r.dtype), r.mask),
+            "is_traj_masked": masked_mean(traj_masked.to(r.dtype), r.mask),
+        },
+    )

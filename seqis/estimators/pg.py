@@ -1,0 +1,23 @@
+"""Naive policy gradient (no correction): REINFORCE on the sampler's tokens.
+
+    weight on every loss token = 1
+
+Trades: zero variance from weights, full bias from the mismatch: it optimises as if mu were pi.
+On Huang's bit chain (H = 64, k = 40, p = 0.6, q = 0.55) its expectation is 0.289 of the true gradient.
+Reduces to: what every band-filter estimator becomes when its bands open to [0, inf].
+Source: the baseline every IS correction is measured against.
+"""
+
+from dataclasses import dataclass
+
+from ..types import Config
+from ._common import Correction, Ratios
+
+
+@dataclass(frozen=True)
+class PGConfig(Config):
+    pass
+
+
+def pg(r: Ratios, cfg: PGConfig) -> Correction:
+    return Correction(weights=r.mask.to(r.dtype))  # (B, T)

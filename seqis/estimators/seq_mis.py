@@ -1,0 +1,36 @@
+"""Sequence masked importance sampling with a geometric gate (seq MIS, as in prime-rl).
+
+    weight on rollout j = 1[lo <= exp(S_j / T_j) <= hi] * min(w_j, e^40)
+
+The gate reads the geometric (per-token) ratio; the weight is the untempered product ratio.
+Trades: no truncation bias inside the gate, but the product weight keeps sequence IS's variance
+(1 + chi2)^T on the rollouts it keeps; the gate drops rollouts whose mean log-ratio is far off, which
+biases towards rollouts where the policies agree.
+Reduces to: seq_is as the band widens to [0, inf].
+Source: prime-rl's sequence-level IS ablations; Li & Liu, "RL collapse" part 3 (Seq-MIS).
+"""
+
+from dataclasses import dataclass
+
+from ..types import Config, knob
+from ._common import Correction, Ratios, capped_exp, gated, in_band, seq_weight_metric
+
+
+@dataclass(frozen=True)
+class SeqMISConfig(Config):
+    geo_mask_low: float = knob(0.5, "Lower edge of the geometric band: exp(S/T) below it drops the rollout.",
+                               ge=0.0, ui=(0.01, 1.0), log=True)
+    geo_mask_high: float = knob(2.0, "Upper edge of the geometric band: exp(S/T) above it drops the rollout.",
+                                gt=0.0, ui=(1.0, 100.0), log=True)
+
+
+def seq_mis(r: Ratios, cfg: SeqMISConfig) -> Correction:
+    gate = r.valid & in_band(r.geo_log_ratio, cfg.geo_mask_low, cfg.geo_mask_high)  # (B,)
+    w = gated(gate, capped_exp(r.seq_log_ratio))  # (B,) product weight inside the gate, 0 outside
+    return Correction(
+        weights=r.per_token(w),  # (B, T)
+        kept=r.mask & gate[:, None],
+        masks={"traj_masked": r.mask & ~gate[:, None]},
+        accepted=gate,
+        metrics={"seq_weight": seq_weight_metric(r, w, gate)},
+    )

@@ -1,0 +1,216 @@
+"""The records seqis passes around: a rollout batch, an estimator's output, and declared knobs.
+
+Shapes: B rollouts, T positions. Positions where `loss_mask` is False are padding or prompt tokens
+and are ignored entirely; they may hold anything, -inf and NaN included.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+# ---------------------------------------------------------------------------------------------------------
+# knobs: declared once (default, valid range, slider range, help); configs validate, the app builds widgets
+
+
+def knob(
+    default: Any,
+    help: str,
+    *,
+    gt: float | None = None,
+    ge: float | None = None,
+    ui: tuple[float, float] | None = None,
+    log: bool = False,
+    optional: bool = False,
+    choices: tuple | None = None,
+) -> Any:
+    """A config field whose metadata says how to validate it and how to draw it.
+
+    gt / ge: the value must be greater than / at least this (math.inf is always allowed for clips).
+    ui: the slider's range; log: draw the slider on a log scale; optional: None is a valid value
+    (it switches the feature off, e.g. geo_mask's token_clip); choices: a categorical knob (a select box).
+    """
+    meta = dict(help=help, gt=gt, ge=ge, ui=ui, log=log, optional=optional, choices=choices)
+    return field(default=default, metadata=meta)
+
+
+def knobs(cfg_or_cls) -> list[dataclasses.Field]:
+    """The declared fields of a config class or instance, in declaration order."""
+    return [f for f in dataclasses.fields(cfg_or_cls) if "help" in f.metadata]
+
+
+@dataclass(frozen=True)
+class Config:
+    """Base of every estimator config: adv_tau, plus validation driven by the knob metadata.
+
+    Any pair of fields `X_low` / `X_high` is a band: low must be below high.
+    """
+
+    adv_tau: float = knob(1.0, "Advantage scale: every weight multiplies adv_tau * A.", gt=0.0, ui=(0.1, 4.0))
+
+    def __post_init__(self):
+        for f in knobs(self):
+            v = getattr(self, f.name)
+            m = f.metadata
+            if v is None:
+                if not m["optional"]:
+                    raise ValueError(f"{f.name} must be a number, got None")
+                continue
+            if m["choices"] is not None:
+                if v not in m["choices"]:
+                    raise ValueError(f"{f.name} must be one of {m['choices']}, got {v!r}")
+                continue
+            if isinstance(v, bool) or not isinstance(v, (int, float)):
+                raise ValueError(f"{f.name} must be a number, got {v!r}")
+            if math.isnan(v):
+                raise ValueError(f"{f.name} must be a number, got nan")
+            if m["gt"] is not None and not v > m["gt"]:
+                raise ValueError(f"{f.name} must be > {m['gt']}, got {v}")
+            if m["ge"] is not None and not v >= m["ge"]:
+                raise ValueError(f"{f.name} must be >= {m['ge']}, got {v}")
+            if v == -math.inf:
+                raise ValueError(f"{f.name} must be finite or +inf, got {v}")
+        names = {f.name for f in knobs(self)}
+        for name in sorted(names):
+            if name.endswith("_low") and (hi := name[: -len("_low")] + "_high") in names:
+                lo_v, hi_v = getattr(self, name), getattr(self, hi)
+                if not lo_v < hi_v:
+                    raise ValueError(f"{name} must be below {hi}, got {lo_v} >= {hi_v}")
+
+    def replace(self, **changes) -> Config:
+        return dataclasses.replace(self, **changes)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in knobs(self)}
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Batch
+
+
+def _shape(x) -> str:
+    return f"{tuple(x.shape)} {str(x.dtype).replace('torch.', '')}" if isinstance(x, torch.Tensor) else repr(
+        type(x).__name__
+    )
+
+
+@dataclass(eq=False)
+class Batch:
+    """One batch of rollouts as the trainer sees it.
+
+    trainer_logprobs    (B, T) float: log pi(y_t), the trainer's log-prob of each sampled token; may
+                        require grad (the loss backpropagates into it, and only into it)
+    inference_logprobs  (B, T) float: log mu(y_t), the sampler's log-prob of the same token
+    advantages          (B,) one per rollout, or (B, T) one per token
+    loss_mask           (B, T) bool: the tokens that carry loss (default: all)
+    metadata            optional per-rollout columns (prompt id, env, step, ...): name -> list of B values
+    """
+
+    trainer_logprobs: torch.Tensor
+    inference_logprobs: torch.Tensor
+    advantages: torch.Tensor
+    loss_mask: torch.Tensor | None = None
+    metadata: dict[str, list] = field(default_factory=dict)
+
+    def __post_init__(self):
+        tl, il, adv = self.trainer_logprobs, self.inference_logprobs, self.advantages
+        got = (
+            f"got trainer_logprobs {_shape(tl)}, inference_logprobs {_shape(il)}, advantages {_shape(adv)}, "
+            f"loss_mask {_shape(self.loss_mask) if self.loss_mask is not None else None}"
+        )
+        for name, x in (("trainer_logprobs", tl), ("inference_logprobs", il), ("advantages", adv)):
+            if not isinstance(x, torch.Tensor):
+                raise ValueError(f"Batch.{name} must be a torch.Tensor; {got}")
+            if not x.is_floating_point():
+                raise ValueError(f"Batch.{name} must be a float tensor; {got}")
+        if tl.dim() != 2:
+            raise ValueError(f"Batch.trainer_logprobs must be 2-D (B, T); {got}")
+        if il.shape != tl.shape:
+            raise ValueError(f"Batch.inference_logprobs must have the shape of trainer_logprobs; {got}")
+        B, T = tl.shape
+        if adv.shape not in ((B,), (B, T)):
+            raise ValueError(f"Batch.advantages must be ({B},) or ({B}, {T}); {got}")
+        if self.loss_mask is None:
+            self.loss_mask = torch.ones(B, T, dtype=torch.bool, device=tl.device)
+        m = self.loss_mask
+        if not isinstance(m, torch.Tensor) or m.shape != tl.shape:
+            raise ValueError(f"Batch.loss_mask must be a ({B}, {T}) bool tensor; {got}")
+        if m.dtype != torch.bool:
+            if m.is_floating_point() or m.is_complex():
+                raise ValueError(f"Batch.loss_mask must be bool (or 0/1 integers); {got}")
+            self.loss_mask = m = m != 0
+        devices = {x.device for x in (tl, il, adv, m)}
+        if len(devices) > 1:
+            raise ValueError(f"Batch tensors must share one device, got {sorted(map(str, devices))}")
+        for k, v in self.metadata.items():
+            if len(v) != B:
+                raise ValueError(f"Batch.metadata[{k!r}] must have one value per rollout ({B}), got {len(v)}")
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return tuple(self.trainer_logprobs.shape)
+
+    @property
+    def device(self) -> torch.device:
+        return self.trainer_logprobs.device
+
+    def to(self, device) -> Batch:
+        return Batch(
+            self.trainer_logprobs.to(device),
+            self.inference_logprobs.to(device),
+            self.advantages.to(device),
+            self.loss_mask.to(device),
+            dict(self.metadata),
+        )
+
+    def select(self, index) -> Batch:
+        """The rollouts at `index` (a slice, list or tensor of rollout indices)."""
+        idx = torch.as_tensor(index, device=self.device) if not isinstance(index, slice) else index
+        rows = list(range(self.shape[0]))
+        picked = rows[index] if isinstance(index, slice) else [rows[i] for i in idx.tolist()]
+        meta = {k: [v[i] for i in picked] for k, v in self.metadata.items()}
+        return Batch(
+            self.trainer_logprobs[idx],
+            self.inference_logprobs[idx],
+            self.advantages[idx],
+            self.loss_mask[idx],
+            meta,
+        )
+
+
+# ---------------------------------------------------------------------------------------------------------
+# EstimatorOutput
+
+
+@dataclass(eq=False)
+class EstimatorOutput:
+    """What `seqis.run` returns.
+
+    loss      0-d tensor; its gradient flows into trainer_logprobs only
+    weights   (B, T) detached gradient coefficient, 0 where the token's gradient is dropped: with
+              agg="token-mean", d loss / d trainer_logprobs = -weights * adv_tau * A / N
+    masks     name -> (B, T) bool: always "kept", plus the estimator's own ("clipped", "token_masked",
+              "traj_masked", ...); all are subsets of the loss mask
+    metrics   name -> 0-d tensor (seqis.metrics; `.scalars()` gives floats)
+    rollouts  name -> (B,) per-rollout values for charts:
+                length           T_j, the rollout's loss-token count
+                seq_log_ratio    S_j = sum of l_t over its loss tokens
+                geo_log_ratio    S_j / T_j (0 for an empty rollout)
+                weight           the applied sequence weight (mean applied weight over its loss tokens)
+                accepted         bool, the rollout keeps some gradient
+                clipped          bool, its weight was truncated
+                kept_fraction    fraction of its loss tokens that keep a gradient
+    """
+
+    loss: torch.Tensor
+    weights: torch.Tensor
+    masks: dict[str, torch.Tensor]
+    metrics: dict[str, torch.Tensor]
+    rollouts: dict[str, torch.Tensor]
+
+    def scalars(self) -> dict[str, float]:
+        return {k: float(v) for k, v in self.metrics.items()}
