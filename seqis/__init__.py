@@ -15,7 +15,7 @@ trajectories (mis_po); reference estimators (pg, seq_is, token_tis, ...) are the
 from .diagnostics import diagnostics
 from .estimators import AGGREGATIONS, ESTIMATORS, SEED_ESTIMATORS, EstimatorSpec
 from .metrics import run, run_many
-from .types import Batch, Config, EstimatorOutput, knob, knobs
+from .types import Batch, Config, EstimatorOutput, Knobs, knob, knobs
 
 __all__ = [
     "AGGREGATIONS",
@@ -26,6 +26,7 @@ __all__ = [
     "EstimatorSpec",
     "SEED_ESTIMATORS",
     "diagnostics",
+    "Knobs",
     "knob",
     "knobs",
     "run",

@@ -44,13 +44,11 @@ def knobs(cfg_or_cls) -> list[dataclasses.Field]:
 
 
 @dataclass(frozen=True)
-class Config:
-    """Base of every estimator config: adv_tau, plus validation driven by the knob metadata.
+class Knobs:
+    """Base of every frozen config made of knob() fields: validation driven by the knob metadata.
 
     Any pair of fields `X_low` / `X_high` is a band: low must be below high.
     """
-
-    adv_tau: float = knob(1.0, "Advantage scale: every weight multiplies adv_tau * A.", gt=0.0, ui=(0.1, 4.0))
 
     def __post_init__(self):
         for f in knobs(self):
@@ -81,11 +79,18 @@ class Config:
                 if not lo_v < hi_v:
                     raise ValueError(f"{name} must be below {hi}, got {lo_v} >= {hi_v}")
 
-    def replace(self, **changes) -> Config:
+    def replace(self, **changes):
         return dataclasses.replace(self, **changes)
 
     def as_dict(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in knobs(self)}
+
+
+@dataclass(frozen=True)
+class Config(Knobs):
+    """Base of every estimator config: adv_tau, the advantage scale all estimators share."""
+
+    adv_tau: float = knob(1.0, "Advantage scale: every weight multiplies adv_tau * A.", gt=0.0, ui=(0.1, 4.0))
 
 
 # ---------------------------------------------------------------------------------------------------------
