@@ -19,7 +19,7 @@ from collections.abc import Iterable
 import torch
 
 from .estimators import ESTIMATORS, Ratios
-from .estimators._common import AGGREGATIONS, Correction, masked_mean, token_scale
+from .estimators._common import AGGREGATIONS, Correction, gated, masked_mean, token_scale
 from .types import Batch, Config, EstimatorOutput
 
 
@@ -35,24 +35,56 @@ def _config(name: str, cfg: Config | None) -> Config:
 
 
 def _output(r: Ratios, batch: Batch, c: Correction, cfg: Config, agg: str) -> EstimatorOutput:
+    """Loss, weights, masks, metrics and per-rollout values from a correction.
+
+    Sequence-level corrections (seq_weights, a rollout gate) never touch a (B, T) float tensor beyond
+    the weights they must return: their loss and metrics are per-rollout sums. Every (B, T) tensor
+    derived from log-ratios is finite, so masking them by multiplying with the 0/1 mask is safe;
+    trainer_logprobs may hold -inf / NaN on padding and is masked by a select.
+    """
     zero = torch.zeros((), dtype=r.dtype, device=r.mask.device)
-    kept = r.mask if c.kept is None else r.mask & c.kept  # (B, T)
-    weights = torch.where(kept, c.weights, zero).detach()  # (B, T) gradient coefficient
 
-    # surrogate: loss = -sum(scale * weight * adv_tau * A * log pi) over loss tokens
-    adv = batch.advantages.to(r.dtype)
-    adv = adv[:, None] if adv.dim() == 1 else adv  # (B, 1) or (B, T)
-    coef = weights * (cfg.adv_tau * token_scale(r, kept, agg))  # (B, T)
-    logp = batch.trainer_logprobs.to(r.dtype)
-    loss = -torch.where(r.mask, coef * adv * logp, zero).sum()
+    # which tokens keep a gradient, per token and per rollout
+    if c.kept is not None:
+        kept = r.mask & c.kept  # (B, T)
+        kept_f = kept.to(r.dtype)
+        kept_len = kept_f.sum(-1)  # (B,)
+    elif c.accepted is not None:
+        kept = r.mask & c.accepted[:, None]
+        kept_f = None
+        kept_len = gated(c.accepted, r.length)
+    else:
+        kept, kept_f, kept_len = r.mask, r.mask_f, r.length
+    accepted = c.accepted if c.accepted is not None else kept_len > 0  # (B,)
 
-    # common metrics: k3 summed per rollout once (Ratios caches it), kept part per estimator
-    k3_kept = torch.where(kept, r.k3, zero).sum()
-    n_kept = kept.sum().to(r.dtype)
-    n_tok = r.n_tokens
+    # gradient coefficient per token: (B, T) weights, 0 where dropped
+    if c.seq_weights is not None or (c.weights is None and c.kept is None):
+        seq_w = c.seq_weights if c.seq_weights is not None else torch.ones_like(r.length)
+        seq_w = gated(accepted, seq_w) if c.accepted is not None else seq_w  # (B,)
+        weights = r.per_token(seq_w) if c.kept is None else seq_w[:, None] * kept_f
+    else:
+        weights = (c.weights if c.weights is not None else 1.0) * (kept_f if kept_f is not None else r.mask_f)
+        seq_w = None
+    weights = weights.detach()
+
+    # surrogate loss = -sum(scale * weight * adv_tau * A * log pi) over loss tokens
+    logp = torch.where(r.mask, batch.trainer_logprobs.to(r.dtype), zero)  # (B, T) differentiable
+    scale = token_scale(r, kept_len.sum(), agg)  # () or (B, 1)
+    adv = batch.advantages.to(r.dtype) * cfg.adv_tau
+    if adv.dim() == 1 and seq_w is not None and c.kept is None:  # per-rollout weight and advantage
+        coef = seq_w * adv * (scale if scale.dim() == 0 else scale[:, 0])  # (B,)
+        loss = -(coef * logp.sum(-1)).sum()
+    else:
+        adv = adv[:, None] if adv.dim() == 1 else torch.where(r.mask, adv, zero)  # (B, 1) or (B, T)
+        loss = -(weights * (adv * scale) * logp).sum()
+
+    # common metrics: mismatch KL split into dropped / kept tokens
+    k3_total = r.k3_rollout.sum()
+    k3_kept = (r.k3 * kept_f).sum() if c.kept is not None else gated(accepted, r.k3_rollout).sum()
+    n_tok, n_kept = r.n_tokens, kept_len.sum()
     metrics = {
-        "mismatch_kl": r.k3_rollout.sum() / n_tok.clamp(min=1),
-        "masked_mismatch_kl": (r.k3_rollout.sum() - k3_kept) / (n_tok - n_kept).clamp(min=1),
+        "mismatch_kl": k3_total / n_tok.clamp(min=1),
+        "masked_mismatch_kl": (k3_total - k3_kept) / (n_tok - n_kept).clamp(min=1),
         "unmasked_mismatch_kl": k3_kept / n_kept.clamp(min=1),
         "is_masked": (n_tok - n_kept) / n_tok.clamp(min=1),
         "seq_log_ratio": masked_mean(r.seq_log_ratio, r.valid),
@@ -60,22 +92,26 @@ def _output(r: Ratios, batch: Batch, c: Correction, cfg: Config, agg: str) -> Es
     }
     metrics.update(c.metrics)
 
-    kept_per_rollout = kept.sum(-1).to(r.dtype)  # (B,)
-    accepted = c.accepted if c.accepted is not None else kept_per_rollout > 0
-    clipped = c.masks.get("clipped")
+    if c.clipped is not None:
+        clipped = c.clipped & r.valid
+    elif "clipped" in c.masks:
+        clipped = torch.count_nonzero(c.masks["clipped"], dim=-1) > 0
+    else:
+        clipped = torch.zeros_like(r.valid)
+    length = r.length.clamp(min=1)
     rollouts = {
         "length": r.length,
         "seq_log_ratio": r.seq_log_ratio,
         "geo_log_ratio": r.geo_log_ratio,
-        "weight": weights.sum(-1) / r.length.clamp(min=1),
+        "weight": seq_w if seq_w is not None and c.kept is None else weights.sum(-1) / length,
         "accepted": accepted & r.valid,
-        "clipped": clipped.any(-1) if clipped is not None else torch.zeros_like(accepted),
-        "kept_fraction": kept_per_rollout / r.length.clamp(min=1),
+        "clipped": clipped,
+        "kept_fraction": kept_len / length,
     }
     masks = {"kept": kept, **c.masks}
-    out_dtype = torch.float64 if r.dtype == torch.float64 else torch.float32
-    return EstimatorOutput(loss=loss, weights=weights.to(out_dtype), masks=masks, metrics=metrics,
-                           rollouts=rollouts)
+    if c.clipped is not None and "clipped" not in masks:
+        masks["clipped"] = r.mask & clipped[:, None]
+    return EstimatorOutput(loss=loss, weights=weights, masks=masks, metrics=metrics, rollouts=rollouts)
 
 
 def run(name: str, batch: Batch, cfg: Config | None = None, *, agg: str = "token-mean") -> EstimatorOutput:

@@ -73,8 +73,12 @@ class Ratios:
         return self.log_ratio.dtype
 
     @cached_property
+    def mask_f(self) -> torch.Tensor:  # (B, T) the loss mask as 0/1 floats, to multiply finite tensors by
+        return self.mask.to(self.dtype)
+
+    @cached_property
     def length(self) -> torch.Tensor:  # (B,) T_j as a float
-        return self.mask.sum(-1).to(self.dtype)
+        return self.mask_f.sum(-1)
 
     @cached_property
     def valid(self) -> torch.Tensor:  # (B,) T_j > 0
@@ -102,26 +106,32 @@ class Ratios:
         return self.k3.sum(-1)
 
     def per_token(self, x: torch.Tensor) -> torch.Tensor:
-        """Broadcast a per-rollout value (B,) to the loss tokens (B, T), 0 elsewhere."""
-        return torch.where(self.mask, x[:, None], torch.zeros((), dtype=x.dtype, device=x.device))
+        """Broadcast a finite per-rollout value (B,) to the loss tokens (B, T), 0 elsewhere."""
+        return x[:, None] * self.mask_f
 
 
 @dataclass(eq=False)
 class Correction:
-    """What an estimator function returns.
+    """What an estimator function returns; run() turns it into a loss, metrics and per-rollout values.
 
-    weights   (B, T) gradient coefficient on each token (before adv_tau * A); run() zeroes it off `kept`
-    kept      (B, T) bool, the loss tokens whose gradient survives (None: all of them; a weight that
-              underflows to 0 is still kept, it is not dropped)
-    masks     its own (B, T) bool masks ("clipped", "token_masked", "traj_masked", ...), subsets of the mask
-    accepted  (B,) bool rollout gate, when the estimator has one (else: a rollout keeps any token)
-    metrics   its own metrics (beyond the common ones run() computes for everyone)
+    The weight on a token is given one of three ways (before adv_tau * A):
+    seq_weights  (B,) one finite weight for all of a rollout's tokens (sequence-level estimators), or
+    weights      (B, T) a finite weight per token, or
+    neither      weight 1 on every kept token (pure filters).
+    kept         (B, T) bool, the loss tokens whose gradient survives, when a token-level rule drops some
+    accepted     (B,) bool rollout gate: kept = loss mask & accepted (when `kept` is not given)
+                 With neither, every loss token is kept (a weight that underflows to 0 is not dropped).
+    clipped      (B,) bool, the rollouts whose sequence weight was truncated
+    masks        its own (B, T) bool masks ("clipped", "token_masked", "traj_masked", ...)
+    metrics      its own metrics (beyond the common ones run() computes for everyone)
     """
 
-    weights: torch.Tensor
+    seq_weights: torch.Tensor | None = None
+    weights: torch.Tensor | None = None
     kept: torch.Tensor | None = None
-    masks: dict[str, torch.Tensor] = field(default_factory=dict)
     accepted: torch.Tensor | None = None
+    clipped: torch.Tensor | None = None
+    masks: dict[str, torch.Tensor] = field(default_factory=dict)
     metrics: dict[str, torch.Tensor] = field(default_factory=dict)
 
 
@@ -140,13 +150,13 @@ def clipped_metric(r: Ratios, clipped: torch.Tensor) -> torch.Tensor:
     return masked_mean(clipped.to(r.dtype), r.valid)
 
 
-def token_scale(r: Ratios, kept: torch.Tensor, agg: str) -> torch.Tensor:
-    """The normaliser each aggregation applies: a (B, 1) or () factor s with loss = -sum(s * coef * logp)."""
+def token_scale(r: Ratios, n_kept: torch.Tensor, agg: str) -> torch.Tensor:
+    """The normaliser each aggregation applies: a () or (B, 1) factor s with loss = -sum(s * coef * logp)."""
     one = torch.ones((), dtype=r.dtype, device=r.mask.device)
     if agg == "token-mean":  # N = every loss token, dropped ones included (prime-rl)
         return one / r.n_tokens.clamp(min=1)
     if agg == "kept-token-mean":  # N = kept tokens only
-        return one / kept.sum().clamp(min=1).to(r.dtype)
+        return one / n_kept.clamp(min=1)
     n_seq = r.valid.sum().clamp(min=1).to(r.dtype)
     if agg == "seq-mean-token-mean":
         return (1 / (r.length.clamp(min=1) * n_seq))[:, None]

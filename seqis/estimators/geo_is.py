@@ -26,7 +26,7 @@ def geo_is(r: Ratios, cfg: GeoISConfig) -> Correction:
     w = capped_exp(r.geo_log_ratio, cfg.geo_clip)  # (B,)
     clipped = r.valid & (r.geo_log_ratio > log_of(cfg.geo_clip))
     return Correction(
-        weights=r.per_token(w),
-        masks={"clipped": r.mask & clipped[:, None]},
+        seq_weights=w,
+        clipped=clipped,
         metrics={"is_clipped": clipped_metric(r, clipped)},
     )

@@ -30,11 +30,9 @@ class GeoMaskConfig(Config):
 
 def geo_mask(r: Ratios, cfg: GeoMaskConfig) -> Correction:
     gate = r.valid & in_band(r.geo_log_ratio, cfg.geo_mask_low, cfg.geo_mask_high)  # (B,)
-    kept = r.mask & gate[:, None]  # (B, T)
     masks = {"traj_masked": r.mask & ~gate[:, None]}
-    if cfg.token_clip is None:
-        weights = kept.to(r.dtype)  # (B, T) 0/1
-    else:
-        weights = capped_exp(r.log_ratio, cfg.token_clip)  # (B, T) min(rho_t, C); run() zeroes it off `kept`
-        masks["clipped"] = kept & (r.log_ratio > log_of(cfg.token_clip))
-    return Correction(weights=weights, kept=kept, masks=masks, accepted=gate)
+    if cfg.token_clip is None:  # pure filter: weight 1 on the kept rollouts' tokens
+        return Correction(accepted=gate, masks=masks)
+    weights = capped_exp(r.log_ratio, cfg.token_clip)  # (B, T) min(rho_t, C); run() zeroes it off the gate
+    masks["clipped"] = r.mask & gate[:, None] & (r.log_ratio > log_of(cfg.token_clip))
+    return Correction(weights=weights, accepted=gate, masks=masks)

@@ -11,6 +11,8 @@ Source: verl's rollout-correction helper (veto threshold, seq_max rejection).
 
 from dataclasses import dataclass
 
+import torch
+
 from ..types import Config, knob
 from ._common import Correction, Ratios, in_band
 
@@ -25,10 +27,8 @@ class MaxMaskConfig(Config):
 
 def max_mask(r: Ratios, cfg: MaxMaskConfig) -> Correction:
     token_out = r.mask & ~in_band(r.log_ratio, cfg.token_mask_low, cfg.token_mask_high)  # (B, T)
-    gate = r.valid & ~token_out.any(-1)  # (B,)
+    gate = r.valid & (torch.count_nonzero(token_out, dim=-1) == 0)  # (B,)
     return Correction(
-        weights=r.mask.to(r.dtype),
-        kept=r.mask & gate[:, None],
         masks={"token_masked": token_out, "traj_masked": r.mask & ~gate[:, None]},
         accepted=gate,
     )

@@ -36,7 +36,6 @@ def mis_po(r: Ratios, cfg: MISPOConfig) -> Correction:
     traj_masked = r.mask & ~gate[:, None]  # (B, T)
     kept = r.mask & token_ok & gate[:, None]
     return Correction(
-        weights=kept.to(r.dtype),
         kept=kept,
         masks={"token_masked": token_masked, "traj_masked": traj_masked},
         accepted=gate,

@@ -20,4 +20,4 @@ class PGConfig(Config):
 
 
 def pg(r: Ratios, cfg: PGConfig) -> Correction:
-    return Correction(weights=r.mask.to(r.dtype))  # (B, T)
+    return Correction()  # weight 1 on every loss token

@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass
 
 from ..types import Config, knob
-from ._common import Correction, Ratios, capped_exp, gated, log_of
+from ._common import Correction, Ratios, capped_exp, log_of
 
 
 @dataclass(frozen=True)
@@ -24,5 +24,5 @@ class PrefixISConfig(Config):
 
 def prefix_is(r: Ratios, cfg: PrefixISConfig) -> Correction:
     prefix = r.log_ratio.cumsum(-1)  # (B, T) padding holds 0, so it adds nothing
-    weights = gated(r.mask, capped_exp(prefix, cfg.prefix_clip))
+    weights = capped_exp(prefix, cfg.prefix_clip)  # (B, T)
     return Correction(weights=weights, masks={"clipped": r.mask & (prefix > log_of(cfg.prefix_clip))})

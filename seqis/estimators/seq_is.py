@@ -22,4 +22,4 @@ class SeqISConfig(Config):
 
 def seq_is(r: Ratios, cfg: SeqISConfig) -> Correction:
     w = capped_exp(r.seq_log_ratio)  # (B,)
-    return Correction(weights=r.per_token(w), metrics={"seq_weight": seq_weight_metric(r, w, r.valid)})
+    return Correction(seq_weights=w, metrics={"seq_weight": seq_weight_metric(r, w, r.valid)})

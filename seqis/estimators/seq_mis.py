@@ -28,8 +28,7 @@ def seq_mis(r: Ratios, cfg: SeqMISConfig) -> Correction:
     gate = r.valid & in_band(r.geo_log_ratio, cfg.geo_mask_low, cfg.geo_mask_high)  # (B,)
     w = gated(gate, capped_exp(r.seq_log_ratio))  # (B,) product weight inside the gate, 0 outside
     return Correction(
-        weights=r.per_token(w),  # (B, T)
-        kept=r.mask & gate[:, None],
+        seq_weights=w,
         masks={"traj_masked": r.mask & ~gate[:, None]},
         accepted=gate,
         metrics={"seq_weight": seq_weight_metric(r, w, gate)},

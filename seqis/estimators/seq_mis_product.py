@@ -25,8 +25,7 @@ def seq_mis_product(r: Ratios, cfg: SeqMISProductConfig) -> Correction:
     gate = r.valid & (r.seq_log_ratio <= log_of(cfg.seq_clip))  # (B,)
     w = gated(gate, capped_exp(r.seq_log_ratio))  # (B,)
     return Correction(
-        weights=r.per_token(w),
-        kept=r.mask & gate[:, None],
+        seq_weights=w,
         masks={"traj_masked": r.mask & ~gate[:, None]},
         accepted=gate,
         metrics={"seq_weight": seq_weight_metric(r, w, gate)},

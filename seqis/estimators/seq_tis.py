@@ -26,7 +26,7 @@ def seq_tis(r: Ratios, cfg: SeqTISConfig) -> Correction:
     w = capped_exp(S, cfg.seq_clip)  # (B,) min(w_j, C)
     clipped = r.valid & (S > log_of(cfg.seq_clip))  # (B,)
     return Correction(
-        weights=r.per_token(w),  # (B, T)
-        masks={"clipped": r.mask & clipped[:, None]},
+        seq_weights=w,
+        clipped=clipped,
         metrics={"is_clipped": clipped_metric(r, clipped), "seq_weight": seq_weight_metric(r, w, r.valid)},
     )

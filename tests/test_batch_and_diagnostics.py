@@ -1,0 +1,97 @@
+"""Batch validation messages, and diagnostics against their definitions."""
+
+import math
+
+import pytest
+import torch
+
+from seqis import Batch, diagnostics
+from seqis.diagnostics import percentiles
+
+D = torch.float64
+
+
+def ok(B=2, T=3):
+    return dict(trainer_logprobs=torch.zeros(B, T), inference_logprobs=torch.zeros(B, T), advantages=torch.zeros(B),
+                loss_mask=torch.ones(B, T, dtype=torch.bool))
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (dict(trainer_logprobs=[[0.0]]), "Batch.trainer_logprobs must be a torch.Tensor"),
+        (dict(trainer_logprobs=torch.zeros(2, 3, dtype=torch.long)), "Batch.trainer_logprobs must be a float tensor"),
+        (dict(trainer_logprobs=torch.zeros(6), inference_logprobs=torch.zeros(6)), "must be 2-D"),
+        (dict(inference_logprobs=torch.zeros(2, 4)), "inference_logprobs must have the shape of trainer_logprobs"),
+        (dict(advantages=torch.zeros(3)), r"advantages must be \(2,\) or \(2, 3\)"),
+        (dict(advantages=torch.zeros(2, 3, dtype=torch.int32)), "advantages must be a float tensor"),
+        (dict(loss_mask=torch.ones(2, 2, dtype=torch.bool)), r"loss_mask must be a \(2, 3\) bool tensor"),
+        (dict(loss_mask=torch.ones(2, 3)), "loss_mask must be bool"),
+    ],
+)
+def test_batch_validation_names_the_field_and_prints_the_shapes(change, message):
+    with pytest.raises(ValueError, match=message) as e:
+        Batch(**(ok() | change))
+    assert "got trainer_logprobs" in str(e.value) or "must be a torch.Tensor" in str(e.value)
+
+
+def test_batch_shapes_appear_in_the_message():
+    with pytest.raises(ValueError, match=r"got trainer_logprobs \(2, 3\) float32, inference_logprobs \(2, 4\)"):
+        Batch(**(ok() | dict(inference_logprobs=torch.zeros(2, 4))))
+
+
+def test_batch_metadata_length_and_integer_mask():
+    with pytest.raises(ValueError, match=r"metadata\['prompt'\] must have one value per rollout \(2\), got 1"):
+        Batch(**ok(), metadata={"prompt": ["a"]})
+    b = Batch(**(ok() | dict(loss_mask=torch.tensor([[1, 0, 1], [0, 0, 1]]))))
+    assert b.loss_mask.dtype == torch.bool and b.loss_mask.sum() == 3
+    assert Batch(torch.zeros(2, 3), torch.zeros(2, 3), torch.zeros(2)).loss_mask.all()
+
+
+def test_diagnostics_by_hand():
+    # rollout 0: l = (0.1, -0.3), rollout 1: l = (0.2), rollout 2 empty
+    l = torch.tensor([[0.1, -0.3], [0.2, 0.0], [0.0, 0.0]], dtype=D)
+    mask = torch.tensor([[True, True], [True, False], [False, False]])
+    batch = Batch(l - 1.0, torch.full_like(l, -1.0), torch.zeros(3, dtype=D), mask)
+    d = diagnostics(batch)
+    toks = [0.1, -0.3, 0.2]
+    S = [-0.2, 0.2]
+    w = [math.exp(s) for s in S]
+    assert d["kl_k1"] == pytest.approx(-sum(toks) / 3)
+    assert d["kl_k3"] == pytest.approx(sum(math.expm1(x) - x for x in toks) / 3)
+    assert d["chi2_token"] == pytest.approx(sum(math.exp(2 * x) - 1 for x in toks) / 3)
+    assert d["chi2_seq"] == pytest.approx(sum(x * x - 1 for x in w) / 2)
+    assert d["ess_seq"] == pytest.approx(sum(w) ** 2 / (2 * sum(x * x for x in w)))
+    assert d["ppl_ratio"] == pytest.approx((math.exp(0.1) + math.exp(-0.2)) / 2)
+    assert d["abs_log_ratio_max"] == pytest.approx(0.3)
+    assert d["abs_log_ratio_p50"] == pytest.approx(0.2)
+    assert d["n_rollouts"] == 2 and d["n_tokens"] == 3
+
+
+def test_diagnostics_survive_extremes_and_empty_batches():
+    l = torch.tensor([[800.0 / 100] * 100, [-8.0] * 100], dtype=D)
+    d = diagnostics(Batch(l - 10, torch.full_like(l, -10.0), torch.zeros(2, dtype=D)))
+    assert all(math.isfinite(v) for v in d.values())
+    assert 0 < d["ess_seq"] <= 1
+    empty = Batch(torch.zeros(2, 3), torch.zeros(2, 3), torch.zeros(2), torch.zeros(2, 3, dtype=torch.bool))
+    d = diagnostics(empty)
+    assert d["n_tokens"] == 0 and d["ess_seq"] == 0.0 and d["abs_log_ratio_p99"] == 0.0
+
+
+def test_ess_is_exp_minus_T_s2_under_valid_is_noise():
+    # log w ~ N(-T s^2 / 2, T s^2): E[w] = 1, E[w^2] = e^(T s^2), normalised ESS -> e^(-T s^2) = 0.779 (s=.05, T=100)
+    s, T, B = 0.05, 100, 20000
+    g = torch.Generator().manual_seed(0)
+    l = torch.randn(B, T, generator=g, dtype=D) * s - s * s / 2
+    d = diagnostics(Batch(l - 1, torch.full_like(l, -1.0), torch.zeros(B, dtype=D)))
+    assert d["ess_seq"] == pytest.approx(math.exp(-T * s * s), abs=0.01)
+    assert d["kl_k3"] == pytest.approx(s * s / 2, rel=0.02)
+
+
+def test_percentiles_on_large_inputs():
+    # 2^24 + 1 elements take the sampled path: the quantiles of a uniform ramp are still right to ~1e-3
+    n = (1 << 24) + 1
+    x = torch.arange(n, dtype=torch.float32) / n
+    p50, p99 = percentiles(x, (0.5, 0.99))
+    assert p50 == pytest.approx(0.5, abs=2e-3) and p99 == pytest.approx(0.99, abs=2e-3)
+    assert percentiles(torch.tensor([3.0, 1.0, 2.0]), (0.0, 0.5, 1.0)) == [1.0, 2.0, 3.0]
