@@ -66,29 +66,39 @@ def _step_many(names, batch: Batch):
     return [o.scalars() for o in outs.values()], grads
 
 
+def paired(fn: Callable[[], object], floor_fn: Callable[[], object], *, repeats: int = 9, device=None):
+    """Medians of fn and of the floor measured alternately, so a busy machine slows both alike."""
+    t_fn, t_floor = [], []
+    for _ in range(repeats):
+        t_floor.append(median_time(floor_fn, repeats=3, warmup=1, device=device))
+        t_fn.append(median_time(fn, repeats=1, warmup=1 if not t_fn else 0, device=device))
+    return statistics.median(t_fn), statistics.median(t_floor)
+
+
 def bench_estimators(device: str, quick: bool) -> None:
     B, T = (64, 1024) if quick else (256, 4096)
     batch = ragged_batch(B, T, device=device)
-    floor = median_time(lambda: floor_pass(batch), device=device)
+    floor_fn = lambda: floor_pass(batch)
     print(f"\n## Estimators: forward + backward + metrics, {B} x {T} fp32, ragged, {device}")
-    print(f"floor (torch.where(mask, t - i, 0).sum(-1)): {floor * 1e3:.2f} ms\n")
-    print("| estimator | median ms | x floor |")
-    print("|---|---:|---:|")
+    print("floor: torch.where(mask, t - i, 0).sum(-1), measured alternately with each row\n")
+    print("| estimator | median ms | floor ms | x floor |")
+    print("|---|---:|---:|---:|")
     times = {}
     for name in ESTIMATORS:
-        times[name] = median_time(lambda n=name: _step(n, batch), device=device)
+        t, f = paired(lambda n=name: _step(n, batch), floor_fn, device=device)
+        times[name] = t
         seed = " (seed)" if name in SEED_ESTIMATORS else ""
-        print(f"| {name}{seed} | {times[name] * 1e3:.1f} | {times[name] / floor:.1f} |")
+        print(f"| {name}{seed} | {t * 1e3:.2f} | {f * 1e3:.2f} | {t / f:.1f} |")
     all_names = list(ESTIMATORS)
-    t_all = median_time(lambda: _step_many(all_names, batch), device=device)
-    slowest = max(times.values())
-    print(f"| all {len(all_names)} through run_many | {t_all * 1e3:.1f} | {t_all / floor:.1f} |")
-    print(f"\nall {len(all_names)} together / slowest single ({max(times, key=times.get)}): {t_all / slowest:.2f}x")
+    t_all, f = paired(lambda: _step_many(all_names, batch), floor_fn, device=device)
+    print(f"| all {len(all_names)} through run_many | {t_all * 1e3:.2f} | {f * 1e3:.2f} | {t_all / f:.1f} |")
     seed4 = list(SEED_ESTIMATORS)
-    t4 = median_time(lambda: _step_many(seed4, batch), device=device)
-    print(f"four seed estimators through run_many: {t4 * 1e3:.1f} ms ({t4 / floor:.1f}x floor)")
-    t_diag = median_time(lambda: diagnostics(batch), device=device)
-    print(f"diagnostics(batch): {t_diag * 1e3:.1f} ms ({t_diag / floor:.1f}x floor)")
+    t4, f = paired(lambda: _step_many(seed4, batch), floor_fn, device=device)
+    print(f"| four seed estimators through run_many | {t4 * 1e3:.2f} | {f * 1e3:.2f} | {t4 / f:.1f} |")
+    t_diag, f = paired(lambda: diagnostics(batch), floor_fn, device=device)
+    print(f"| diagnostics(batch) | {t_diag * 1e3:.2f} | {f * 1e3:.2f} | {t_diag / f:.1f} |")
+    slowest = max(times, key=times.get)
+    print(f"\nall {len(all_names)} through run_many / slowest single ({slowest}): {t_all / times[slowest]:.2f}x")
 
 
 def bench_large_gpu(device: str, quick: bool) -> None:
@@ -105,10 +115,39 @@ def bench_large_gpu(device: str, quick: bool) -> None:
           f"({t4 / floor:.1f}x floor); diagnostics {t_diag * 1e3:.1f} ms")
 
 
+def bench_lab(device: str, quick: bool) -> None:
+    """The lab: three estimators x 400 batches x 256 rollouts x H = 64 on the bit chain, through
+    lab.monte_carlo_many (one draw, shared log-ratios), as rollouts per second and a ratio to merely drawing
+    the same random numbers. Always on the CPU (target: <= 3 s on 2 cores); on CUDA also 100x larger."""
+    import math
+
+    from .lab import BitChain, monte_carlo_many
+
+    chain = BitChain(64, 40, 0.6, 0.55)
+    names = ["seq_is", ("token_tis", ESTIMATORS["token_tis"].config(token_clip=math.inf)), "seq_tis"]
+    B, H = 256, 64
+    runs = [("cpu", 40 if quick else 400, 64 << 20)]
+    if torch.device(device).type == "cuda":
+        runs += [(device, 400, 1 << 30), (device, 4_000 if quick else 40_000, 4 << 30)]
+    print(f"\n## Lab: {len(names)} estimators (seq_is, token IS, seq_tis) on BitChain(H={H}), batches of {B}")
+    print("floor: torch.rand of the same rollouts' uniforms (float64), measured alternately\n")
+    print("| device | batches | rollouts | seconds | rollouts/s | RNG ms | x RNG |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    for dev, n_batches, budget in runs:
+        N = n_batches * B
+        gen = torch.Generator(device=dev).manual_seed(0)
+        draw = lambda N=N, dev=dev, gen=gen: torch.rand(N, H, generator=gen, device=dev, dtype=torch.float64)
+        mc = lambda n_batches=n_batches, dev=dev, budget=budget: monte_carlo_many(
+            chain, names, batch_size=B, n_batches=n_batches, seed=0, device=dev, memory_budget=budget)
+        t, f = paired(mc, draw, repeats=3 if n_batches > 400 else 5, device=dev)
+        print(f"| {dev} | {n_batches:,} | {N:,} | {t:.3f} | {N / t:,.0f} | {f * 1e3:.2f} | {t / f:.1f} |")
+
+
 # (name, function(device, quick)); sections print their own tables
 SECTIONS: list[tuple[str, Callable[[str, bool], None]]] = [
     ("estimators", bench_estimators),
     ("large-gpu", bench_large_gpu),
+    ("lab", bench_lab),
 ]
 
 
