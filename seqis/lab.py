@@ -52,7 +52,7 @@ import torch
 import torch.nn.functional as F
 
 from .estimators import Ratios
-from .metrics import _config, run_many
+from .metrics import resolve_config, run_many
 from .types import Batch, Config
 
 AGG = "seq-mean-token-sum"  # sum over a rollout's tokens, mean over rollouts: the unbiased policy gradient
@@ -472,7 +472,7 @@ def _pairs(estimators, cfg: Config | None = None) -> list[tuple[str, Config]]:
         estimators = [(estimators, cfg)]
     items = estimators.items() if isinstance(estimators, dict) else estimators
     pairs = [(e, None) if isinstance(e, str) else tuple(e) for e in items]
-    return [(name, _config(name, c)) for name, c in pairs]
+    return [(name, resolve_config(name, c)) for name, c in pairs]
 
 
 def _contributions(chain, rollouts: Rollouts, pairs, baseline_group: int | None):
@@ -745,7 +745,7 @@ def sweep_knob(chain, name: str, knob: str, values: Iterable[float], cfg: Config
                progress: Progress | None = None, **mc_kwargs) -> pd.DataFrame:
     """One estimator with one knob set to each value in turn (the other knobs from cfg), all on the same
     rollouts. Columns: estimator, sweep (the knob), x (its value), bias2, variance, mse, stderr_*, ..."""
-    base = _config(name, cfg)
+    base = resolve_config(name, cfg)
     if knob not in base.as_dict():
         raise ValueError(f"{name} has no knob {knob!r}; its knobs: {', '.join(base.as_dict()) or 'none'}")
     values = list(values)

@@ -23,7 +23,8 @@ from .estimators._common import AGGREGATIONS, Correction, gated, masked_mean, to
 from .types import Batch, Config, EstimatorOutput
 
 
-def _config(name: str, cfg: Config | None) -> Config:
+def resolve_config(name: str, cfg: Config | None) -> Config:
+    """The config to use: the defaults for None; a config of the wrong class is refused."""
     if name not in ESTIMATORS:
         raise ValueError(f"unknown estimator {name!r}; known: {', '.join(ESTIMATORS)}")
     spec = ESTIMATORS[name]
@@ -132,7 +133,7 @@ def run_many(
     """
     items = estimators.items() if isinstance(estimators, dict) else estimators
     pairs = [(e, None) if isinstance(e, str) else tuple(e) for e in items]
-    configs = [(name, _config(name, cfg)) for name, cfg in pairs]
+    configs = [(name, resolve_config(name, cfg)) for name, cfg in pairs]
     if agg not in AGGREGATIONS:
         raise ValueError(f"agg must be one of {', '.join(AGGREGATIONS)}; got {agg!r}")
     r = ratios if ratios is not None else Ratios.of(batch)
