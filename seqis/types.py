@@ -218,4 +218,8 @@ class EstimatorOutput:
     rollouts: dict[str, torch.Tensor]
 
     def scalars(self) -> dict[str, float]:
-        return {k: float(v) for k, v in self.metrics.items()}
+        """The metrics as floats, read back from the device in one transfer."""
+        keys = list(self.metrics)
+        dev = self.loss.device
+        values = [torch.as_tensor(self.metrics[k], device=dev).detach().to(torch.float64).reshape(()) for k in keys]
+        return dict(zip(keys, torch.stack(values).tolist())) if keys else {}
