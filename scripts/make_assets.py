@@ -1,0 +1,82 @@
+"""Make the example batches in assets/ (each under 5 MB); assets/README.md says what each one shows.
+
+    .venv/bin/python scripts/make_assets.py             # all of them (about two minutes on 2 CPU cores)
+    .venv/bin/python scripts/make_assets.py --only gaussian catastrophic
+
+Everything is seeded: running it again writes the same batches (the tiny transformer's training is
+deterministic on the CPU for a fixed thread count; the script pins 2 threads).
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+import torch
+
+from seqis import Batch, diagnostics
+from seqis.io import ASSETS_DIR, VERL_NAMES, load_batch, save_batch
+from seqis.synthetic import make_batch
+
+
+def precision_tiny_lm() -> tuple[Batch, dict]:
+    """Genuine bf16-vs-fp32 mismatch: the tiny transformer samples in bf16 and is rescored in fp32."""
+    from seqis.tiny_lm import TinyLMConfig, rollouts, train
+
+    t = time.perf_counter()
+    lm, lang = train(TinyLMConfig(), seed=0)
+    print(f"  trained the tiny transformer in {time.perf_counter() - t:.0f} s")
+    return rollouts(lm, lang, n_prompts=16, group_size=8, seed=0), {}
+
+
+def gaussian() -> tuple[Batch, dict]:
+    return make_batch("gaussian", seed=0, s=0.05), {}
+
+
+def catastrophic() -> tuple[Batch, dict]:
+    return make_batch("catastrophic", seed=0, n_rollouts=64, max_len=512, cat_frac=2e-3), {}
+
+
+def policy_lag_verl() -> tuple[Batch, dict]:
+    b = make_batch("policy_lag", seed=0, lag=8, n_rollouts=128, max_len=512)
+    per_token = torch.where(b.loss_mask, b.advantages[:, None], 0.0)  # (B, T): verl stores token-level advantages
+    return Batch(b.trainer_logprobs, b.inference_logprobs, per_token, b.loss_mask, b.metadata), dict(
+        columns=VERL_NAMES, compress=True)
+
+
+def long_context_prime_rl() -> tuple[Batch, dict]:
+    b = make_batch("precision", seed=0, preset="bf16", n_rollouts=8, group_size=4, lengths="fixed", max_len=16384)
+    return b, dict(layout="packed", split_by="position_ids")
+
+
+ASSETS = {  # name -> (file, maker)
+    "precision_tiny_lm": ("precision_tiny_lm_bf16.parquet", precision_tiny_lm),
+    "gaussian": ("gaussian_s0.05.parquet", gaussian),
+    "catastrophic": ("catastrophic.jsonl", catastrophic),
+    "policy_lag": ("policy_lag_k8_verl.npz", policy_lag_verl),
+    "long_context": ("long_context_16k_prime_rl.safetensors", long_context_prime_rl),
+}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--only", nargs="+", choices=list(ASSETS), help="make only these")
+    ap.add_argument("--out", type=Path, default=ASSETS_DIR)
+    args = ap.parse_args()
+    torch.set_num_threads(2)
+    args.out.mkdir(parents=True, exist_ok=True)
+    for name in args.only or ASSETS:
+        file, maker = ASSETS[name]
+        batch, options = maker()
+        path = args.out / file
+        save_batch(batch, path, **options)
+        back = load_batch(path)
+        d = diagnostics(back)
+        print(f"{file}: {back.shape[0]} x {back.shape[1]}, {d['n_tokens']} loss tokens, "
+              f"{path.stat().st_size / 2**20:.2f} MB, kl_k3 {d['kl_k3']:.2e}, |l| p99 {d['abs_log_ratio_p99']:.3g}, "
+              f"max {d['abs_log_ratio_max']:.3g}")
+
+
+if __name__ == "__main__":
+    main()
