@@ -1,7 +1,30 @@
-"""seqis explorer: `streamlit run app`."""
+"""seqis explorer: `streamlit run app`.
 
-import streamlit as st
+The frame: page config, the sidebar's device line, and routing (st.navigation) to the pages in views/.
+Pages read widgets, get data through the cached bridges in ui/, and hand results to ui/charts.py.
+"""
 
-st.set_page_config(page_title="seqis", layout="wide")
-st.title("seqis")
-st.write("The explorer is being built.")
+import sys
+from pathlib import Path
+
+# `streamlit run app` puts app/ (not the repo root) on the path; make `seqis` importable uninstalled too.
+_ROOT = Path(__file__).resolve().parent.parent
+if str(_ROOT) not in sys.path:
+    sys.path.insert(0, str(_ROOT))
+
+import streamlit as st  # noqa: E402
+from ui.data import device_label  # noqa: E402
+
+st.set_page_config(page_title="seqis: sequence-level IS explorer", page_icon=":material/balance:", layout="wide")
+
+PAGES = [
+    st.Page("views/explore.py", title="Explore", icon=":material/scatter_plot:", url_path="explore", default=True),
+    st.Page("views/bias_variance.py", title="Bias & variance", icon=":material/target:", url_path="bias-variance"),
+    st.Page("views/length_thresholds.py", title="Length & thresholds", icon=":material/straighten:",
+            url_path="length-thresholds"),
+    st.Page("views/learn.py", title="Learn", icon=":material/school:", url_path="learn"),
+]
+
+page = st.navigation(PAGES)
+st.sidebar.caption(f"Device: **{device_label()}**")
+page.run()

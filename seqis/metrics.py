@@ -19,7 +19,17 @@ from collections.abc import Iterable
 import torch
 
 from .estimators import ESTIMATORS, Ratios
-from .estimators._common import AGGREGATIONS, Correction, gated, masked_mean, token_scale
+from .estimators._common import (
+    AGGREGATIONS,
+    Correction,
+    any_per_row,
+    as_float,
+    dot,
+    gated,
+    masked_logp,
+    masked_mean,
+    token_scale,
+)
 from .types import Batch, Config, EstimatorOutput
 
 
@@ -41,14 +51,15 @@ def _output(r: Ratios, batch: Batch, c: Correction, cfg: Config, agg: str) -> Es
     Sequence-level corrections (seq_weights, a rollout gate) never touch a (B, T) float tensor beyond
     the weights they must return: their loss and metrics are per-rollout sums. Every (B, T) tensor
     derived from log-ratios is finite, so masking them by multiplying with the 0/1 mask is safe;
-    trainer_logprobs may hold -inf / NaN on padding and is masked by a select.
+    trainer_logprobs may hold -inf / NaN on padding and is masked by masked_logp. On the CPU a fresh
+    (B, T) tensor costs about as much as the arithmetic on it, so products are reduced with row dots.
     """
     zero = torch.zeros((), dtype=r.dtype, device=r.mask.device)
 
     # which tokens keep a gradient, per token and per rollout
     if c.kept is not None:
         kept = r.mask & c.kept  # (B, T)
-        kept_f = kept.to(r.dtype)
+        kept_f = as_float(kept, r.dtype)
         kept_len = kept_f.sum(-1)  # (B,)
     elif c.accepted is not None:
         kept = r.mask & c.accepted[:, None]
@@ -64,12 +75,13 @@ def _output(r: Ratios, batch: Batch, c: Correction, cfg: Config, agg: str) -> Es
         seq_w = gated(accepted, seq_w) if c.accepted is not None else seq_w  # (B,)
         weights = r.per_token(seq_w) if c.kept is None else seq_w[:, None] * kept_f
     else:
-        weights = (c.weights if c.weights is not None else 1.0) * (kept_f if kept_f is not None else r.mask_f)
+        keep = kept_f if kept_f is not None else r.mask_f
+        weights = keep if c.weights is None else c.weights * keep
         seq_w = None
     weights = weights.detach()
 
     # surrogate loss = -sum(scale * weight * adv_tau * A * log pi) over loss tokens
-    logp = torch.where(r.mask, batch.trainer_logprobs.to(r.dtype), zero)  # (B, T) differentiable
+    logp = masked_logp(batch.trainer_logprobs.to(r.dtype), r.mask_f)  # (B, T) differentiable, 0 on padding
     scale = token_scale(r, kept_len.sum(), agg)  # () or (B, 1)
     adv = batch.advantages.to(r.dtype) * cfg.adv_tau
     if adv.dim() == 1 and seq_w is not None and c.kept is None:  # per-rollout weight and advantage
@@ -77,11 +89,12 @@ def _output(r: Ratios, batch: Batch, c: Correction, cfg: Config, agg: str) -> Es
         loss = -(coef * logp.sum(-1)).sum()
     else:
         adv = adv[:, None] if adv.dim() == 1 else torch.where(r.mask, adv, zero)  # (B, 1) or (B, T)
-        loss = -(weights * (adv * scale) * logp).sum()
+        coef = weights * (adv * scale)  # (B, T) one new tensor; the dot below makes none
+        loss = -dot(coef, logp)
 
     # common metrics: mismatch KL split into dropped / kept tokens
     k3_total = r.k3_rollout.sum()
-    k3_kept = (r.k3 * kept_f).sum() if c.kept is not None else gated(accepted, r.k3_rollout).sum()
+    k3_kept = dot(r.k3, kept_f) if c.kept is not None else gated(accepted, r.k3_rollout).sum()
     n_tok, n_kept = r.n_tokens, kept_len.sum()
     metrics = {
         "mismatch_kl": k3_total / n_tok.clamp(min=1),
@@ -96,7 +109,7 @@ def _output(r: Ratios, batch: Batch, c: Correction, cfg: Config, agg: str) -> Es
     if c.clipped is not None:
         clipped = c.clipped & r.valid
     elif "clipped" in c.masks:
-        clipped = torch.count_nonzero(c.masks["clipped"], dim=-1) > 0
+        clipped = any_per_row(c.masks["clipped"])
     else:
         clipped = torch.zeros_like(r.valid)
     length = r.length.clamp(min=1)

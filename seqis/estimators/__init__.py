@@ -51,10 +51,12 @@ _ROWS = [
                   r"\min\big(w_j,\ C\big),\quad w_j = \exp S_j", seed=True),
     EstimatorSpec("seq_mis", seq_mis, SeqMISConfig,
                   "Geometric gate on exp(S/T), untempered product weight w_j inside it.",
-                  r"\mathbb{1}\big[\ell_o \le e^{S_j/T_j} \le h_i\big]\cdot \min\big(w_j,\ e^{40}\big)", seed=True),
+                  r"\mathbb{1}\big[\mathrm{lo} \le e^{S_j/T_j} \le \mathrm{hi}\big]"
+                  r"\cdot \min\big(w_j,\ e^{40}\big)", seed=True),
     EstimatorSpec("geo_mask", geo_mask, GeoMaskConfig,
                   "Geometric trust region: a pure 0/1 filter on exp(S/T), optional token clip.",
-                  r"\mathbb{1}\big[\ell_o \le e^{S_j/T_j} \le h_i\big]\cdot \big(1\ \text{or}\ \min(\rho_t, C)\big)",
+                  r"\mathbb{1}\big[\mathrm{lo} \le e^{S_j/T_j} \le \mathrm{hi}\big]"
+                  r"\cdot \big(1\ \text{or}\ \min(\rho_t, C)\big)",
                   seed=True),
     EstimatorSpec("mis_po", mis_po, MISPOConfig, "Token band times trajectory band (Step 3.5 Flash).",
                   r"\mathbb{1}\big[t_{lo} \le \rho_t \le t_{hi}\big]\cdot\mathbb{1}\big[g_{lo} \le e^{S_j/T_j}"
@@ -65,7 +67,7 @@ _ROWS = [
     EstimatorSpec("token_tis", token_tis, TokenTISConfig, "Truncated token IS: min(rho_t, C) per token.",
                   r"\min\big(\rho_t,\ C\big)"),
     EstimatorSpec("icepop", icepop, IcePopConfig, "IcePop: rho_t where it lies in a band, else 0.",
-                  r"\rho_t\cdot\mathbb{1}\big[\ell_o \le \rho_t \le h_i\big]"),
+                  r"\rho_t\cdot\mathbb{1}\big[\mathrm{lo} \le \rho_t \le \mathrm{hi}\big]"),
     EstimatorSpec("seq_mis_product", seq_mis_product, SeqMISProductConfig,
                   "Li's Seq-MIS: drop rollouts with w_j > C, keep w_j otherwise.",
                   r"\mathbb{1}\big[w_j \le C\big]\cdot w_j"),
@@ -74,7 +76,7 @@ _ROWS = [
     EstimatorSpec("prefix_is", prefix_is, PrefixISConfig, "Cumulative prefix ratio up to each token.",
                   r"\min\Big(\exp\sum_{s\le t} \ell_s,\ C\Big)"),
     EstimatorSpec("max_mask", max_mask, MaxMaskConfig, "Drop a rollout if any token's ratio leaves the band.",
-                  r"\mathbb{1}\big[\forall t:\ \ell_o \le \rho_t \le h_i\big]"),
+                  r"\mathbb{1}\big[\forall t:\ \mathrm{lo} \le \rho_t \le \mathrm{hi}\big]"),
 ]
 
 ESTIMATORS: dict[str, EstimatorSpec] = {spec.name: spec for spec in _ROWS}

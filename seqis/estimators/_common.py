@@ -19,6 +19,8 @@ from ..types import Batch
 # squares finitely too), and a summed log-ratio of +800 still gives a finite loss and gradient.
 MAX_LOG_WEIGHT = 40.0
 
+_K3_CAP = math.expm1(MAX_LOG_WEIGHT) - MAX_LOG_WEIGHT
+
 AGGREGATIONS = ("token-mean", "kept-token-mean", "seq-mean-token-mean", "seq-mean-token-sum")
 
 
@@ -39,7 +41,46 @@ def capped_exp(x: torch.Tensor, clip: float = math.inf) -> torch.Tensor:
 
 def in_band(x: torch.Tensor, low: float, high: float) -> torch.Tensor:
     """low <= exp(x) <= high, inclusive, compared in log space."""
-    return (x >= log_of(low)) & (x <= log_of(high))
+    return x.ge(log_of(low)).logical_and_(x.le(log_of(high)))
+
+
+def any_per_row(mask: torch.Tensor) -> torch.Tensor:
+    """(B, T) bool -> (B,) bool, any over T (a uint8 max: bool reductions are slow on CPU)."""
+    if mask.shape[-1] == 0:
+        return torch.zeros(mask.shape[:-1], dtype=torch.bool, device=mask.device)
+    return mask.view(torch.uint8).amax(-1) > 0
+
+
+def dot(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """sum(a * b) over two same-shaped tensors, without a temporary (a BLAS dot); differentiable."""
+    return torch.dot(a.reshape(-1), b.reshape(-1))
+
+
+def as_float(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """A bool mask as 0/1 floats (through uint8: bool -> float is a slow path on CPU)."""
+    return mask.view(torch.uint8).to(dtype)
+
+
+class _MaskedLogp(torch.autograd.Function):
+    """x on the loss tokens, 0 elsewhere (padding may be -inf or NaN); the gradient is grad * mask.
+
+    The same values and gradient as torch.where(mask, x, 0), in two fast passes instead of a select
+    forward and another backward."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, mask_f: torch.Tensor) -> torch.Tensor:
+        ctx.save_for_backward(mask_f)
+        return torch.nan_to_num(x, nan=0.0, posinf=0.0, neginf=0.0).mul_(mask_f)  # one new tensor, not two
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        (mask_f,) = ctx.saved_tensors
+        return grad * mask_f, None
+
+
+def masked_logp(x: torch.Tensor, mask_f: torch.Tensor) -> torch.Tensor:
+    """Differentiable x * mask that ignores whatever padding holds: see _MaskedLogp."""
+    return _MaskedLogp.apply(x, mask_f)
 
 
 def masked_mean(x: torch.Tensor, select: torch.Tensor) -> torch.Tensor:
@@ -65,8 +106,13 @@ class Ratios:
         dtype = compute_dtype(batch.trainer_logprobs)
         tl = batch.trainer_logprobs.detach().to(dtype)
         il = batch.inference_logprobs.to(dtype)
-        zero = torch.zeros((), dtype=dtype, device=tl.device)
-        return cls(batch.loss_mask, torch.where(batch.loss_mask, tl - il, zero))  # (B, T)
+        mask_f = as_float(batch.loss_mask, dtype)  # (B, T)
+        # l_t on loss tokens, 0 on padding (which may hold -inf or NaN); in place on one new tensor: on the
+        # CPU every fresh (B, T) allocation can cost more than the arithmetic (page faults)
+        log_ratio = (tl - il).nan_to_num_(nan=0.0, posinf=0.0, neginf=0.0).mul_(mask_f)  # (B, T)
+        r = cls(batch.loss_mask, log_ratio)
+        r.__dict__["mask_f"] = mask_f  # seed the cached property
+        return r
 
     @property
     def dtype(self) -> torch.dtype:
@@ -74,7 +120,7 @@ class Ratios:
 
     @cached_property
     def mask_f(self) -> torch.Tensor:  # (B, T) the loss mask as 0/1 floats, to multiply finite tensors by
-        return self.mask.to(self.dtype)
+        return as_float(self.mask, self.dtype)
 
     @cached_property
     def length(self) -> torch.Tensor:  # (B,) T_j as a float
@@ -98,8 +144,8 @@ class Ratios:
 
     @cached_property
     def k3(self) -> torch.Tensor:  # (B, T) rho - 1 - l >= 0, the k3 estimate of KL(mu || pi); 0 off-mask
-        l = self.log_ratio.clamp(max=MAX_LOG_WEIGHT)
-        return torch.expm1(l) - l
+        # k3 grows with l, so capping it at its value at l = 40 equals computing it on min(l, 40)
+        return torch.expm1(self.log_ratio).sub_(self.log_ratio).clamp_(max=_K3_CAP)
 
     @cached_property
     def k3_rollout(self) -> torch.Tensor:  # (B,) sum of k3 over each rollout's loss tokens
@@ -133,6 +179,11 @@ class Correction:
     clipped: torch.Tensor | None = None
     masks: dict[str, torch.Tensor] = field(default_factory=dict)
     metrics: dict[str, torch.Tensor] = field(default_factory=dict)
+
+
+def token_fraction(r: Ratios, select: torch.Tensor) -> torch.Tensor:
+    """Fraction of the batch's loss tokens where select (a subset of the loss mask) is True."""
+    return select.view(torch.uint8).sum(dtype=torch.int64).to(r.dtype) / r.n_tokens.clamp(min=1)
 
 
 def gated(gate: torch.Tensor, x: torch.Tensor) -> torch.Tensor:

@@ -11,10 +11,8 @@ Source: verl's rollout-correction helper (veto threshold, seq_max rejection).
 
 from dataclasses import dataclass
 
-import torch
-
 from ..types import Config, knob
-from ._common import Correction, Ratios, in_band
+from ._common import Correction, Ratios, any_per_row, in_band
 
 
 @dataclass(frozen=True)
@@ -27,7 +25,7 @@ class MaxMaskConfig(Config):
 
 def max_mask(r: Ratios, cfg: MaxMaskConfig) -> Correction:
     token_out = r.mask & ~in_band(r.log_ratio, cfg.token_mask_low, cfg.token_mask_high)  # (B, T)
-    gate = r.valid & (torch.count_nonzero(token_out, dim=-1) == 0)  # (B,)
+    gate = r.valid & ~any_per_row(token_out)  # (B,)
     return Correction(
         masks={"token_masked": token_out, "traj_masked": r.mask & ~gate[:, None]},
         accepted=gate,

@@ -14,7 +14,7 @@ Source: StepFun, "Step 3.5 Flash" (arXiv 2602.10604).
 from dataclasses import dataclass
 
 from ..types import Config, knob
-from ._common import Correction, Ratios, in_band, masked_mean
+from ._common import Correction, Ratios, in_band, token_fraction
 
 
 @dataclass(frozen=True)
@@ -40,7 +40,7 @@ def mis_po(r: Ratios, cfg: MISPOConfig) -> Correction:
         masks={"token_masked": token_masked, "traj_masked": traj_masked},
         accepted=gate,
         metrics={
-            "is_token_masked": masked_mean(token_masked.to(r.dtype), r.mask),
-            "is_traj_masked": masked_mean(traj_masked.to(r.dtype), r.mask),
+            "is_token_masked": token_fraction(r, token_masked),
+            "is_traj_masked": token_fraction(r, traj_masked),
         },
     )

@@ -1,0 +1,374 @@
+"""Chart builders: numpy arrays and floats in, plotly figures out. No streamlit here, no torch math.
+
+Every estimator keeps one colour everywhere (its row in the registry picks it), so the rollout maps,
+the per-token coefficients, the histograms and the effective-batch bars read together.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import os
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import plotly.graph_objects as go
+
+from seqis import ESTIMATORS
+from seqis.explore import HIST_BINS, HIST_LOG10_RANGE
+
+PALETTE = ["#3b6fd8", "#e4572e", "#17a398", "#8e44ad", "#f2a541", "#5c6f7b", "#c2185b", "#2e7d32", "#795548",
+           "#00838f", "#ad1457", "#6d4c41"]
+STATUS_COLORS = {"kept": "#3b6fd8", "clipped": "#f2a541", "dropped": "#d62728"}
+STATUS_SYMBOLS = {"kept": "circle", "clipped": "diamond", "dropped": "x"}
+DASHES = ["solid", "dash", "dot", "dashdot", "longdash", "longdashdot"]
+FONT = dict(family="Inter, -apple-system, Segoe UI, Helvetica, Arial, sans-serif", size=12)
+
+
+def color(name: str) -> str:
+    names = list(ESTIMATORS)
+    return PALETTE[names.index(name) % len(PALETTE)] if name in names else PALETTE[-1]
+
+
+def dash(i: int) -> str:
+    """Line dashes by position, so estimators whose lines coincide stay visible."""
+    return DASHES[i % len(DASHES)]
+
+
+def _log_ticks(lo: float, hi: float) -> dict:
+    """Plain tick labels at 1-3-10 steps for a log axis spanning [lo, hi]."""
+    vals = [m * 10**k for k in range(-1, 7) for m in (1, 3) if lo / 1.5 <= m * 10**k <= hi * 1.5]
+    return dict(tickvals=vals, ticktext=[f"{v:g}" for v in vals])
+
+
+def _layout(*, height: int, title: str | None = None, legend: bool = True, **extra) -> dict:
+    """A figure's layout as a plain dict. No template: Streamlit's theme styles charts in the app (a
+    template would cost ~15 ms of validation per figure and rerun); to_png adds plotly_white."""
+    layout = dict(
+        height=height,
+        margin=dict(l=10, r=10, t=48 if title else 10, b=10 if not legend else 30),
+        title=dict(text=title, x=0.0, xanchor="left", font=dict(size=14)) if title else None,
+        font=FONT,
+        showlegend=legend,
+        legend=dict(orientation="h", yanchor="top", y=-0.28, xanchor="left", x=0.0, font=dict(size=11)),
+        hoverlabel=dict(font_size=11),
+    )
+    layout.update(extra)
+    return layout
+
+
+def _hline(y: float, color_: str, dash: str = "dash", width: float = 1.6) -> dict:
+    return dict(type="line", xref="paper", x0=0, x1=1, yref="y", y0=y, y1=y, line=dict(color=color_, width=width,
+                                                                                        dash=dash))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# the rollout map
+
+
+def bands_of(config: Mapping[str, float | None]) -> list[tuple[str, str, float]]:
+    """What an estimator's knobs draw on the (length, geometric log-ratio) plane:
+    ("hline", label, y) for a geometric band or clip, ("curve", label, log C) for a product-ratio clip
+    (w = C is the curve S/T = log C / T), ("note", text, nan) for a per-token knob the map cannot show."""
+    out = []
+    for key in ("geo_mask_low", "geo_mask_high", "geo_clip"):
+        v = config.get(key)
+        if v is not None and 0 < v < math.inf:
+            out.append(("hline", f"{key} = {v:g}", math.log(v)))
+    c = config.get("seq_clip")
+    if c is not None and 0 < c < math.inf:
+        out.append(("curve", f"w = seq_clip = {c:g}", math.log(c)))
+    lo, hi = config.get("token_mask_low"), config.get("token_mask_high")
+    if lo is not None and hi is not None:
+        out.append(("note", f"token band [{lo:g}, {hi:g}] acts per token", math.nan))
+    for key in ("token_clip", "prefix_clip"):
+        v = config.get(key)
+        if v is not None and v < math.inf:
+            out.append(("note", f"{key} {v:g} acts per token", math.nan))
+    return out
+
+
+def _status(rollouts: Mapping[str, np.ndarray]) -> np.ndarray:
+    accepted = rollouts["accepted"].astype(bool)
+    clipped = rollouts["clipped"].astype(bool)
+    return np.where(~accepted, "dropped", np.where(clipped, "clipped", "kept"))
+
+
+def rollout_map(
+    name: str,
+    rollouts: Mapping[str, np.ndarray],
+    bands: Sequence[tuple[str, str, float]] = (),
+    *,
+    metadata: Mapping[str, Sequence] | None = None,
+    noise_s: float | None = None,
+    height: int = 360,
+    title: str | None = None,
+) -> go.Figure:
+    """Length (log axis) vs geometric log-ratio S/T, one point per non-empty rollout, marked kept /
+    clipped / dropped; the estimator's bands drawn; with noise_s, the Gaussian theory's funnel
+    -s^2/2 +- 2 s / sqrt(T) in grey."""
+    T = np.asarray(rollouts["length"], dtype=float)
+    y = np.asarray(rollouts["geo_log_ratio"], dtype=float)
+    valid = T > 0
+    status = _status(rollouts)
+    meta = {k: v for k, v in (metadata or {}).items() if k != "length"}
+    meta_keys = list(meta)[:4]
+    custom = np.column_stack(
+        [np.arange(T.size), rollouts["seq_log_ratio"], rollouts["weight"], rollouts["kept_fraction"]]
+        + [np.asarray([str(v)[:40] for v in meta[k]], dtype=object) for k in meta_keys]
+    ).astype(object) if T.size else np.zeros((0, 4))
+    hover = ("rollout %{customdata[0]}<br>T = %{x:.0f}<br>S/T = %{y:.4g}<br>S = %{customdata[1]:.4g}"
+             "<br>weight = %{customdata[2]:.4g}<br>kept tokens = %{customdata[3]:.1%}")
+    hover += "".join(f"<br>{k} = %{{customdata[{4 + i}]}}" for i, k in enumerate(meta_keys))
+
+    traces = []
+    lo, hi = (float(np.min(T[valid])), float(np.max(T[valid]))) if valid.any() else (1.0, 10.0)
+    t_grid = np.geomspace(max(lo, 1.0), max(hi, lo + 1.0), 60)
+    if noise_s is not None and noise_s > 0:
+        mean = -noise_s**2 / 2
+        for sign in (-1, 1):
+            traces.append(go.Scatter(
+                x=t_grid, y=mean + sign * 2 * noise_s / np.sqrt(t_grid), mode="lines",
+                line=dict(color="rgba(90,90,90,0.6)", width=1.2, dash="dot"), hoverinfo="skip",
+                name="theory: -s²/2 ± 2s/√T", legendgroup="theory", showlegend=sign > 0))
+    for st_name in ("kept", "clipped", "dropped"):
+        sel = valid & (status == st_name)
+        traces.append(go.Scattergl(
+            x=T[sel], y=y[sel], mode="markers", name=st_name,
+            marker=dict(color=STATUS_COLORS[st_name], symbol=STATUS_SYMBOLS[st_name], size=6,
+                        opacity=0.8 if st_name != "dropped" else 0.9, line=dict(width=0)),
+            customdata=custom[sel], hovertemplate=hover + f"<extra>{st_name}</extra>"))
+
+    # y range from the data, widened to show band edges that are near it; edges far off are named in a
+    # note instead of squashing the points into a line
+    ys = y[valid]
+    y0, y1 = (float(np.min(ys)), float(np.max(ys))) if ys.size else (-1.0, 1.0)
+    span = max(y1 - y0, 1e-3)
+    for kind, _, v in bands:
+        if kind == "hline" and y0 - 2 * span <= v <= y1 + 2 * span:
+            y0, y1 = min(y0, v), max(y1, v)
+    span = max(y1 - y0, 1e-3)
+    y_range = [y0 - 0.08 * span, y1 + 0.08 * span]
+    shapes, notes, above, below = [], [], [], []
+    for kind, label, v in bands:
+        if kind == "hline":
+            if y_range[0] <= v <= y_range[1]:
+                shapes.append(_hline(v, color(name)))
+                notes.append(dict(text=label.split(" = ")[-1], xref="paper", x=1.0, y=v, yref="y", xanchor="left",
+                                  yanchor="middle", showarrow=False, font=dict(size=9, color=color(name))))
+            else:
+                (above if v > y_range[1] else below).append(label.split(" = ")[-1])
+        elif kind == "curve":  # product clip: S/T = log C / T
+            traces.append(go.Scatter(x=t_grid, y=v / t_grid, mode="lines", name=label, hoverinfo="skip",
+                                     line=dict(color=color(name), width=1.6, dash="dash")))
+    lines = [label for kind, label, _ in bands if kind == "note"]
+    if above and below:
+        lines.append(f"band [{below[0]}, {above[0]}] lies off the chart:<br>every point is inside it")
+    elif above or below:
+        lines.append(f"band edge {(above or below)[0]} lies {'above' if above else 'below'} the chart")
+    off = "<br>".join(lines)
+    if off:
+        notes.append(dict(text=off, xref="paper", yref="paper", x=0.02, y=0.02, xanchor="left", yanchor="bottom",
+                          align="left", showarrow=False, font=dict(size=10, color="#555"),
+                          bgcolor="rgba(255,255,255,0.75)"))
+    counts = {k: int((valid & (status == k)).sum()) for k in ("kept", "clipped", "dropped")}
+    head = f"<b>{title or name}</b>  <span style='font-size:11px;color:#666'>" + " · ".join(
+        f"<span style='color:{STATUS_COLORS[k]}'>{n} {k}</span>" for k, n in counts.items()) + "</span>"
+    layout = _layout(
+        height=height, title=head, shapes=shapes, annotations=notes, legend=False, margin=dict(l=10, r=36, t=48, b=10),
+        xaxis=dict(type="log", title=dict(text="rollout length T (loss tokens)"), **_log_ticks(lo, hi)),
+        yaxis=dict(range=y_range, title=dict(text="S / T  (geometric log-ratio)"), zeroline=True,
+                   zerolinecolor="#ddd"),
+    )
+    return go.Figure(data=traces, layout=layout)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# the token heatmap
+
+
+def token_heatmap(
+    values: np.ndarray,
+    block: int,
+    index: np.ndarray,
+    *,
+    dropped: np.ndarray | None = None,
+    dropped_label: str = "",
+    picked: int | None = None,
+    height: int = 420,
+    title: str | None = None,
+) -> go.Figure:
+    """Rollouts (rows, in the order of `index`: longest first) x positions (columns pooled over `block`
+    positions: the signed log-ratio of largest magnitude in each block); the tokens whose gradient is
+    dropped shaded grey by the fraction dropped; the picked rollout marked."""
+    R, C = values.shape
+    x = (np.arange(C) * block + (block - 1) / 2.0) if block > 1 else np.arange(C, dtype=float)
+    y = np.arange(R)
+    finite = np.abs(values[np.isfinite(values)])
+    zmax = max(float(np.quantile(finite, 0.99)) if finite.size else 1.0, 1e-4)
+    ids = [str(int(i)) for i in index]
+    traces = [go.Heatmap(
+        z=np.round(values, 4), x=x, y=y, zmin=-zmax, zmax=zmax, zmid=0.0, colorscale="RdBu_r",
+        colorbar=dict(title=dict(text="l_t", side="right"), thickness=12, len=0.9),
+        hovertemplate="row %{y}<br>positions ~%{x:.0f}<br>l = %{z:.4g}<extra></extra>", name="log-ratio")]
+    if dropped is not None:
+        d = np.where(dropped > 0, np.round(dropped, 3), np.nan)
+        if np.isfinite(d).any():
+            traces.append(go.Heatmap(
+                z=d, x=x, y=y, zmin=0.0, zmax=1.0, showscale=False,
+                colorscale=[[0.0, "rgba(50,50,50,0.25)"], [1.0, "rgba(50,50,50,0.6)"]],
+                hovertemplate="row %{y}<br>positions ~%{x:.0f}<br>dropped %{z:.0%}"
+                              f"<extra>{dropped_label}</extra>",
+                name=f"dropped ({dropped_label})"))
+    shapes, notes = [], []
+    rows = np.flatnonzero(np.asarray(index) == picked) if picked is not None else []
+    if len(rows):
+        r = int(rows[0])
+        shapes.append(dict(type="rect", xref="paper", x0=0, x1=1, yref="y", y0=r - 0.5, y1=r + 0.5,
+                           line=dict(color="#f2a541", width=1.5)))
+    step = max(1, R // 8)
+    layout = _layout(height=height, title=title, legend=False, shapes=shapes, annotations=notes,
+                     yaxis=dict(autorange="reversed", title=dict(text="rollouts, longest first"),
+                                tickvals=list(range(0, R, step)), ticktext=ids[::step]),
+                     xaxis=dict(title=dict(text=f"position (blocks of {block})" if block > 1 else "position")))
+    layout["margin"] = dict(l=80, r=10, t=48 if title else 10, b=10)
+    return go.Figure(data=traces, layout=layout)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# per-token gradient coefficients of one rollout
+
+
+def coefficient_plot(
+    positions: np.ndarray,
+    log_ratio: np.ndarray,
+    coefficients: Mapping[str, np.ndarray],
+    *,
+    height: int = 380,
+    title: str | None = None,
+) -> go.Figure:
+    """Each estimator's gradient coefficient on every loss token of one rollout (top; dashes differ so
+    coinciding lines stay visible, the legend gives the mean), and the tokens' log-ratios l_t (bottom)."""
+    traces = []
+    for i, (name, coef) in enumerate(coefficients.items()):
+        mean = float(np.mean(coef)) if len(coef) else 0.0
+        traces.append(go.Scattergl(x=positions, y=coef, mode="lines", name=f"{name} (mean {mean:.3g})",
+                                   line=dict(color=color(name), width=2.2 if i == 0 else 1.8, dash=dash(i),
+                                             shape="hv"),
+                                   hovertemplate=f"{name}<br>t = %{{x}}<br>coefficient = %{{y:.4g}}<extra></extra>"))
+    traces.append(go.Scattergl(x=positions, y=log_ratio, mode="markers", name="l_t", yaxis="y2", showlegend=False,
+                               marker=dict(color="rgba(90,90,90,0.55)", size=3),
+                               hovertemplate="t = %{x}<br>l_t = %{y:.4g}<extra></extra>"))
+    layout = _layout(height=height, title=title,
+                     xaxis=dict(title=dict(text="position t"), anchor="y2"),
+                     yaxis=dict(title=dict(text="coefficient"), domain=[0.38, 1.0], rangemode="tozero"),
+                     yaxis2=dict(title=dict(text="l_t"), domain=[0.0, 0.3], zeroline=True, zerolinecolor="#bbb"))
+    layout["legend"] = dict(orientation="h", yanchor="top", y=-0.25, x=0.0, font=dict(size=11))
+    return go.Figure(data=traces, layout=layout)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# weights and the effective batch
+
+
+def weight_histograms(hists: Mapping[str, Mapping], *, height: int = 340, title: str | None = None) -> go.Figure:
+    """Counts of log10 of the applied token weights (kept tokens), one step line per estimator on shared
+    bins; the two end bins collect weights below 1e-3 and above 1e3. Dropped tokens are in the legend."""
+    lo, hi = HIST_LOG10_RANGE
+    width = (hi - lo) / HIST_BINS
+    centers = np.concatenate([[lo - width], lo + width * (np.arange(HIST_BINS) + 0.5), [hi + width]])
+    traces, top = [], 1.0
+    floor = 0.5  # zero counts sit below the axis, so a one-bin spike still draws as a spike
+    for i, (name, h) in enumerate(hists.items()):
+        counts = np.asarray(h["counts"], dtype=float)
+        top = max(top, float(counts.max()) if counts.size else 1.0)
+        traces.append(go.Scatter(
+            x=centers, y=np.maximum(counts, floor), customdata=counts, mode="lines", line_shape="hvh",
+            line=dict(color=color(name), width=2.2 if i == 0 else 1.8, dash=dash(i)),
+            name=f"{name} (dropped {h['dropped']:,})",
+            hovertemplate=f"{name}<br>log10 w ≈ %{{x:.2f}}<br>tokens = %{{customdata:,.0f}}<extra></extra>"))
+    inner = list(range(int(lo) + 1, int(hi)))
+    layout = _layout(
+        height=height, title=title,
+        xaxis=dict(tickvals=[lo - width, *inner, hi + width], tickangle=0,
+                   ticktext=[f"≤{10**lo:g}", *[f"{10.0**t:g}" for t in inner], f"≥{10**hi:g}"],
+                   title=dict(text="applied token weight (log scale)"), range=[lo - 2 * width, hi + 2 * width]),
+        yaxis=dict(type="log", dtick=1, title=dict(text="kept tokens"),
+                   range=[math.log10(0.8), math.log10(top * 2.5)]))
+    return go.Figure(data=traces, layout=layout)
+
+
+def effective_bars(
+    effective: Mapping[str, Mapping[str, float]],
+    theory: Mapping[str, Mapping[str, float]] | None = None,
+    *,
+    height: int = 300,
+    title: str | None = None,
+) -> go.Figure:
+    """Fractions kept per estimator: tokens, rollouts, ESS of the applied rollout weights over the valid
+    rollouts; theory's expected fraction of rollouts kept (Gaussian closed forms) as black diamonds
+    (say so in the title: the chart has no legend)."""
+    names = list(effective)
+    series = [("tokens", "tokens_kept_frac", 1.0), ("rollouts", "rollouts_kept_frac", 0.7),
+              ("ESS", "ess_frac", 0.45)]
+    x0 = [n for n in names for _ in series]
+    x1 = [label for _ in names for label, _, _ in series]
+    y = [effective[n][key] for n in names for _, key, _ in series]
+    colors = [_alpha(color(n), a) for n in names for _, _, a in series]
+    traces = [go.Bar(x=[x0, x1], y=y, marker=dict(color=colors, line=dict(width=0)), showlegend=False,
+                     text=[f"{v:.0%}" for v in y], textposition="outside", textfont=dict(size=10),
+                     cliponaxis=False, name="kept", hovertemplate="%{x}: %{y:.1%}<extra></extra>")]
+    tx = [n for n in names if "rollouts_kept_frac" in (theory or {}).get(n, {})]
+    if tx:
+        traces.append(go.Scatter(x=[tx, ["rollouts"] * len(tx)], y=[theory[n]["rollouts_kept_frac"] for n in tx],
+                                 mode="markers", name="theory: rollouts kept",
+                                 marker=dict(symbol="diamond", size=10, color="black"),
+                                 hovertemplate="%{x}<br>theory: %{y:.1%} of rollouts kept<extra></extra>"))
+    layout = _layout(height=height, title=title, bargap=0.15, legend=False,
+                     yaxis=dict(range=[0, 1.12], tickformat=".0%"), xaxis=dict(tickfont=dict(size=10), tickangle=0))
+    return go.Figure(data=traces, layout=layout)
+
+
+def _alpha(hex_color: str, a: float) -> str:
+    h = hex_color.lstrip("#")
+    r, g, b = (int(h[i:i + 2], 16) for i in (0, 2, 4))
+    return f"rgba({r},{g},{b},{a})"
+
+
+# ---------------------------------------------------------------------------------------------------------
+# PNG export
+
+
+def _browser_path() -> None:
+    """Point kaleido (choreographer) at Debian's chromium unless the environment already names one."""
+    if "BROWSER_PATH" not in os.environ:
+        for path in ("/usr/bin/chromium", "/usr/bin/chromium-browser", "/usr/bin/google-chrome"):
+            if os.path.exists(path):
+                os.environ["BROWSER_PATH"] = path
+                break
+
+
+def to_png(figures: Mapping[str, go.Figure], *, width: int = 1200, scale: float = 2.0) -> dict[str, bytes]:
+    """Figures as PNG bytes (name -> bytes) through kaleido, in one headless-chromium session, with
+    Debian's chromium and MathJax off (nothing is downloaded). Raises RuntimeError when kaleido or a
+    chromium cannot be found or fails."""
+    _browser_path()
+    try:
+        import kaleido
+    except ImportError as e:
+        raise RuntimeError("kaleido is not installed (pip install kaleido)") from e
+
+    async def render() -> dict[str, bytes]:
+        out = {}
+        async with kaleido.Kaleido(n=1, mathjax=False) as k:
+            for name, fig in figures.items():
+                styled = go.Figure(fig).update_layout(template="plotly_white")  # a copy: cached figures stay
+                h = fig.layout.height or 500
+                out[name] = await k.calc_fig(styled.to_dict(), opts=dict(format="png", width=width, height=h,
+                                                                          scale=scale))
+        return out
+
+    try:
+        return asyncio.run(render())
+    except Exception as e:  # kaleido reports a missing or broken browser with several exception types
+        raise RuntimeError(f"kaleido could not render the figures: {e}") from e

@@ -1,0 +1,201 @@
+"""Bias & variance: the lab. On a toy with an exact gradient, each estimator's gradient error splits into
+bias² and variance; sweep a knob, the toy's horizon or its sampler's lag, or the batch size.
+
+Every setting lives in sidebar forms (nothing reruns the Monte Carlo until "Run") bound to the URL under
+"bv."; results are memoised by their inputs in ui/lab_data.py, and a run shows a progress bar.
+"""
+
+import streamlit as st
+from ui import lab_charts as charts
+from ui import lab_data
+from ui.data import device
+from ui.state import bound
+from ui.widgets import knob_widgets
+
+from seqis import ESTIMATORS, knobs
+
+TOYS = {"bitchain": "bit chain (Huang)", "tabular": "tabular autoregressive"}
+H_OPTIONS = [4, 8, 12, 16, 24, 32, 48, 64, 96, 128, 256]
+PROB_OPTIONS = [round(0.05 * i, 2) for i in range(1, 20)]
+V_OPTIONS = [2, 3, 4]
+T_OPTIONS = [1, 2, 3, 4, 5, 6]
+MISMATCH_OPTIONS = [0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0]
+REWARDS = ["random", "threshold", "additive"]
+LAG_OPTIONS = [0, 1, 2, 4, 8, 12, 16, 24, 32]
+B_OPTIONS = [8, 16, 32, 64, 128, 256, 512, 1024]
+NB_OPTIONS = [50, 100, 200, 400, 800, 1600]
+DEFAULT_ESTIMATORS = ["seq_is", "seq_tis", "token_tis", "pg", "geo_mask"]
+DEFAULT_SWEEP = "seq_tis · seq_clip"
+
+
+def one_of(options):
+    return lambda v: v in options
+
+
+st.title("Bias & variance")
+st.markdown(
+    "On a toy whose policy gradient is known exactly, an estimator's error over many batches splits into "
+    "**bias²** (how far its mean is from the truth; more batches do not help) and **variance** (how much "
+    "one batch's estimate scatters; falls like 1/batch size). Sequence IS is unbiased but its variance grows "
+    "like (1 + χ²)^T; truncating, masking or correcting per token trades some of that variance for bias. "
+    "Error bars are ±2 s.e. over the batches."
+)
+
+# ---- sidebar: the lab, in a form (nothing reruns until "Run")
+with st.sidebar.form("bv.form"):
+    st.markdown("**Toy**")
+    toy = bound(st.selectbox, "toy", "bv.toy", "bitchain", options=list(TOYS), format_func=TOYS.get,
+                valid=one_of(TOYS))
+    if toy == "bitchain":
+        H = bound(st.select_slider, "horizon H (tokens)", "bv.H", 64, options=H_OPTIONS, valid=one_of(H_OPTIONS))
+        k = bound(st.number_input, "threshold k: reward 1[sum of bits ≥ k]", "bv.k", 40, min_value=0,
+                  max_value=max(H_OPTIONS), step=1)
+        p = bound(st.select_slider, "p = π(bit = 1), the trainer", "bv.p", 0.6, options=PROB_OPTIONS,
+                  valid=one_of(PROB_OPTIONS))
+        q = bound(st.select_slider, "q = μ(bit = 1), the sampler", "bv.q", 0.55, options=PROB_OPTIONS,
+                  valid=one_of(PROB_OPTIONS), help="Ignored when the sampler lag K > 0.")
+        toy_kw = dict(horizon=int(H), threshold=int(k), p=p, q=q)
+    else:
+        V = bound(st.select_slider, "vocabulary V", "bv.V", 3, options=V_OPTIONS, valid=one_of(V_OPTIONS))
+        T = bound(st.select_slider, "horizon T", "bv.T", 4, options=T_OPTIONS, valid=one_of(T_OPTIONS))
+        mismatch = bound(st.select_slider, "mismatch (per-state logit noise of μ)", "bv.mismatch", 0.5,
+                         options=MISMATCH_OPTIONS, valid=one_of(MISMATCH_OPTIONS), help="Ignored when lag K > 0.")
+        reward = bound(st.selectbox, "reward", "bv.reward", "random", options=REWARDS, valid=one_of(REWARDS),
+                       help="random: a U(0,1) reward per sequence (couples every token); threshold / additive: "
+                            "on the count of the last token.")
+        toy_seed = bound(st.number_input, "toy seed", "bv.toy_seed", 0, min_value=0, max_value=10_000, step=1)
+        toy_kw = dict(vocab=int(V), horizon=int(T), mismatch=mismatch, reward=reward, toy_seed=int(toy_seed))
+    lag = bound(st.select_slider, "sampler lag K (updates stale; 0: use q / mismatch)", "bv.lag", 0,
+                options=LAG_OPTIONS, valid=one_of(LAG_OPTIONS),
+                help="K > 0: μ is π walked back K steps of gradient ascent (step 1) along the exact gradient.")
+    st.markdown("**Monte Carlo**")
+    B = bound(st.select_slider, "rollouts per batch", "bv.B", 128, options=B_OPTIONS, valid=one_of(B_OPTIONS))
+    nb = bound(st.select_slider, "batches", "bv.nb", 200, options=NB_OPTIONS, valid=one_of(NB_OPTIONS))
+    names = bound(st.multiselect, "estimators", "bv.est", DEFAULT_ESTIMATORS, options=list(ESTIMATORS),
+                  valid=lambda v: all(n in ESTIMATORS for n in v))
+    baseline = bound(st.checkbox, "GRPO-style baseline (reward − batch mean)", "bv.baseline", False)
+    seed = bound(st.number_input, "seed", "bv.seed", 0, min_value=0, max_value=2**31 - 1, step=1)
+    configs, errors = {}, []
+    with st.expander("Estimator knobs"):
+        for name in names:
+            st.markdown(f"`{name}`")
+            cfg, err = knob_widgets(ESTIMATORS[name].config, f"bv.knob.{name}", container=st, exclude=("adv_tau",))
+            configs[name] = cfg
+            if err:
+                errors.append(f"{name}: {err}")
+    st.form_submit_button("Run", type="primary", width="stretch", key="bv_run")
+
+if not names:
+    st.warning("Pick at least one estimator in the sidebar.")
+    st.stop()
+for e in errors:
+    st.error(e)
+if errors:
+    st.stop()
+
+toy_spec = lab_data.ToySpec(toy=toy, lag=int(lag), **toy_kw)
+try:
+    info = lab_data.chain_info(toy_spec)
+except ValueError as e:
+    st.error(f"This toy cannot be built: {e}")
+    st.stop()
+ests = tuple((name, configs[name]) for name in names)
+mc = lab_data.MCSpec(batch_size=int(B), n_batches=int(nb), seed=int(seed), baseline=bool(baseline),
+                     device=str(device()))
+st.caption(f"`{info['repr']}` · {info['dim']} parameters · J = E_π[reward] = {info['value']:.4g} · "
+           f"exact ‖∇J‖ = {info['true_norm']:.4g} · {B} rollouts per batch × {nb} batches from μ")
+
+# ---- every estimator on the same rollouts
+with lab_data.ProgressSlot("Monte Carlo") as progress:
+    res = lab_data.compare(toy_spec, ests, mc, progress=progress)
+summary = res["summary"]
+
+best = summary.loc[summary["mse"].idxmin()]
+cols = st.columns(3)
+cols[0].metric("lowest MSE", f"{best['estimator']}: {best['mse']:.3g}",
+               help="Mean over batches of ‖g_b − ∇J‖² = bias² + variance.")
+if "seq_is" in set(summary["estimator"]):
+    si = summary[summary["estimator"] == "seq_is"].iloc[0]
+    cols[1].metric("seq_is (unbiased): share of its MSE from variance", f"{si['variance'] / si['mse']:.1%}")
+worst = summary.loc[summary["relative_bias"].idxmax()]
+cols[2].metric("largest relative bias ‖E g − ∇J‖ / ‖∇J‖", f"{worst['estimator']}: {worst['relative_bias']:.0%}")
+
+zero_mse = info["true_norm"] ** 2  # the MSE of an estimate that is always 0
+left, right = st.columns(2)
+with left:
+    st.plotly_chart(charts.error_bars_summary(summary, zero_mse=zero_mse), width="stretch", key="bv.chart.summary")
+with right:
+    table = summary[["estimator", "bias2", "noise_floor", "variance", "mse", "relative_bias", "is_masked"]].rename(
+        columns={"bias2": "bias²", "noise_floor": "noise floor", "mse": "MSE", "relative_bias": "rel. bias",
+                 "is_masked": "dropped"})
+    st.dataframe(table.style.format({"bias²": "{:.3g}", "noise floor": "{:.2g}", "variance": "{:.3g}",
+                                     "MSE": "{:.3g}", "rel. bias": "{:.0%}", "dropped": "{:.0%}"}),
+                 hide_index=True, width="stretch")
+    same = summary.groupby(["bias2", "variance"])["estimator"].apply(list)
+    for group in same:
+        if len(group) > 1:
+            st.caption(f"{' and '.join(group)} give identical gradients here: "
+                       f"{group[-1]}'s gate or clip never binds on this toy.")
+    for row in summary[summary["is_masked"] > 0.99].itertuples():
+        st.warning(f"{row.estimator} drops {row.is_masked:.0%} of the tokens: its estimate is about 0, so its MSE is "
+                   f"just ‖∇J‖² = {zero_mse:.3g}, whatever its variance.")
+    st.caption(f"rel. bias = ‖E g − ∇J‖ / ‖∇J‖; dropped: share of tokens whose gradient the estimator drops. "
+               f"bias² includes a noise floor of variance / {nb} batches: an unbiased estimator shows about that "
+               f"much. Run took {res['seconds']:.2f} s on {mc.device}.")
+
+st.plotly_chart(
+    charts.gradient_vectors(info["true"], res["gradients"], exact=res["exact"],
+                            labels=info["labels"] if toy == "tabular" else None,
+                            x_title="position t (θ_t)" if toy == "bitchain" else
+                            "parameter θ[t, previous token, token] (hover for its name)"),
+    width="stretch", key="bv.chart.gradients",
+)
+st.caption("Bands: ±2 s.e. of the mean estimate. Dashed: the estimator's exact expectation where it is known "
+           "(pg by Huang's closed form; every estimator by enumeration on small toys); its gap to the black line "
+           "is the bias. " + ("On the bit chain every position has the same gradient." if toy == "bitchain" else ""))
+
+# ---- sweeps
+st.subheader("Sweep")
+chain_sweeps = [s for s in lab_data.CHAIN_SWEEPS if toy == "bitchain" or s != "horizon H"]
+options = lab_data.sweepable_knobs(names) + chain_sweeps
+default_sweep = DEFAULT_SWEEP if DEFAULT_SWEEP in options else options[0]
+with st.form("bv.sweep_form", border=False):
+    c1, c2 = st.columns([4, 1], vertical_alignment="bottom")
+    with c1:
+        target = bound(st.selectbox, "sweep a knob of one estimator, or a property of the toy", "bv.sweep",
+                       default_sweep, options=options, valid=one_of(options))
+    with c2:
+        st.form_submit_button("Run sweep", width="stretch", key="bv_run_sweep")
+
+if target in lab_data.CHAIN_SWEEPS:
+    what, values = lab_data.CHAIN_SWEEPS[target]
+    with lab_data.ProgressSlot(f"Sweeping {target}") as progress:
+        df = lab_data.chain_sweep(toy_spec, ests, what, values, mc, progress=progress)
+    st.plotly_chart(charts.sweep_by_estimator(df, x_title=target, log_x=what == "horizon"), width="stretch",
+                    key="bv.chart.sweep")
+    st.caption("Each point is a fresh toy (horizon: the threshold scaled with it; lag: μ is π that many updates "
+               "stale), every estimator on the same rollouts.")
+else:
+    name, knob = target.split(" · ")
+    values = lab_data.knob_values(name, knob, configs[name])
+    with lab_data.ProgressSlot(f"Sweeping {target}") as progress:
+        df = lab_data.knob_sweep(toy_spec, name, configs[name], knob, values, mc, progress=progress)
+    field = next(f for f in knobs(ESTIMATORS[name].config) if f.name == knob)
+    st.plotly_chart(charts.bias_variance_sweep(df, knob=knob, estimator=name, log_x=bool(field.metadata["log"]),
+                                               reference=summary[["estimator", "mse"]]),
+                    width="stretch", key="bv.chart.sweep")
+    st.caption(f"{name} with {knob} at each value (its other knobs as in the sidebar), on the same rollouts. "
+               "Dotted lines: the other estimators' MSE at the sidebar's setting.")
+
+# ---- batch-size frontier
+st.subheader("Batch-size frontier")
+frontier_batches = max(int(nb) // 8, 25)
+with lab_data.ProgressSlot("Batch-size frontier") as progress:
+    fr = lab_data.frontier(toy_spec, ests, frontier_batches, mc, progress=progress)
+st.plotly_chart(charts.batch_size_frontier(fr["points"], fr["lines"], zero_mse=zero_mse), width="stretch",
+                key="bv.chart.frontier")
+st.caption(
+    f"{frontier_batches} batches of {max(lab_data.FRONTIER_SIZES)} rollouts, regrouped into batches of each size "
+    "(points, ±2 s.e.). Lines: MSE(B) = bias² + Var(1)/B through the smallest size, extended. A biased "
+    "estimator's MSE levels off at its bias²; an unbiased one keeps falling and wins at large enough batches."
+)

@@ -1,0 +1,70 @@
+"""Learn: one card per estimator (formula, what it trades, what it reduces to, source, defaults) with
+presets that open Explore on a setting that shows the point. Everything on a card comes from the
+registry (seqis.ESTIMATORS) and the estimator's module docstring, so a new estimator gets a card free."""
+
+from __future__ import annotations
+
+import math
+
+import streamlit as st
+from ui.presets import presets_for
+from ui.state import query, set_view
+
+from seqis import ESTIMATORS, SEED_ESTIMATORS
+from seqis.types import knobs
+
+EXPLORE = "views/explore.py"
+
+
+def _default(v) -> str:
+    if v is None:
+        return "off"
+    if isinstance(v, float) and math.isinf(v):
+        return "∞"
+    return f"{v:g}" if isinstance(v, float) else str(v)
+
+
+def card(name: str) -> None:
+    spec = ESTIMATORS[name]
+    with st.container(border=True):
+        head, tag = st.columns([5, 1])
+        head.markdown(f"### `{name}`")
+        head.markdown(spec.summary)
+        tag.markdown(":blue-badge[seed]" if spec.seed else ":gray-badge[reference]")
+        st.latex(r"w_{j,t} = " + spec.formula)
+        for heading in ("Trades", "Reduces to", "Source"):
+            text = spec.section(heading)
+            if text:
+                st.markdown(f"**{heading}.** {text}")
+        rows = [f"| `{f.name}` | {_default(f.default)} | {f.metadata['help'].replace('|', '/')} |"
+                for f in knobs(spec.config)]
+        st.markdown("\n".join(["| knob | default | meaning |", "|---|---|---|", *rows]))
+        st.caption("Open in Explore:")
+        cols = st.columns(2)
+        for i, preset in enumerate(presets_for(name)):
+            if cols[i % 2].button(preset.label, key=f"learn.{name}.{i}", help=preset.help, width="stretch"):
+                set_view(preset.view, reset="ex.")
+                st.switch_page(EXPLORE, query_params=query(preset.view))
+
+
+st.title("Learn: the estimators")
+st.markdown(
+    "Every estimator multiplies each loss token's gradient by a weight built from the log-ratios "
+    "l_t = log π(y_t) − log μ(y_t) of its rollout: S_j = Σ_t l_t over rollout j's T_j loss tokens, the "
+    "product ratio w_j = exp(S_j) (the exact importance weight, unbiased, variance growing like "
+    "(1 + χ²)^T) and the geometric ratio exp(S_j / T_j) (a per-token average that does not grow with "
+    "length). The four **seed** estimators are prime-rl's sequence-level IS ablations; the **reference** "
+    "ones are there to compare. Each preset opens Explore with its setting; the link it opens can be shared."
+)
+seeds = [n for n in ESTIMATORS if n in SEED_ESTIMATORS]
+refs = [n for n in ESTIMATORS if n not in SEED_ESTIMATORS]
+st.subheader("Seed estimators")
+cols = st.columns(2, gap="medium")
+for i, name in enumerate(seeds):
+    with cols[i % 2]:
+        card(name)
+st.subheader("Reference estimators")
+cols = st.columns(2, gap="medium")
+for i, name in enumerate(refs):
+    with cols[i % 2]:
+        card(name)

@@ -1,0 +1,198 @@
+"""Small summaries of a batch and of an estimator's output, sized for a browser: what the explorer draws.
+
+A 256 x 4096 batch has a million log-ratios; a chart gets a few thousand numbers. Everything here is
+vectorised torch on the batch's device, returns small tensors (or floats), and is what the app's
+Explore page calls so that no page does tensor math.
+
+    token_map(r)            log-ratios pooled over blocks of positions: (rows, cols), signed max |l_t|
+    dropped_map(kept, ...)  the fraction of each block's loss tokens whose gradient is dropped
+    weight_histogram(out)   counts of log10 of the applied token weights, on fixed shared bins
+    effective_batch(out)    tokens and rollouts kept, ESS of the applied rollout weights
+    theory_rollouts(...)    the closed-form acceptance / clipping to set beside them (Gaussian noise)
+    rollout_row(x, mask, j) one rollout's loss tokens: positions and values (l_t, coefficients)
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from . import theory
+from .estimators._common import Ratios
+from .types import EstimatorOutput
+
+# log10 weight bins shared by every estimator so histograms overlay: 1e-3 .. 1e3, plus two overflow bins
+HIST_LOG10_RANGE = (-3.0, 3.0)
+HIST_BINS = 48
+
+
+@dataclass(frozen=True)
+class TokenMap:
+    """Log-ratios of up to `max_rows` rollouts, longest first, pooled over blocks of `block` positions.
+
+    values  (R, C) the log-ratio of largest magnitude in each block (sign kept); NaN where the block
+            holds no loss token
+    index   (R,) the rollout shown in each row: rollouts sorted by length (longest first, ties in batch
+            order); when there are more than max_rows, every k-th of that order
+    block   positions per column: column c covers positions [c * block, (c + 1) * block)
+    """
+
+    values: torch.Tensor
+    index: torch.Tensor
+    block: int
+
+    @property
+    def rows(self) -> int:
+        return self.values.shape[0]
+
+
+def _blocks(T: int, max_cols: int) -> tuple[int, int]:
+    block = max(1, math.ceil(T / max_cols))
+    return block, math.ceil(T / block)
+
+
+def _pad_blocks(x: torch.Tensor, block: int, cols: int, fill) -> torch.Tensor:
+    """(R, T) -> (R, cols, block), padding the end with `fill`."""
+    R, T = x.shape
+    pad = cols * block - T
+    if pad:
+        x = torch.cat([x, torch.full((R, pad), fill, dtype=x.dtype, device=x.device)], dim=1)
+    return x.view(R, cols, block)
+
+
+@torch.no_grad()
+def token_map(r: Ratios, *, max_rows: int = 256, max_cols: int = 128) -> TokenMap:
+    """Signed max-|l_t| pooling over blocks of positions, rollouts sorted by length (longest first)."""
+    B, T = r.mask.shape
+    order = torch.sort(r.length, descending=True, stable=True).indices  # (B,)
+    if B > max_rows:
+        order = order[torch.linspace(0, B - 1, max_rows, device=order.device).round().long()]
+    block, cols = _blocks(T, max_cols)
+    l = _pad_blocks(r.log_ratio[order], block, cols, 0.0)  # (R, C, block)
+    m = _pad_blocks(r.mask[order], block, cols, False)  # (R, C, block)
+    mag = torch.where(m, l.abs(), torch.full_like(l, -1.0))  # padding never wins the max
+    idx = mag.argmax(-1, keepdim=True)  # (R, C, 1)
+    pooled = l.gather(-1, idx).squeeze(-1)  # (R, C)
+    pooled = torch.where(m.any(-1), pooled, torch.full_like(pooled, math.nan))
+    return TokenMap(pooled, order, block)
+
+
+@torch.no_grad()
+def dropped_map(kept: torch.Tensor, mask: torch.Tensor, tm: TokenMap) -> torch.Tensor:
+    """(R, C) fraction of each block's loss tokens whose gradient is dropped, in the token map's rows;
+    NaN where a block has no loss token."""
+    cols = tm.values.shape[1]
+    m = _pad_blocks(mask[tm.index], tm.block, cols, False)  # (R, C, block)
+    k = _pad_blocks(kept[tm.index], tm.block, cols, False)
+    n = m.sum(-1).float()  # (R, C)
+    dropped = (m & ~k).sum(-1).float()
+    return torch.where(n > 0, dropped / n.clamp(min=1), torch.full_like(n, math.nan))
+
+
+def histogram_edges() -> torch.Tensor:
+    """The log10 edges of weight_histogram's inner bins (HIST_BINS + 1 of them)."""
+    return torch.linspace(*HIST_LOG10_RANGE, HIST_BINS + 1, dtype=torch.float64)
+
+
+@torch.no_grad()
+def weight_histogram(out: EstimatorOutput) -> dict[str, torch.Tensor | int]:
+    """Counts of log10 of the applied weight of every kept loss token with a positive weight.
+
+    counts (HIST_BINS + 2,): [below 1e-3, the HIST_BINS inner bins, above 1e3]; dropped: loss tokens
+    whose gradient is dropped (weight 0, not in the counts); underflow: kept tokens whose weight is 0.
+    """
+    kept = out.masks["kept"]
+    w = out.weights[kept]  # (n_kept,)
+    positive = w > 0
+    x = torch.log10(w[positive])
+    lo, hi = HIST_LOG10_RANGE
+    inner = torch.histc(x.clamp(lo, hi), bins=HIST_BINS, min=lo, max=hi) if x.numel() else torch.zeros(HIST_BINS)
+    below, above = int((x < lo).sum()), int((x > hi).sum())
+    inner = inner.cpu().to(torch.int64)
+    inner[0] -= below  # histc counted the clamped values in the edge bins
+    inner[-1] -= above
+    counts = torch.cat([torch.tensor([below]), inner, torch.tensor([above])])
+    n_loss = int(out.rollouts["length"].sum())
+    return {"counts": counts, "dropped": n_loss - int(kept.sum()), "underflow": int((~positive).sum())}
+
+
+@torch.no_grad()
+def effective_batch(out: EstimatorOutput) -> dict[str, float]:
+    """What survives of the batch under one estimator.
+
+    rollouts                            valid rollouts (T_j > 0)
+    tokens_kept / tokens_kept_frac      loss tokens whose gradient survives
+    rollouts_kept / rollouts_kept_frac  valid rollouts that keep some gradient
+    ess / ess_frac                      (sum w)^2 / sum w^2 of the applied rollout weights (a dropped
+                                        rollout weighs 0), and that over the number of valid rollouts
+    clipped_frac                        valid rollouts whose weight was truncated
+    """
+    ro = out.rollouts
+    valid = ro["length"] > 0  # (B,)
+    n_valid = int(valid.sum())
+    n_tok = float(ro["length"].sum())
+    tokens_kept = float(out.masks["kept"].sum())
+    rollouts_kept = int((ro["accepted"] & valid).sum())
+    w = torch.where(valid, ro["weight"].double(), torch.zeros((), dtype=torch.float64, device=valid.device))
+    top = w.max() if n_valid else torch.zeros((), dtype=torch.float64)
+    if n_valid == 0 or float(top) <= 0:
+        ess = 0.0
+    else:
+        w = w / top  # scale first so the squares never overflow
+        ess = float(w.sum() ** 2 / (w**2).sum())
+    clipped = int((ro["clipped"] & valid).sum())
+    return {
+        "rollouts": float(n_valid),
+        "tokens_kept": tokens_kept,
+        "tokens_kept_frac": tokens_kept / n_tok if n_tok else 0.0,
+        "rollouts_kept": float(rollouts_kept),
+        "rollouts_kept_frac": rollouts_kept / n_valid if n_valid else 0.0,
+        "ess": ess,
+        "ess_frac": ess / n_valid if n_valid else 0.0,
+        "clipped_frac": clipped / n_valid if n_valid else 0.0,
+    }
+
+
+@torch.no_grad()
+def rollout_advantages(advantages: torch.Tensor, r: Ratios) -> torch.Tensor:
+    """(B,) one advantage per rollout: as given, or the mean over its loss tokens of per-token ones."""
+    adv = advantages.float()
+    if adv.dim() == 2:
+        zero = torch.zeros((), dtype=adv.dtype, device=adv.device)
+        adv = torch.where(r.mask, adv, zero).sum(-1) / r.length.clamp(min=1).to(adv.dtype)
+    return adv
+
+
+@torch.no_grad()
+def rollout_row(x: torch.Tensor, mask: torch.Tensor, j: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(positions, values) of rollout j's loss tokens in a (B, T) tensor, in position order."""
+    pos = torch.nonzero(mask[j]).squeeze(-1)  # (T_j,)
+    return pos, x[j, pos]
+
+
+def theory_rollouts(name: str, cfg, s: float, lengths) -> dict[str, float]:
+    """Closed-form expectations under valid-IS Gaussian noise of scale s (seqis.theory), averaged over the
+    batch's rollout lengths: "rollouts_kept_frac" for a rollout gate, "clipped_frac" for a truncation.
+    Empty for an estimator with neither (or a knob the closed forms do not cover)."""
+    T = np.asarray(lengths, dtype=np.float64)
+    T = T[T > 0]
+    if T.size == 0:
+        return {}
+    if name in ("seq_mis", "geo_mask", "mis_po"):
+        return {"rollouts_kept_frac": float(np.mean(theory.geo_band_acceptance(T, s, cfg.geo_mask_low,
+                                                                               cfg.geo_mask_high)))}
+    if name == "seq_mis_product":
+        return {"rollouts_kept_frac": float(np.mean(theory.product_band_acceptance(T, s, 0.0, cfg.seq_clip)))}
+    if name == "max_mask":
+        return {"rollouts_kept_frac": float(np.mean(theory.max_band_acceptance(T, s, cfg.token_mask_low,
+                                                                               cfg.token_mask_high)))}
+    if name == "seq_tis":
+        return {"clipped_frac": float(np.mean(1.0 - theory.product_band_acceptance(T, s, 0.0, cfg.seq_clip)))}
+    return {}
+
+
+__all__ = ["HIST_BINS", "HIST_LOG10_RANGE", "TokenMap", "dropped_map", "effective_batch", "histogram_edges",
+           "rollout_advantages", "rollout_row", "theory_rollouts", "token_map", "weight_histogram"]

@@ -1,0 +1,220 @@
+"""The Explore page through Streamlit's AppTest: it renders, its widgets move the numbers they should, a
+link's query parameters restore a view, uploads load (a bad one shows the loader's message and keeps the
+previous batch), bad knob combinations show an error naming the knob, and the exports are there.
+
+Most tests use a small batch (64 rollouts up to 256 tokens, set through the URL) to stay quick; one
+renders the untouched first screen.
+"""
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from seqis import ESTIMATORS, SEED_ESTIMATORS, run_many
+from seqis.estimators import Ratios
+from seqis.explore import dropped_map, effective_batch, token_map, weight_histogram
+from seqis.io import save_batch
+from seqis.synthetic import make_batch
+
+APP = str(Path(__file__).resolve().parent.parent / "app" / "streamlit_app.py")
+SMALL = {"ex.sc.gaussian.n_rollouts": "64", "ex.sc.gaussian.max_len": "256"}
+
+
+def _apptest():
+    pytest.importorskip("streamlit")
+    from streamlit.testing.v1 import AppTest
+
+    return AppTest
+
+
+def explore(**params):
+    at = _apptest().from_file(APP, default_timeout=90)
+    for k, v in {**SMALL, **params}.items():
+        at.query_params[k] = v
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def metric(at, estimator: str, name: str) -> float:
+    """A value of the metrics table (estimators as columns)."""
+    return float(str(at.dataframe[0].value.loc[name, estimator]).replace(",", ""))
+
+
+def effective(at, estimator: str, name: str) -> float:
+    return float(str(at.dataframe[1].value.loc[name, estimator]).replace(",", ""))
+
+
+def test_first_screen_tells_the_story():
+    at = _apptest().from_file(APP, default_timeout=120)
+    at.run()
+    assert not at.exception
+    assert not at.error
+    assert at.title[0].value.startswith("Explore")
+    assert at.multiselect(key="ex.est").value == list(SEED_ESTIMATORS)
+    assert any("What to look at" in c.value for c in at.caption)
+    assert "256 rollouts x 4096 positions" in " ".join(c.value for c in at.sidebar.caption)
+    assert "Device:" in " ".join(c.value for c in at.sidebar.caption)
+    charts = at.get("plotly_chart")
+    assert len(charts) == 4 + 4  # a rollout map per estimator; heatmap, coefficients, histogram, effective batch
+    # the story: seq_tis clips long rollouts, mis_po's narrow trajectory band drops short ones, Li's band keeps all
+    assert metric(at, "seq_tis", "is_clipped") > 0.05
+    assert effective(at, "mis_po", "rollouts_kept_frac") < 0.9
+    assert effective(at, "geo_mask", "rollouts_kept_frac") == 1.0
+
+
+def test_moving_a_slider_changes_the_metrics_it_should():
+    at = explore()
+    clipped = metric(at, "seq_tis", "is_clipped")
+    kept = effective(at, "mis_po", "rollouts_kept_frac")
+    at.select_slider(key="ex.seq_tis.seq_clip").set_value(1.2).run()
+    assert not at.exception
+    assert metric(at, "seq_tis", "is_clipped") > clipped  # a lower clip truncates more rollouts
+    assert effective(at, "mis_po", "rollouts_kept_frac") == kept  # another estimator's numbers stay
+    at.select_slider(key="ex.mis_po.geo_mask_high").set_value(1.1).run()
+    at.select_slider(key="ex.mis_po.geo_mask_low").set_value(0.9).run()
+    assert effective(at, "mis_po", "rollouts_kept_frac") > kept  # a wider trajectory band keeps more
+    assert at.query_params["ex.seq_tis.seq_clip"] == "1.2"  # the URL follows
+    assert at.query_params["ex.mis_po.geo_mask_low"] == "0.9"
+
+
+def test_query_params_restore_a_view():
+    at = explore(**{
+        "ex.est": "seq_tis,token_tis", "ex.seq_tis.seq_clip": "5.0", "ex.token_tis.token_clip": "inf",
+        "ex.scenario": "catastrophic", "ex.sc.catastrophic.n_rollouts": "32", "ex.sc.catastrophic.max_len": "128",
+        "ex.seed": "7", "ex.rollout": "3", "ex.drops": "token_tis",
+    })
+    assert at.multiselect(key="ex.est").value == ["seq_tis", "token_tis"]
+    assert at.select_slider(key="ex.seq_tis.seq_clip").value == 5.0
+    assert at.select_slider(key="ex.token_tis.token_clip").value == float("inf")
+    assert at.sidebar.selectbox(key="ex.scenario").value == "catastrophic"
+    assert at.sidebar.number_input(key="ex.seed").value == 7
+    assert at.number_input(key="ex.rollout").value == 3
+    assert "synthetic catastrophic (seed 7): **32 rollouts" in " ".join(c.value for c in at.sidebar.caption)
+    assert list(at.dataframe[0].value.columns) == ["seq_tis", "token_tis"]
+
+
+def test_bad_query_values_fall_back_to_defaults():
+    at = explore(**{"ex.est": "nope", "ex.seq_tis.seq_clip": "abc", "ex.scenario": "nope", "ex.rollout": "99999"})
+    assert at.multiselect(key="ex.est").value == list(SEED_ESTIMATORS)
+    assert at.select_slider(key="ex.seq_tis.seq_clip").value == 2.0
+    assert at.sidebar.selectbox(key="ex.scenario").value == "gaussian"
+    assert at.number_input(key="ex.rollout").value < 64
+
+
+def test_a_value_off_the_slider_grid_is_kept():
+    at = explore(**{"ex.seq_tis.seq_clip": "2.718"})
+    assert at.select_slider(key="ex.seq_tis.seq_clip").value == 2.718
+
+
+def test_a_bad_knob_combination_names_the_knob():
+    at = explore(**{"ex.est": "seq_mis,seq_tis"})
+    at.select_slider(key="ex.seq_mis.geo_mask_low").set_value(1.0).run()
+    at.select_slider(key="ex.seq_mis.geo_mask_high").set_value(1.0).run()
+    assert not at.exception
+    assert any("geo_mask_low must be below geo_mask_high" in e.value for e in at.error)
+    assert list(at.dataframe[0].value.columns) == ["seq_tis"]  # the others still draw
+
+
+def test_upload_loads_and_a_bad_one_keeps_the_previous_batch(tmp_path):
+    path = tmp_path / "tiny.npz"
+    save_batch(make_batch("gaussian", n_rollouts=24, max_len=48, seed=3), path)
+    at = explore(**{"ex.source": "upload"})
+    uploader = at.sidebar.file_uploader[0]
+    assert ".npz" in uploader.allowed_type and ".parquet" in uploader.allowed_type
+    uploader.upload("tiny.npz", path.read_bytes()).run()
+    assert not at.exception and not at.error
+    captions = " ".join(c.value for c in at.sidebar.caption)
+    assert "upload tiny.npz: **24 rollouts" in captions
+    assert list(at.dataframe[0].value.columns) == list(SEED_ESTIMATORS)
+
+    at.sidebar.file_uploader[0].upload("broken.parquet", b"this is not parquet").run()
+    assert not at.exception
+    assert any("broken.parquet" in e.value and "parquet" in e.value for e in at.error)
+    captions = " ".join(c.value for c in at.sidebar.caption)
+    assert "Showing the previous batch: upload tiny.npz" in captions
+
+
+def test_upload_bridge_takes_bytes_with_a_name(tmp_path):
+    _apptest()
+    sys.path.insert(0, str(Path(APP).parent))
+    from ui import data
+
+    path = tmp_path / "b.npz"
+    save_batch(make_batch("gaussian", n_rollouts=8, max_len=16, seed=1), path)
+    raw = path.read_bytes()
+    src = data.source_of_file(raw, "b.npz")
+    assert src.kind == "upload" and src.digest == data.digest(raw)
+    batch = data.load_batch(src, _payload=raw)
+    assert batch.shape[0] == 8 and not batch.trainer_logprobs.requires_grad
+    with pytest.raises(ValueError):
+        data.source_of_file(b"{]", "bad.json")
+
+
+def test_exports_and_downloads_are_offered():
+    at = explore(**{"ex.est": "seq_tis,mis_po"})
+    code = [c.value for c in at.code]
+    assert any("[loss]" in c and "sequence_clip_high = 2.0" in c for c in code)
+    assert any("rollout_correction:" in c and "token_k1,seq_mean_k1" in c for c in code)
+    labels = [b.proto.label for b in at.get("download_button")]
+    assert "Metrics CSV" in labels and "Rollouts CSV" in labels
+    assert any(lab.endswith("prime-rl.toml") for lab in labels) and any(lab.endswith("verl.yaml") for lab in labels)
+    assert any(b.label == "Render PNGs" for b in at.button)
+
+
+def test_every_estimator_renders():
+    at = explore(**{"ex.est": ",".join(ESTIMATORS)})
+    assert list(at.dataframe[0].value.columns) == list(ESTIMATORS)
+    assert not at.error
+    torch.testing.assert_close(effective(at, "pg", "tokens_kept_frac"), 1.0)
+
+
+def test_an_example_asset_loads(tmp_path, monkeypatch):
+    import seqis.io
+
+    path = tmp_path / "example.npz"
+    save_batch(make_batch("gaussian", n_rollouts=16, max_len=32, seed=5), path)
+    monkeypatch.setattr(seqis.io, "list_assets", lambda: [path])
+    at = explore(**{"ex.source": "asset"})
+    assert at.sidebar.selectbox(key="ex.asset").value == "example.npz"
+    assert "asset example.npz: **16 rollouts" in " ".join(c.value for c in at.sidebar.caption)
+
+
+def test_figures_render_as_png_or_say_why():
+    at = explore(**{"ex.sc.gaussian.n_rollouts": "16", "ex.sc.gaussian.max_len": "32", "ex.est": "seq_tis"})
+    next(b for b in at.button if b.label == "Render PNGs").click().run()
+    assert not at.exception
+    labels = [b.proto.label for b in at.get("download_button")]
+    if not any("PNGs (zip)" in lab for lab in labels):  # no kaleido or no chromium here: a clear note instead
+        assert any("camera icon" in e.value for e in at.error)
+
+
+def test_a_batch_too_large_for_the_device_is_refused():
+    at = explore(**{"ex.sc.gaussian.n_rollouts": "2048", "ex.sc.gaussian.max_len": "32768"})
+    assert any("positions is more than this device's" in e.value for e in at.sidebar.error)
+    assert "Showing the previous batch" in " ".join(c.value for c in at.sidebar.caption)
+
+
+@pytest.mark.gpu
+def test_explore_summaries_match_between_cpu_and_cuda():
+    """The summaries the page draws (seqis.explore) on CUDA equal the CPU's, for every estimator."""
+    cpu = make_batch("catastrophic", n_rollouts=300, max_len=2048, seed=11)
+    gpu = cpu.to("cuda")
+    rc, rg = Ratios.of(cpu), Ratios.of(gpu)
+    tc, tg = token_map(rc), token_map(rg)
+    torch.testing.assert_close(tg.values.cpu(), tc.values, equal_nan=True)
+    assert torch.equal(tg.index.cpu(), tc.index)
+    outs_c, outs_g = run_many(list(ESTIMATORS), cpu, ratios=rc), run_many(list(ESTIMATORS), gpu, ratios=rg)
+    for name in ESTIMATORS:
+        oc, og = outs_c[name], outs_g[name]
+        torch.testing.assert_close(dropped_map(og.masks["kept"], rg.mask, tg).cpu(),
+                                   dropped_map(oc.masks["kept"], rc.mask, tc), equal_nan=True)
+        hc, hg = weight_histogram(oc), weight_histogram(og)
+        assert (hg["counts"] - hc["counts"]).abs().sum() <= 0.001 * hc["counts"].sum() + 2, name  # fp edges
+        assert hg["dropped"] == hc["dropped"], name
+        ec, eg = effective_batch(oc), effective_batch(og)
+        assert eg.keys() == ec.keys()
+        for k in ec:
+            assert eg[k] == pytest.approx(ec[k], rel=1e-4, abs=1e-6), (name, k)
