@@ -13,7 +13,7 @@ from functools import cached_property
 
 import torch
 
-from ..types import Batch
+from ..types import Batch, knob
 
 # Every weight is exp(x) with x clamped at MAX_LOG_WEIGHT first: e^40 ~ 2.4e17 is finite in fp32 (and
 # squares finitely too), and a summed log-ratio of +800 still gives a finite loss and gradient.
@@ -22,6 +22,22 @@ MAX_LOG_WEIGHT = 40.0
 _K3_CAP = math.expm1(MAX_LOG_WEIGHT) - MAX_LOG_WEIGHT
 
 AGGREGATIONS = ("token-mean", "kept-token-mean", "seq-mean-token-mean", "seq-mean-token-sum")
+
+
+def band_low(default: float, what: str, ui: tuple[float, float] = (0.01, 1.0)):
+    """The lower edge of a ratio band (inclusive; 0 opens it): `what` says what it bounds."""
+    return knob(default, f"Lower edge of the band on {what}: below it the gradient is dropped (0 opens it).",
+                ge=0.0, ui=ui, log=True)
+
+
+def band_high(default: float, what: str, ui: tuple[float, float] = (1.0, 100.0)):
+    """The upper edge of a ratio band (inclusive; inf opens it)."""
+    return knob(default, f"Upper edge of the band on {what}: above it the gradient is dropped (inf opens it).",
+                gt=0.0, ui=ui, log=True)
+
+
+GEO = "the rollout's geometric ratio exp(S/T)"
+TOKEN = "each token's ratio rho_t"
 
 
 def compute_dtype(x: torch.Tensor) -> torch.dtype:

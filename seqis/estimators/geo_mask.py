@@ -15,15 +15,13 @@ Source: prime-rl's geometric sequence mask; Li & Liu, "RL collapse" part 3.
 from dataclasses import dataclass
 
 from ..types import Config, knob
-from ._common import Correction, Ratios, capped_exp, in_band, log_of
+from ._common import GEO, Correction, Ratios, band_high, band_low, capped_exp, in_band, log_of
 
 
 @dataclass(frozen=True)
 class GeoMaskConfig(Config):
-    geo_mask_low: float = knob(0.5, "Lower edge of the geometric band: exp(S/T) below it drops the rollout.",
-                               ge=0.0, ui=(0.01, 1.0), log=True)
-    geo_mask_high: float = knob(2.0, "Upper edge of the geometric band: exp(S/T) above it drops the rollout.",
-                                gt=0.0, ui=(1.0, 100.0), log=True)
+    geo_mask_low: float = band_low(0.5, GEO)
+    geo_mask_high: float = band_high(2.0, GEO)
     token_clip: float | None = knob(None, "None: pure filter. A number C: kept tokens weigh min(rho_t, C).",
                                     gt=0.0, ui=(1.0, 10.0), log=True, optional=True)
 

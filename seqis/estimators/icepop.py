@@ -10,16 +10,14 @@ Source: IcePop (Ring-1T, inclusionAI), default band [0.5, 5].
 
 from dataclasses import dataclass
 
-from ..types import Config, knob
-from ._common import Correction, Ratios, capped_exp, in_band
+from ..types import Config
+from ._common import TOKEN, Correction, Ratios, band_high, band_low, capped_exp, in_band
 
 
 @dataclass(frozen=True)
 class IcePopConfig(Config):
-    token_mask_low: float = knob(0.5, "Tokens with rho_t below this are dropped.", ge=0.0, ui=(0.01, 1.0),
-                                 log=True)
-    token_mask_high: float = knob(5.0, "Tokens with rho_t above this are dropped.", gt=0.0, ui=(1.0, 100.0),
-                                  log=True)
+    token_mask_low: float = band_low(0.5, TOKEN)
+    token_mask_high: float = band_high(5.0, TOKEN)
 
 
 def icepop(r: Ratios, cfg: IcePopConfig) -> Correction:

@@ -11,16 +11,14 @@ Source: verl's rollout-correction helper (veto threshold, seq_max rejection).
 
 from dataclasses import dataclass
 
-from ..types import Config, knob
-from ._common import Correction, Ratios, any_per_row, in_band
+from ..types import Config
+from ._common import TOKEN, Correction, Ratios, any_per_row, band_high, band_low, in_band
 
 
 @dataclass(frozen=True)
 class MaxMaskConfig(Config):
-    token_mask_low: float = knob(0.5, "A rollout with any token rho_t below this is dropped.", ge=0.0,
-                                 ui=(0.01, 1.0), log=True)
-    token_mask_high: float = knob(2.0, "A rollout with any token rho_t above this is dropped.", gt=0.0,
-                                  ui=(1.0, 100.0), log=True)
+    token_mask_low: float = band_low(0.5, TOKEN + " (one token outside drops its rollout)")
+    token_mask_high: float = band_high(2.0, TOKEN + " (one token outside drops its rollout)")
 
 
 def max_mask(r: Ratios, cfg: MaxMaskConfig) -> Correction:

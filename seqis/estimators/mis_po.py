@@ -13,20 +13,16 @@ Source: StepFun, "Step 3.5 Flash" (arXiv 2602.10604).
 
 from dataclasses import dataclass
 
-from ..types import Config, knob
-from ._common import Correction, Ratios, in_band, token_fraction
+from ..types import Config
+from ._common import GEO, TOKEN, Correction, Ratios, band_high, band_low, in_band, token_fraction
 
 
 @dataclass(frozen=True)
 class MISPOConfig(Config):
-    token_mask_low: float = knob(0.5, "Token band: tokens with rho_t below this are dropped.", ge=0.0,
-                                 ui=(0.01, 1.0), log=True)
-    token_mask_high: float = knob(2.0, "Token band: tokens with rho_t above this are dropped.", gt=0.0,
-                                  ui=(1.0, 100.0), log=True)
-    geo_mask_low: float = knob(0.996, "Trajectory band: exp(S/T) below this drops the rollout.", ge=0.0,
-                               ui=(0.9, 1.0), log=True)
-    geo_mask_high: float = knob(1.001, "Trajectory band: exp(S/T) above this drops the rollout.", gt=0.0,
-                                ui=(1.0, 1.1), log=True)
+    token_mask_low: float = band_low(0.5, TOKEN)
+    token_mask_high: float = band_high(2.0, TOKEN)
+    geo_mask_low: float = band_low(0.996, GEO, ui=(0.9, 1.0))
+    geo_mask_high: float = band_high(1.001, GEO, ui=(1.0, 1.1))
 
 
 def mis_po(r: Ratios, cfg: MISPOConfig) -> Correction:
