@@ -25,7 +25,7 @@ browser:
 	   || echo "could not install chromium: the browser tests will skip")
 
 test: venv browser
-	$(BIN)/ruff check seqis app tests
+	$(BIN)/ruff check seqis app tests scripts
 	$(BIN)/python -m pytest -q
 
 run: venv
@@ -35,7 +35,7 @@ bench: venv
 	$(BIN)/python -m seqis.bench
 
 lint: venv
-	$(BIN)/ruff check seqis app tests
+	$(BIN)/ruff check seqis app tests scripts
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis
