@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import statistics
 import time
 from collections.abc import Callable
@@ -67,12 +68,13 @@ def _step_many(names, batch: Batch):
     return [o.scalars() for o in outs.values()], grads
 
 
-def paired(fn: Callable[[], object], floor_fn: Callable[[], object], *, repeats: int = 9, device=None):
-    """Medians of fn and of the floor measured alternately, so a busy machine slows both alike."""
+def paired(fn: Callable[[], object], floor_fn: Callable[[], object], *, rounds: int = 5, device=None):
+    """Medians of fn and of the floor, measured in alternating blocks (each block a warm-up call and a
+    median of three), so a busy machine slows both alike and each is timed in its steady state."""
     t_fn, t_floor = [], []
-    for _ in range(repeats):
+    for _ in range(rounds):
         t_floor.append(median_time(floor_fn, repeats=3, warmup=1, device=device))
-        t_fn.append(median_time(fn, repeats=1, warmup=1 if not t_fn else 0, device=device))
+        t_fn.append(median_time(fn, repeats=3, warmup=1, device=device))
     return statistics.median(t_fn), statistics.median(t_floor)
 
 
@@ -140,7 +142,7 @@ def bench_lab(device: str, quick: bool) -> None:
         draw = lambda N=N, dev=dev, gen=gen: torch.rand(N, H, generator=gen, device=dev, dtype=torch.float64)
         mc = lambda n_batches=n_batches, dev=dev, budget=budget: monte_carlo_many(
             chain, names, batch_size=B, n_batches=n_batches, seed=0, device=dev, memory_budget=budget)
-        t, f = paired(mc, draw, repeats=3 if n_batches > 400 else 5, device=dev)
+        t, f = paired(mc, draw, rounds=3 if n_batches > 400 else 5, device=dev)
         print(f"| {dev} | {n_batches:,} | {N:,} | {t:.3f} | {N / t:,.0f} | {f * 1e3:.2f} | {t / f:.1f} |")
 
 
@@ -206,6 +208,9 @@ def main(argv=None) -> None:
     ap.add_argument("--only", nargs="*", help=f"sections to run, from {[n for n, _ in SECTIONS]}")
     args = ap.parse_args(argv)
     print(f"# seqis benchmark: torch {torch.__version__}, {torch.get_num_threads()} CPU threads, device {args.device}")
+    tuned = {k: v for k, v in os.environ.items() if k.startswith("MALLOC_")}
+    print(f"# glibc malloc: {tuned or 'defaults'} (on the CPU a fresh (B, T) tensor's page faults can cost more "
+          "than its arithmetic; `make bench` keeps freed memory for reuse, as torch's CUDA allocator does)")
     for name, fn in SECTIONS:
         if not args.only or name in args.only:
             fn(args.device, args.quick)

@@ -62,7 +62,7 @@ def _output(r: Ratios, batch: Batch, c: Correction, cfg: Config, agg: str) -> Es
         kept_f = as_float(kept, r.dtype)
         kept_len = kept_f.sum(-1)  # (B,)
     elif c.accepted is not None:
-        kept = r.mask & c.accepted[:, None]
+        kept = r.tokens_of(c.accepted)
         kept_f = None
         kept_len = gated(c.accepted, r.length)
     else:
@@ -124,7 +124,7 @@ def _output(r: Ratios, batch: Batch, c: Correction, cfg: Config, agg: str) -> Es
     }
     masks = {"kept": kept, **c.masks}
     if c.clipped is not None and "clipped" not in masks:
-        masks["clipped"] = r.mask & clipped[:, None]
+        masks["clipped"] = r.tokens_of(clipped)
     return EstimatorOutput(loss=loss, weights=weights, masks=masks, metrics=metrics, rollouts=rollouts)
 
 

@@ -167,6 +167,11 @@ class Ratios:
     def k3_rollout(self) -> torch.Tensor:  # (B,) sum of k3 over each rollout's loss tokens
         return self.k3.sum(-1)
 
+    def tokens_of(self, gate: torch.Tensor) -> torch.Tensor:
+        """(B,) bool -> (B, T) bool: the loss tokens of the rollouts where gate is True (through uint8:
+        a broadcast bool `&` is a slow path on CPU)."""
+        return (self.mask.view(torch.uint8) & gate.view(torch.uint8)[:, None]).view(torch.bool)
+
     def per_token(self, x: torch.Tensor) -> torch.Tensor:
         """Broadcast a finite per-rollout value (B,) to the loss tokens (B, T), 0 elsewhere."""
         return x[:, None] * self.mask_f
@@ -199,7 +204,8 @@ class Correction:
 
 def token_fraction(r: Ratios, select: torch.Tensor) -> torch.Tensor:
     """Fraction of the batch's loss tokens where select (a subset of the loss mask) is True."""
-    return select.view(torch.uint8).sum(dtype=torch.int64).to(r.dtype) / r.n_tokens.clamp(min=1)
+    per_row = select.view(torch.uint8).sum(-1, dtype=torch.int32)  # (B,) a row never holds 2^31 tokens
+    return per_row.sum().to(r.dtype) / r.n_tokens.clamp(min=1)
 
 
 def gated(gate: torch.Tensor, x: torch.Tensor) -> torch.Tensor:

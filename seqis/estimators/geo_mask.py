@@ -28,9 +28,9 @@ class GeoMaskConfig(Config):
 
 def geo_mask(r: Ratios, cfg: GeoMaskConfig) -> Correction:
     gate = r.valid & in_band(r.geo_log_ratio, cfg.geo_mask_low, cfg.geo_mask_high)  # (B,)
-    masks = {"traj_masked": r.mask & ~gate[:, None]}
+    masks = {"traj_masked": r.tokens_of(~gate)}
     if cfg.token_clip is None:  # pure filter: weight 1 on the kept rollouts' tokens
         return Correction(accepted=gate, masks=masks)
     weights = capped_exp(r.log_ratio, cfg.token_clip)  # (B, T) min(rho_t, C); run() zeroes it off the gate
-    masks["clipped"] = r.mask & gate[:, None] & (r.log_ratio > log_of(cfg.token_clip))
+    masks["clipped"] = r.tokens_of(gate) & (r.log_ratio > log_of(cfg.token_clip))
     return Correction(weights=weights, accepted=gate, masks=masks)

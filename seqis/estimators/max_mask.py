@@ -25,6 +25,6 @@ def max_mask(r: Ratios, cfg: MaxMaskConfig) -> Correction:
     token_out = r.mask & ~in_band(r.log_ratio, cfg.token_mask_low, cfg.token_mask_high)  # (B, T)
     gate = r.valid & ~any_per_row(token_out)  # (B,)
     return Correction(
-        masks={"token_masked": token_out, "traj_masked": r.mask & ~gate[:, None]},
+        masks={"token_masked": token_out, "traj_masked": r.tokens_of(~gate)},
         accepted=gate,
     )

@@ -27,7 +27,7 @@ def seq_mis(r: Ratios, cfg: SeqMISConfig) -> Correction:
     w = gated(gate, capped_exp(r.seq_log_ratio))  # (B,) product weight inside the gate, 0 outside
     return Correction(
         seq_weights=w,
-        masks={"traj_masked": r.mask & ~gate[:, None]},
+        masks={"traj_masked": r.tokens_of(~gate)},
         accepted=gate,
         metrics={"seq_weight": seq_weight_metric(r, w, gate)},
     )
