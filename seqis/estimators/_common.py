@@ -57,7 +57,9 @@ def capped_exp(x: torch.Tensor, clip: float = math.inf) -> torch.Tensor:
 
 def in_band(x: torch.Tensor, low: float, high: float) -> torch.Tensor:
     """low <= exp(x) <= high, inclusive, compared in log space."""
-    return x.ge(log_of(low)).logical_and_(x.le(log_of(high)))
+    ok = x.ge(log_of(low))
+    ok &= x.le(log_of(high))
+    return ok
 
 
 def any_per_row(mask: torch.Tensor) -> torch.Tensor:

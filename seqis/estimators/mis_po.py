@@ -28,9 +28,11 @@ class MISPOConfig(Config):
 def mis_po(r: Ratios, cfg: MISPOConfig) -> Correction:
     token_ok = in_band(r.log_ratio, cfg.token_mask_low, cfg.token_mask_high)  # (B, T)
     gate = r.valid & in_band(r.geo_log_ratio, cfg.geo_mask_low, cfg.geo_mask_high)  # (B,)
-    token_masked = r.mask & ~token_ok  # (B, T)
-    traj_masked = r.tokens_of(~gate)  # (B, T)
-    kept = r.tokens_of(gate) & token_ok
+    kept = r.tokens_of(gate)  # (B, T)
+    kept &= token_ok
+    token_masked = token_ok.bitwise_not_()  # (B, T) in place: token_ok is not needed again
+    token_masked &= r.mask
+    traj_masked = r.tokens_of(~gate)
     return Correction(
         kept=kept,
         masks={"token_masked": token_masked, "traj_masked": traj_masked},
