@@ -26,8 +26,8 @@ from .estimators._common import (
     as_float,
     dot,
     gated,
-    masked_logp,
     masked_mean,
+    surrogate_loss,
     token_scale,
 )
 from .types import Batch, Config, EstimatorOutput
@@ -51,7 +51,7 @@ def _output(r: Ratios, batch: Batch, c: Correction, cfg: Config, agg: str) -> Es
     Sequence-level corrections (seq_weights, a rollout gate) never touch a (B, T) float tensor beyond
     the weights they must return: their loss and metrics are per-rollout sums. Every (B, T) tensor
     derived from log-ratios is finite, so masking them by multiplying with the 0/1 mask is safe;
-    trainer_logprobs may hold -inf / NaN on padding and is masked by masked_logp. On the CPU a fresh
+    trainer_logprobs may hold -inf / NaN on padding and is zeroed by surrogate_loss. On the CPU a fresh
     (B, T) tensor costs about as much as the arithmetic on it, so products are reduced with row dots.
     """
     zero = torch.zeros((), dtype=r.dtype, device=r.mask.device)
@@ -81,16 +81,16 @@ def _output(r: Ratios, batch: Batch, c: Correction, cfg: Config, agg: str) -> Es
     weights = weights.detach()
 
     # surrogate loss = -sum(scale * weight * adv_tau * A * log pi) over loss tokens
-    logp = masked_logp(batch.trainer_logprobs.to(r.dtype), r.mask_f)  # (B, T) differentiable, 0 on padding
+    logp = batch.trainer_logprobs.to(r.dtype)  # (B, T) differentiable; padding may hold -inf / NaN
     scale = token_scale(r, kept_len.sum(), agg)  # () or (B, 1)
+    row = scale.expand(r.length.shape) if scale.dim() == 0 else scale[:, 0]  # (B,)
     adv = batch.advantages.to(r.dtype) * cfg.adv_tau
-    if adv.dim() == 1 and seq_w is not None and c.kept is None:  # per-rollout weight and advantage
-        coef = seq_w * adv * (scale if scale.dim() == 0 else scale[:, 0])  # (B,)
-        loss = -(coef * logp.sum(-1)).sum()
+    if adv.dim() == 2:  # per-token advantages: fold them into the token coefficient
+        loss = surrogate_loss(logp, r.mask_f, row, weights * torch.where(r.mask, adv, zero))
+    elif seq_w is not None and c.kept is None:  # one weight per rollout: no (B, T) coefficient at all
+        loss = surrogate_loss(logp, r.mask_f, row * adv * seq_w)
     else:
-        adv = adv[:, None] if adv.dim() == 1 else torch.where(r.mask, adv, zero)  # (B, 1) or (B, T)
-        coef = weights * (adv * scale)  # (B, T) one new tensor; the dot below makes none
-        loss = -dot(coef, logp)
+        loss = surrogate_loss(logp, r.mask_f, row * adv, weights)
 
     # common metrics: mismatch KL split into dropped / kept tokens
     k3_total = r.k3_rollout.sum()

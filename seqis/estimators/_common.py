@@ -79,26 +79,32 @@ def as_float(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return mask.view(torch.uint8).to(dtype)
 
 
-class _MaskedLogp(torch.autograd.Function):
-    """x on the loss tokens, 0 elsewhere (padding may be -inf or NaN); the gradient is grad * mask.
+class _Surrogate(torch.autograd.Function):
+    """loss = -sum over loss tokens of row_coef_j * w_jt * log pi_jt (w = 1 when weights is None).
 
-    The same values and gradient as torch.where(mask, x, 0), in two fast passes instead of a select
-    forward and another backward."""
-
-    @staticmethod
-    def forward(ctx, x: torch.Tensor, mask_f: torch.Tensor) -> torch.Tensor:
-        ctx.save_for_backward(mask_f)
-        return torch.nan_to_num(x, nan=0.0, posinf=0.0, neginf=0.0).mul_(mask_f)  # one new tensor, not two
+    One autograd node for the whole surrogate: log pi may hold -inf / NaN on padding (it is zeroed, not
+    multiplied), and the backward writes the gradient -row_coef_j * w_jt * mask_jt in one pass. On the
+    CPU each fresh (B, T) tensor costs about as much as the arithmetic on it, so this makes one in the
+    forward (freed at once) and one in the backward (the gradient itself)."""
 
     @staticmethod
-    def backward(ctx, grad: torch.Tensor):
-        (mask_f,) = ctx.saved_tensors
-        return grad * mask_f, None
+    def forward(ctx, logp, mask_f, row_coef, weights):
+        ctx.save_for_backward(mask_f, row_coef, weights)
+        safe = torch.nan_to_num(logp, nan=0.0, posinf=0.0, neginf=0.0).mul_(mask_f).mul_(row_coef[:, None])
+        return -(dot(safe, weights) if weights is not None else safe.sum())
+
+    @staticmethod
+    def backward(ctx, grad):
+        mask_f, row_coef, weights = ctx.saved_tensors
+        per_row = (row_coef * -grad)[:, None]  # (B, 1)
+        return (weights if weights is not None else mask_f) * per_row, None, None, None
 
 
-def masked_logp(x: torch.Tensor, mask_f: torch.Tensor) -> torch.Tensor:
-    """Differentiable x * mask that ignores whatever padding holds: see _MaskedLogp."""
-    return _MaskedLogp.apply(x, mask_f)
+def surrogate_loss(logp: torch.Tensor, mask_f: torch.Tensor, row_coef: torch.Tensor,
+                   weights: torch.Tensor | None = None) -> torch.Tensor:
+    """-sum_j row_coef_j * sum_t w_jt * logp_jt over loss tokens; differentiable in logp only.
+    logp (B, T) may hold anything on padding; weights (B, T), finite and 0 off the loss mask, or None."""
+    return _Surrogate.apply(logp, mask_f, row_coef, weights)
 
 
 def masked_mean(x: torch.Tensor, select: torch.Tensor) -> torch.Tensor:
