@@ -76,7 +76,7 @@ def _output(r: Ratios, batch: Batch, c: Correction, cfg: Config, agg: str) -> Es
         weights = r.per_token(seq_w) if c.kept is None else seq_w[:, None] * kept_f
     else:
         keep = kept_f if kept_f is not None else r.mask_f
-        weights = keep if c.weights is None else c.weights * keep
+        weights = keep if c.weights is None else c.weights.mul_(keep)  # a fresh tensor (Correction's contract)
         seq_w = None
     weights = weights.detach()
 

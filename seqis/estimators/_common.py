@@ -52,7 +52,7 @@ def log_of(x: float) -> float:
 
 def capped_exp(x: torch.Tensor, clip: float = math.inf) -> torch.Tensor:
     """min(exp(x), clip, e^40), computed as exp(min(x, log clip, 40))."""
-    return torch.exp(x.clamp(max=min(log_of(clip), MAX_LOG_WEIGHT)))
+    return x.clamp(max=min(log_of(clip), MAX_LOG_WEIGHT)).exp_()  # clamp makes a copy: exp it in place
 
 
 def in_band(x: torch.Tensor, low: float, high: float) -> torch.Tensor:
@@ -191,7 +191,7 @@ class Correction:
 
     The weight on a token is given one of three ways (before adv_tau * A):
     seq_weights  (B,) one finite weight for all of a rollout's tokens (sequence-level estimators), or
-    weights      (B, T) a finite weight per token, or
+    weights      (B, T) a finite weight per token, a tensor of its own (run() zeroes it in place), or
     neither      weight 1 on every kept token (pure filters).
     kept         (B, T) bool, the loss tokens whose gradient survives, when a token-level rule drops some
     accepted     (B,) bool rollout gate: kept = loss mask & accepted (when `kept` is not given)
