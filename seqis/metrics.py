@@ -86,11 +86,11 @@ def _output(r: Ratios, batch: Batch, c: Correction, cfg: Config, agg: str) -> Es
     row = scale.expand(r.length.shape) if scale.dim() == 0 else scale[:, 0]  # (B,)
     adv = batch.advantages.to(r.dtype) * cfg.adv_tau
     if adv.dim() == 2:  # per-token advantages: fold them into the token coefficient
-        loss = surrogate_loss(logp, r.mask_f, row, weights * torch.where(r.mask, adv, zero))
+        loss = surrogate_loss(logp, r, row, weights * torch.where(r.mask, adv, zero))
     elif seq_w is not None and c.kept is None:  # one weight per rollout: no (B, T) coefficient at all
-        loss = surrogate_loss(logp, r.mask_f, row * adv * seq_w)
+        loss = surrogate_loss(logp, r, row * adv * seq_w)
     else:
-        loss = surrogate_loss(logp, r.mask_f, row * adv, weights)
+        loss = surrogate_loss(logp, r, row * adv, weights)
 
     # common metrics: mismatch KL split into dropped / kept tokens
     k3_total = r.k3_rollout.sum()

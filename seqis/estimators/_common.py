@@ -82,16 +82,17 @@ def as_float(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 class _Surrogate(torch.autograd.Function):
     """loss = -sum over loss tokens of row_coef_j * w_jt * log pi_jt (w = 1 when weights is None).
 
-    One autograd node for the whole surrogate: log pi may hold -inf / NaN on padding (it is zeroed, not
-    multiplied), and the backward writes the gradient -row_coef_j * w_jt * mask_jt in one pass. On the
-    CPU each fresh (B, T) tensor costs about as much as the arithmetic on it, so this makes one in the
-    forward (freed at once) and one in the backward (the gradient itself)."""
+    One autograd node for the whole surrogate. Its value comes from the Ratios' detached, padding-free
+    log pi (shared by every estimator on the batch: a sequence-level estimator's forward is then a (B,)
+    dot); `logp` is only the graph's input. The backward writes the gradient -row_coef_j * w_jt * mask_jt
+    in one pass."""
 
     @staticmethod
-    def forward(ctx, logp, mask_f, row_coef, weights):
-        ctx.save_for_backward(mask_f, row_coef, weights)
-        safe = torch.nan_to_num(logp, nan=0.0, posinf=0.0, neginf=0.0).mul_(mask_f).mul_(row_coef[:, None])
-        return -(dot(safe, weights) if weights is not None else safe.sum())
+    def forward(ctx, logp, r: Ratios, row_coef, weights):
+        ctx.save_for_backward(r.mask_f, row_coef, weights)
+        if weights is None:
+            return -(row_coef * r.logp_rowsum).sum()
+        return -((weights * r.logp).sum(-1) * row_coef).sum()
 
     @staticmethod
     def backward(ctx, grad):
@@ -100,11 +101,11 @@ class _Surrogate(torch.autograd.Function):
         return (weights if weights is not None else mask_f) * per_row, None, None, None
 
 
-def surrogate_loss(logp: torch.Tensor, mask_f: torch.Tensor, row_coef: torch.Tensor,
+def surrogate_loss(logp: torch.Tensor, r: Ratios, row_coef: torch.Tensor,
                    weights: torch.Tensor | None = None) -> torch.Tensor:
-    """-sum_j row_coef_j * sum_t w_jt * logp_jt over loss tokens; differentiable in logp only.
-    logp (B, T) may hold anything on padding; weights (B, T), finite and 0 off the loss mask, or None."""
-    return _Surrogate.apply(logp, mask_f, row_coef, weights)
+    """-sum_j row_coef_j * sum_t w_jt * log pi_jt over loss tokens; differentiable in logp (the batch's
+    trainer_logprobs in the compute dtype) only. weights (B, T), finite and 0 off the loss mask, or None."""
+    return _Surrogate.apply(logp, r, row_coef, weights)
 
 
 def masked_mean(x: torch.Tensor, select: torch.Tensor) -> torch.Tensor:
@@ -122,29 +123,28 @@ class Ratios:
     """
 
     mask: torch.Tensor  # (B, T) bool, loss tokens
+    mask_f: torch.Tensor  # (B, T) the loss mask as 0/1 floats, to multiply finite tensors by
+    logp: torch.Tensor  # (B, T) log pi on loss tokens, 0 elsewhere (detached: the surrogate's value)
     log_ratio: torch.Tensor  # (B, T) l_t = log pi - log mu on loss tokens, 0 elsewhere
-    _cache: dict = field(default_factory=dict, repr=False)
 
     @classmethod
     def of(cls, batch: Batch) -> Ratios:
         dtype = compute_dtype(batch.trainer_logprobs)
-        tl = batch.trainer_logprobs.detach().to(dtype)
-        il = batch.inference_logprobs.to(dtype)
         mask_f = as_float(batch.loss_mask, dtype)  # (B, T)
-        # l_t on loss tokens, 0 on padding (which may hold -inf or NaN); in place on one new tensor: on the
-        # CPU every fresh (B, T) allocation can cost more than the arithmetic (page faults)
-        log_ratio = (tl - il).nan_to_num_(nan=0.0, posinf=0.0, neginf=0.0).mul_(mask_f)  # (B, T)
-        r = cls(batch.loss_mask, log_ratio)
-        r.__dict__["mask_f"] = mask_f  # seed the cached property
-        return r
+        # padding may hold -inf or NaN: zero it in place on each new tensor (on the CPU a fresh (B, T)
+        # allocation can cost more than the arithmetic: page faults)
+        logp = batch.trainer_logprobs.detach().to(dtype).nan_to_num(nan=0.0, posinf=0.0, neginf=0.0).mul_(mask_f)
+        il = batch.inference_logprobs.to(dtype)
+        log_ratio = (logp - il).nan_to_num_(nan=0.0, posinf=0.0, neginf=0.0).mul_(mask_f)  # (B, T)
+        return cls(batch.loss_mask, mask_f, logp, log_ratio)
 
     @property
     def dtype(self) -> torch.dtype:
         return self.log_ratio.dtype
 
     @cached_property
-    def mask_f(self) -> torch.Tensor:  # (B, T) the loss mask as 0/1 floats, to multiply finite tensors by
-        return as_float(self.mask, self.dtype)
+    def logp_rowsum(self) -> torch.Tensor:  # (B,) sum of log pi over each rollout's loss tokens
+        return self.logp.sum(-1)
 
     @cached_property
     def length(self) -> torch.Tensor:  # (B,) T_j as a float
