@@ -68,14 +68,16 @@ def _step_many(names, batch: Batch):
     return [o.scalars() for o in outs.values()], grads
 
 
-def paired(fn: Callable[[], object], floor_fn: Callable[[], object], *, rounds: int = 5, device=None):
-    """Medians of fn and of the floor, measured in alternating blocks (each block a warm-up call and a
-    median of three), so a busy machine slows both alike and each is timed in its steady state."""
+def paired(fn: Callable[[], object], floor_fn: Callable[[], object], *, rounds: int = 7, device=None):
+    """fn and the floor timed in alternating blocks (each a warm-up call and a median of three), so a busy
+    machine slows both alike and each is timed in its steady state. Returns (median fn seconds, median
+    floor seconds, median of the per-block ratios): the ratio pairs each fn block with its own floor."""
     t_fn, t_floor = [], []
     for _ in range(rounds):
         t_floor.append(median_time(floor_fn, repeats=3, warmup=1, device=device))
         t_fn.append(median_time(fn, repeats=3, warmup=1, device=device))
-    return statistics.median(t_fn), statistics.median(t_floor)
+    ratio = statistics.median(a / b for a, b in zip(t_fn, t_floor))
+    return statistics.median(t_fn), statistics.median(t_floor), ratio
 
 
 def bench_estimators(device: str, quick: bool) -> None:
@@ -83,23 +85,24 @@ def bench_estimators(device: str, quick: bool) -> None:
     batch = ragged_batch(B, T, device=device)
     floor_fn = lambda: floor_pass(batch)
     print(f"\n## Estimators: forward + backward + metrics, {B} x {T} fp32, ragged, {device}")
-    print("floor: torch.where(mask, t - i, 0).sum(-1), measured alternately with each row\n")
+    print("floor: torch.where(mask, t - i, 0).sum(-1), measured alternately with each row; x floor is the "
+          "median of per-block ratios\n")
     print("| estimator | median ms | floor ms | x floor |")
     print("|---|---:|---:|---:|")
     times = {}
     for name in ESTIMATORS:
-        t, f = paired(lambda n=name: _step(n, batch), floor_fn, device=device)
+        t, f, x = paired(lambda n=name: _step(n, batch), floor_fn, device=device)
         times[name] = t
         seed = " (seed)" if name in SEED_ESTIMATORS else ""
-        print(f"| {name}{seed} | {t * 1e3:.2f} | {f * 1e3:.2f} | {t / f:.1f} |")
+        print(f"| {name}{seed} | {t * 1e3:.2f} | {f * 1e3:.2f} | {x:.1f} |")
     all_names = list(ESTIMATORS)
-    t_all, f = paired(lambda: _step_many(all_names, batch), floor_fn, device=device)
-    print(f"| all {len(all_names)} through run_many | {t_all * 1e3:.2f} | {f * 1e3:.2f} | {t_all / f:.1f} |")
+    t_all, f, x = paired(lambda: _step_many(all_names, batch), floor_fn, device=device)
+    print(f"| all {len(all_names)} through run_many | {t_all * 1e3:.2f} | {f * 1e3:.2f} | {x:.1f} |")
     seed4 = list(SEED_ESTIMATORS)
-    t4, f = paired(lambda: _step_many(seed4, batch), floor_fn, device=device)
-    print(f"| four seed estimators through run_many | {t4 * 1e3:.2f} | {f * 1e3:.2f} | {t4 / f:.1f} |")
-    t_diag, f = paired(lambda: diagnostics(batch), floor_fn, device=device)
-    print(f"| diagnostics(batch) | {t_diag * 1e3:.2f} | {f * 1e3:.2f} | {t_diag / f:.1f} |")
+    t4, f, x = paired(lambda: _step_many(seed4, batch), floor_fn, device=device)
+    print(f"| four seed estimators through run_many | {t4 * 1e3:.2f} | {f * 1e3:.2f} | {x:.1f} |")
+    t_diag, f, x = paired(lambda: diagnostics(batch), floor_fn, device=device)
+    print(f"| diagnostics(batch) | {t_diag * 1e3:.2f} | {f * 1e3:.2f} | {x:.1f} |")
     slowest = max(times, key=times.get)
     print(f"\nall {len(all_names)} through run_many / slowest single ({slowest}): {t_all / times[slowest]:.2f}x")
 
@@ -142,8 +145,8 @@ def bench_lab(device: str, quick: bool) -> None:
         draw = lambda N=N, dev=dev, gen=gen: torch.rand(N, H, generator=gen, device=dev, dtype=torch.float64)
         mc = lambda n_batches=n_batches, dev=dev, budget=budget: monte_carlo_many(
             chain, names, batch_size=B, n_batches=n_batches, seed=0, device=dev, memory_budget=budget)
-        t, f = paired(mc, draw, rounds=3 if n_batches > 400 else 5, device=dev)
-        print(f"| {dev} | {n_batches:,} | {N:,} | {t:.3f} | {N / t:,.0f} | {f * 1e3:.2f} | {t / f:.1f} |")
+        t, f, x = paired(mc, draw, rounds=3 if n_batches > 400 else 5, device=dev)
+        print(f"| {dev} | {n_batches:,} | {N:,} | {t:.3f} | {N / t:,.0f} | {f * 1e3:.2f} | {x:.1f} |")
 
 
 def bench_explore(device: str, quick: bool) -> None:

@@ -23,7 +23,6 @@ from .estimators._common import (
     AGGREGATIONS,
     Correction,
     any_per_row,
-    as_float,
     dot,
     gated,
     masked_mean,
@@ -58,8 +57,8 @@ def _output(r: Ratios, batch: Batch, c: Correction, cfg: Config, agg: str) -> Es
 
     # which tokens keep a gradient, per token and per rollout
     if c.kept is not None:
-        kept = r.mask & c.kept  # (B, T)
-        kept_f = as_float(kept, r.dtype)
+        kept_f = c.kept  # (B, T) 0/1 floats, 0 off the loss mask
+        kept = kept_f.bool()
         kept_len = kept_f.sum(-1)  # (B,)
     elif c.accepted is not None:
         kept = r.tokens_of(c.accepted)

@@ -62,6 +62,17 @@ def in_band(x: torch.Tensor, low: float, high: float) -> torch.Tensor:
     return ok
 
 
+def band_f(x: torch.Tensor, low: float, high: float) -> torch.Tensor:
+    """1.0 where low <= exp(x) <= high, else 0.0, as a new float tensor (x finite): clamp and compare in
+    place. On the CPU a comparison that writes a bool tensor is a slow path; this is not."""
+    return x.clamp(log_of(low), log_of(high)).eq_(x)
+
+
+def above(x: torch.Tensor, c: float) -> torch.Tensor:
+    """x > c as a bool tensor (x finite), through the fast float path of band_f."""
+    return x.clamp(max=c).ne_(x).bool()
+
+
 def any_per_row(mask: torch.Tensor) -> torch.Tensor:
     """(B, T) bool -> (B,) bool, any over T (a uint8 max: bool reductions are slow on CPU)."""
     if mask.shape[-1] == 0:
@@ -193,7 +204,8 @@ class Correction:
     seq_weights  (B,) one finite weight for all of a rollout's tokens (sequence-level estimators), or
     weights      (B, T) a finite weight per token, a tensor of its own (run() zeroes it in place), or
     neither      weight 1 on every kept token (pure filters).
-    kept         (B, T) bool, the loss tokens whose gradient survives, when a token-level rule drops some
+    kept         (B, T) float, 1.0 on the loss tokens whose gradient survives and 0.0 elsewhere (padding
+                 included), when a token-level rule drops some; run() may return it as the weights
     accepted     (B,) bool rollout gate: kept = loss mask & accepted (when `kept` is not given)
                  With neither, every loss token is kept (a weight that underflows to 0 is not dropped).
     clipped      (B,) bool, the rollouts whose sequence weight was truncated

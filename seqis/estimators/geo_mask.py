@@ -15,7 +15,7 @@ Source: prime-rl's geometric sequence mask; Li & Liu, "RL collapse" part 3.
 from dataclasses import dataclass
 
 from ..types import Config, knob
-from ._common import GEO, Correction, Ratios, band_high, band_low, capped_exp, in_band, log_of
+from ._common import GEO, Correction, Ratios, above, band_high, band_low, capped_exp, in_band, log_of
 
 
 @dataclass(frozen=True)
@@ -32,5 +32,5 @@ def geo_mask(r: Ratios, cfg: GeoMaskConfig) -> Correction:
     if cfg.token_clip is None:  # pure filter: weight 1 on the kept rollouts' tokens
         return Correction(accepted=gate, masks=masks)
     weights = capped_exp(r.log_ratio, cfg.token_clip)  # (B, T) min(rho_t, C); run() zeroes it off the gate
-    masks["clipped"] = r.tokens_of(gate) & (r.log_ratio > log_of(cfg.token_clip))
+    masks["clipped"] = r.tokens_of(gate) & above(r.log_ratio, log_of(cfg.token_clip))
     return Correction(weights=weights, accepted=gate, masks=masks)

@@ -11,7 +11,7 @@ Source: IcePop (Ring-1T, inclusionAI), default band [0.5, 5].
 from dataclasses import dataclass
 
 from ..types import Config
-from ._common import TOKEN, Correction, Ratios, band_high, band_low, capped_exp, in_band
+from ._common import TOKEN, Correction, Ratios, band_f, band_high, band_low, capped_exp
 
 
 @dataclass(frozen=True)
@@ -21,5 +21,6 @@ class IcePopConfig(Config):
 
 
 def icepop(r: Ratios, cfg: IcePopConfig) -> Correction:
-    ok = r.mask & in_band(r.log_ratio, cfg.token_mask_low, cfg.token_mask_high)  # (B, T)
-    return Correction(weights=capped_exp(r.log_ratio), kept=ok, masks={"token_masked": r.mask & ~ok})
+    ok = band_f(r.log_ratio, cfg.token_mask_low, cfg.token_mask_high).mul_(r.mask_f)  # (B, T) 0/1
+    token_masked = r.mask & ~ok.bool()
+    return Correction(weights=capped_exp(r.log_ratio), kept=ok, masks={"token_masked": token_masked})

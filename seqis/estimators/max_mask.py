@@ -12,7 +12,7 @@ Source: verl's rollout-correction helper (veto threshold, seq_max rejection).
 from dataclasses import dataclass
 
 from ..types import Config
-from ._common import TOKEN, Correction, Ratios, any_per_row, band_high, band_low, in_band
+from ._common import TOKEN, Correction, Ratios, any_per_row, band_f, band_high, band_low
 
 
 @dataclass(frozen=True)
@@ -22,7 +22,7 @@ class MaxMaskConfig(Config):
 
 
 def max_mask(r: Ratios, cfg: MaxMaskConfig) -> Correction:
-    token_out = r.mask & ~in_band(r.log_ratio, cfg.token_mask_low, cfg.token_mask_high)  # (B, T)
+    token_out = r.mask & ~band_f(r.log_ratio, cfg.token_mask_low, cfg.token_mask_high).bool()  # (B, T)
     gate = r.valid & ~any_per_row(token_out)  # (B,)
     return Correction(
         masks={"token_masked": token_out, "traj_masked": r.tokens_of(~gate)},

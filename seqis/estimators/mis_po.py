@@ -14,7 +14,7 @@ Source: StepFun, "Step 3.5 Flash" (arXiv 2602.10604).
 from dataclasses import dataclass
 
 from ..types import Config
-from ._common import GEO, TOKEN, Correction, Ratios, band_high, band_low, in_band, token_fraction
+from ._common import GEO, TOKEN, Correction, Ratios, as_float, band_f, band_high, band_low, in_band, token_fraction
 
 
 @dataclass(frozen=True)
@@ -26,13 +26,12 @@ class MISPOConfig(Config):
 
 
 def mis_po(r: Ratios, cfg: MISPOConfig) -> Correction:
-    token_ok = in_band(r.log_ratio, cfg.token_mask_low, cfg.token_mask_high)  # (B, T)
-    gate = r.valid & in_band(r.geo_log_ratio, cfg.geo_mask_low, cfg.geo_mask_high)  # (B,)
-    kept = r.tokens_of(gate)  # (B, T)
-    kept &= token_ok
-    token_masked = token_ok.bitwise_not_()  # (B, T) in place: token_ok is not needed again
-    token_masked &= r.mask
-    traj_masked = r.tokens_of(~gate)
+    token_ok = band_f(r.log_ratio, cfg.token_mask_low, cfg.token_mask_high)  # (B, T) 1.0 inside the token band
+    token_masked = token_ok.bool().bitwise_not_()  # (B, T) outside it ...
+    token_masked &= r.mask  # ... among the loss tokens
+    gate = r.valid & in_band(r.geo_log_ratio, cfg.geo_mask_low, cfg.geo_mask_high)  # (B,) trajectory band
+    traj_masked = r.tokens_of(~gate)  # (B, T)
+    kept = token_ok.mul_(r.mask_f).mul_(as_float(gate, r.dtype)[:, None])  # (B, T) in place: both bands
     return Correction(
         kept=kept,
         masks={"token_masked": token_masked, "traj_masked": traj_masked},

@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass
 
 from ..types import Config, knob
-from ._common import Correction, Ratios, capped_exp, log_of
+from ._common import Correction, Ratios, above, capped_exp, log_of
 
 
 @dataclass(frozen=True)
@@ -25,4 +25,4 @@ class PrefixISConfig(Config):
 def prefix_is(r: Ratios, cfg: PrefixISConfig) -> Correction:
     prefix = r.log_ratio.cumsum(-1)  # (B, T) padding holds 0, so it adds nothing
     weights = capped_exp(prefix, cfg.prefix_clip)  # (B, T)
-    return Correction(weights=weights, masks={"clipped": r.mask & (prefix > log_of(cfg.prefix_clip))})
+    return Correction(weights=weights, masks={"clipped": r.mask & above(prefix, log_of(cfg.prefix_clip))})

@@ -11,7 +11,7 @@ Source: Yao et al., "Your Efficient RL Framework Secretly Brings You Off-Policy 
 from dataclasses import dataclass
 
 from ..types import Config, knob
-from ._common import Correction, Ratios, capped_exp, log_of
+from ._common import Correction, Ratios, above, capped_exp, log_of
 
 
 @dataclass(frozen=True)
@@ -22,4 +22,4 @@ class TokenTISConfig(Config):
 
 def token_tis(r: Ratios, cfg: TokenTISConfig) -> Correction:
     weights = capped_exp(r.log_ratio, cfg.token_clip)  # (B, T)
-    return Correction(weights=weights, masks={"clipped": r.mask & (r.log_ratio > log_of(cfg.token_clip))})
+    return Correction(weights=weights, masks={"clipped": r.mask & above(r.log_ratio, log_of(cfg.token_clip))})
