@@ -31,9 +31,8 @@ test: venv browser
 run: venv
 	$(BIN)/streamlit run app --server.port $(PORT) --browser.gatherUsageStats false
 
-# keep freed memory for reuse instead of returning it to the OS: what a CPU training loop wants
 bench: venv
-	MALLOC_MMAP_THRESHOLD_=1073741824 MALLOC_TRIM_THRESHOLD_=4294967296 $(BIN)/python -m seqis.bench
+	$(BIN)/python -m seqis.bench
 
 lint: venv
 	$(BIN)/ruff check seqis app tests scripts

@@ -8,8 +8,8 @@ diagnostics, then any section added to SECTIONS below (the lab, an Explore rerun
 from __future__ import annotations
 
 import argparse
+import ctypes
 import math
-import os
 import statistics
 import time
 from collections.abc import Callable
@@ -195,6 +195,19 @@ def bench_explore(device: str, quick: bool) -> None:
         print(f"| {lengths} | {tokens:,} | {med * 1e3:.0f} | {p90 * 1e3:.0f} | {floor * 1e3:.0f} | {med / floor:.1f} |")
 
 
+def keep_freed_memory() -> str:
+    """Ask glibc to keep freed memory for reuse instead of returning it to the OS (as a long-running CPU
+    trainer with jemalloc or tcmalloc does, and as torch's CUDA allocator does on a GPU): on these CPUs
+    the page faults of each fresh (B, T) tensor otherwise cost as much as the arithmetic on it."""
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+    except OSError:
+        return "defaults (not glibc)"
+    M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
+    ok = libc.mallopt(M_TRIM_THRESHOLD, 1 << 30) and libc.mallopt(M_MMAP_THRESHOLD, 32 << 20)
+    return "freed memory kept for reuse (mallopt: trim 1 GiB, mmap 32 MiB)" if ok else "defaults (mallopt refused)"
+
+
 # (name, function(device, quick)); sections print their own tables
 SECTIONS: list[tuple[str, Callable[[str, bool], None]]] = [
     ("estimators", bench_estimators),
@@ -208,12 +221,11 @@ def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--quick", action="store_true", help="smaller sizes, for a smoke run")
+    ap.add_argument("--glibc-defaults", action="store_true", help="leave glibc's malloc as it is")
     ap.add_argument("--only", nargs="*", help=f"sections to run, from {[n for n, _ in SECTIONS]}")
     args = ap.parse_args(argv)
     print(f"# seqis benchmark: torch {torch.__version__}, {torch.get_num_threads()} CPU threads, device {args.device}")
-    tuned = {k: v for k, v in os.environ.items() if k.startswith("MALLOC_")}
-    print(f"# glibc malloc: {tuned or 'defaults'} (on the CPU a fresh (B, T) tensor's page faults can cost more "
-          "than its arithmetic; `make bench` keeps freed memory for reuse, as torch's CUDA allocator does)")
+    print(f"# glibc malloc: {keep_freed_memory() if not args.glibc_defaults else 'defaults'}")
     for name, fn in SECTIONS:
         if not args.only or name in args.only:
             fn(args.device, args.quick)

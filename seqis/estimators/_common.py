@@ -222,11 +222,6 @@ class Correction:
     metrics: dict[str, torch.Tensor] = field(default_factory=dict)
 
 
-def token_fraction(r: Ratios, select: torch.Tensor) -> torch.Tensor:
-    """Fraction of the batch's loss tokens where select (a subset of the loss mask) is True."""
-    return torch.count_nonzero(select).to(r.dtype) / r.n_tokens.clamp(min=1)  # a full count: no copy
-
-
 def gated(gate: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     """x where gate is True, else 0 (a select, never a multiply: 0 * inf is NaN)."""
     return torch.where(gate, x, torch.zeros((), dtype=x.dtype, device=x.device))

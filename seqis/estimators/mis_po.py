@@ -14,7 +14,7 @@ Source: StepFun, "Step 3.5 Flash" (arXiv 2602.10604).
 from dataclasses import dataclass
 
 from ..types import Config
-from ._common import GEO, TOKEN, Correction, Ratios, as_float, band_f, band_high, band_low, in_band, token_fraction
+from ._common import GEO, TOKEN, Correction, Ratios, as_float, band_f, band_high, band_low, dot, gated, in_band
 
 
 @dataclass(frozen=True)
@@ -29,15 +29,16 @@ def mis_po(r: Ratios, cfg: MISPOConfig) -> Correction:
     token_ok = band_f(r.log_ratio, cfg.token_mask_low, cfg.token_mask_high)  # (B, T) 1.0 inside the token band
     token_masked = token_ok.bool().bitwise_not_()  # (B, T) outside it ...
     token_masked &= r.mask  # ... among the loss tokens
+    n_token_ok = dot(token_ok, r.mask_f)  # loss tokens inside the token band
     gate = r.valid & in_band(r.geo_log_ratio, cfg.geo_mask_low, cfg.geo_mask_high)  # (B,) trajectory band
-    traj_masked = r.tokens_of(~gate)  # (B, T)
     kept = token_ok.mul_(r.mask_f).mul_(as_float(gate, r.dtype)[:, None])  # (B, T) in place: both bands
+    n_tok = r.n_tokens.clamp(min=1)
     return Correction(
         kept=kept,
-        masks={"token_masked": token_masked, "traj_masked": traj_masked},
+        masks={"token_masked": token_masked, "traj_masked": r.tokens_of(~gate)},
         accepted=gate,
         metrics={
-            "is_token_masked": token_fraction(r, token_masked),
-            "is_traj_masked": token_fraction(r, traj_masked),
+            "is_token_masked": (r.n_tokens - n_token_ok) / n_tok,
+            "is_traj_masked": gated(~gate, r.length).sum() / n_tok,  # tokens of the rejected rollouts
         },
     )
