@@ -25,7 +25,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from .estimators import ESTIMATORS
+from .metrics import resolve_config
 from .types import Config
 
 INF = math.inf
@@ -50,12 +50,6 @@ class Snippet:
     filename: str  # a file name for a download
 
 
-def _config(name: str, cfg: Config | None) -> Config:
-    if name not in ESTIMATORS:
-        raise ValueError(f"unknown estimator {name!r}; known: {', '.join(ESTIMATORS)}")
-    return ESTIMATORS[name].config() if cfg is None else cfg
-
-
 def _fmt(x: float) -> str:
     """A float in full (repr) precision: 1/1.001 must not round the band's edge."""
     return repr(float(x))
@@ -63,7 +57,7 @@ def _fmt(x: float) -> str:
 
 def describe(name: str, cfg: Config | None = None) -> str:
     """'seq_tis: seq_clip=2.0, adv_tau=1.0'"""
-    cfg = _config(name, cfg)
+    cfg = resolve_config(name, cfg)
     knobs = ", ".join(f"{k}={v}" for k, v in cfg.as_dict().items())
     return f"{name}: {knobs}" if knobs else name
 
@@ -79,7 +73,7 @@ _RHO_NOT_ONE = "prime-rl weighs each kept token by rho_t (ratio_type token); {na
 
 def prime_rl_mapping(name: str, cfg: Config | None = None) -> Mapping:
     """prime-rl LossConfig keys for an estimator setting (all bands listed; 0 / inf switch one off)."""
-    cfg = _config(name, cfg)
+    cfg = resolve_config(name, cfg)
     k = dict(ratio_type="token", **_PRIME_OFF)
     notes: list[str] = []
     if name == "seq_tis":
@@ -132,7 +126,7 @@ def _toml_value(v: Any) -> str:
 
 
 def prime_rl_toml(name: str, cfg: Config | None = None) -> Snippet:
-    cfg = _config(name, cfg)
+    cfg = resolve_config(name, cfg)
     m = prime_rl_mapping(name, cfg)
     lines = [
         f"# seqis {describe(name, cfg)}",
@@ -158,7 +152,7 @@ def _k1_band(lo: float, hi: float) -> str:
 
 def verl_mapping(name: str, cfg: Config | None = None) -> Mapping:
     """verl algorithm.rollout_correction keys for an estimator setting (bypass mode, REINFORCE loss)."""
-    cfg = _config(name, cfg)
+    cfg = resolve_config(name, cfg)
     k: dict[str, Any] = dict(rollout_is=None, rollout_is_threshold=2.0, rollout_rs=None, rollout_rs_threshold=None)
     notes: list[str] = []
     cap = "verl bounds log w at 20 before truncating (seqis at 40)"
@@ -221,7 +215,7 @@ def _yaml_value(v: Any) -> str:
 
 
 def verl_yaml(name: str, cfg: Config | None = None) -> Snippet:
-    cfg = _config(name, cfg)
+    cfg = resolve_config(name, cfg)
     m = verl_mapping(name, cfg)
     lines = [
         f"# seqis {describe(name, cfg)}",
