@@ -54,11 +54,15 @@ def gaussian_batch(
     length: int,
     s: float,
     *,
-    generator: torch.Generator,
+    generator: torch.Generator | None = None,
+    seed: int = 0,
     device: torch.device | str | None = None,
     dtype: torch.dtype = torch.float32,
 ) -> Batch:
-    """n_rollouts rollouts of `length` tokens with valid IS noise l ~ N(-s^2/2, s^2)."""
+    """n_rollouts rollouts of `length` tokens with valid IS noise l ~ N(-s^2/2, s^2), drawn from
+    `generator` (or a fresh one seeded with `seed` on `device`)."""
+    if generator is None:
+        generator = _generator(seed, torch.device(device) if device is not None else torch.device("cpu"))
     z = torch.randn(n_rollouts, length, generator=generator, device=device, dtype=dtype)  # (B, T)
     return _batch(z * s - s * s / 2)
 

@@ -113,16 +113,23 @@ def prime_rl_mapping(name: str, cfg: Config | None = None) -> Mapping:
     return Mapping(k, notes)
 
 
-def _toml_value(v: Any) -> str:
-    if isinstance(v, str):
-        return f'"{v}"'
+def _literal(v: Any, *, inf: str, null: str, bare_str: bool) -> str:
+    """A scalar as TOML or YAML writes it (the two differ only in inf, null and string quoting)."""
+    if v is None:
+        return null
     if isinstance(v, bool):
         return "true" if v else "false"
+    if isinstance(v, str):
+        return v if bare_str and v.isidentifier() else f'"{v}"'
     if isinstance(v, float) and math.isinf(v):
-        return "inf" if v > 0 else "-inf"
+        return inf if v > 0 else "-" + inf
     if isinstance(v, float):
         return _fmt(v)
     return str(v)
+
+
+def _toml_value(v: Any) -> str:
+    return _literal(v, inf="inf", null='""', bare_str=False)
 
 
 def prime_rl_toml(name: str, cfg: Config | None = None) -> Snippet:
@@ -201,17 +208,7 @@ def verl_mapping(name: str, cfg: Config | None = None) -> Mapping:
 
 
 def _yaml_value(v: Any) -> str:
-    if v is None:
-        return "null"
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, str):
-        return v if v.isidentifier() else f'"{v}"'
-    if isinstance(v, float) and math.isinf(v):
-        return ".inf" if v > 0 else "-.inf"
-    if isinstance(v, float):
-        return _fmt(v)
-    return str(v)
+    return _literal(v, inf=".inf", null="null", bare_str=True)
 
 
 def verl_yaml(name: str, cfg: Config | None = None) -> Snippet:

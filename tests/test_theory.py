@@ -10,17 +10,14 @@ import numpy as np
 import pytest
 import torch
 
-from seqis import ESTIMATORS, Batch, diagnostics, run, theory
+from seqis import ESTIMATORS, Batch, acceptance, diagnostics, run, theory
 
 INF = math.inf
 
 
 def gaussian_batch(n: int, T: int, s: float, seed: int) -> Batch:
-    """n rollouts of T tokens with valid IS noise l ~ N(-s^2/2, s^2), so E_mu[rho] = 1."""
-    g = torch.Generator().manual_seed(seed)
-    l = torch.randn(n, T, generator=g, dtype=torch.float64) * s - s * s / 2  # (n, T)
-    inference = torch.full_like(l, -1.0)
-    return Batch(inference + l, inference, torch.ones(n, dtype=torch.float64))
+    """n rollouts of T tokens with valid IS noise l ~ N(-s^2/2, s^2), so E_mu[rho] = 1 (float64)."""
+    return acceptance.gaussian_batch(n, T, s, seed=seed, dtype=torch.float64)
 
 
 def rollouts(name: str, batch: Batch, **knobs) -> dict[str, torch.Tensor]:
