@@ -14,7 +14,8 @@ Metric definitions (valid rollout = T_j > 0; an empty selection gives 0.0):
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from functools import partial
 
 import torch
 
@@ -23,13 +24,15 @@ from .estimators._common import (
     AGGREGATIONS,
     Correction,
     any_per_row,
+    as_float,
     dot,
     gated,
     masked_mean,
     surrogate_loss,
     token_scale,
+    tokens_of,
 )
-from .types import Batch, Config, EstimatorOutput
+from .types import Batch, Config, EstimatorOutput, Masks
 
 
 def resolve_config(name: str, cfg: Config | None) -> Config:
@@ -44,57 +47,44 @@ def resolve_config(name: str, cfg: Config | None) -> Config:
     return cfg
 
 
-def _output(r: Ratios, batch: Batch, c: Correction, cfg: Config, agg: str) -> EstimatorOutput:
+def _token_weights(r: Ratios, c: Correction) -> torch.Tensor:
+    """A token-level correction's (B, T) weights before adv_tau * A, built in place on its own tensors."""
+    w = c.kept if c.weights is None else c.weights.mul_(c.kept if c.kept is not None else r.mask_f)
+    if c.kept is None and c.accepted is not None:  # a rollout gate on token weights (geo_mask's hybrid)
+        w.mul_(as_float(c.accepted, r.dtype)[:, None])
+    return w if c.seq_weights is None else w.mul_(c.seq_weights[:, None])
+
+
+def _output(r: Ratios, batch: Batch, c: Correction, cfg: Config, agg: str,
+            again: Callable[[], Correction]) -> EstimatorOutput:
     """Loss, weights, masks, metrics and per-rollout values from a correction.
 
-    Sequence-level corrections (seq_weights, a rollout gate) never touch a (B, T) float tensor beyond
-    the weights they must return: their loss and metrics are per-rollout sums. Every (B, T) tensor
-    derived from log-ratios is finite, so masking them by multiplying with the 0/1 mask is safe;
-    trainer_logprobs may hold -inf / NaN on padding and is zeroed by surrogate_loss. On the CPU a fresh
-    (B, T) tensor costs about as much as the arithmetic on it, so products are reduced with row dots.
+    Sequence-level corrections (seq_weights, a rollout gate) never touch a (B, T) float tensor for the
+    loss: their loss and metrics are per-rollout sums. A token-level correction's own (B, T) tensor
+    becomes the gradient in place, so its weights and kept mask, when somebody reads them, come from
+    `again()`, the estimator evaluated anew. Every (B, T) tensor derived from log-ratios is finite, so
+    masking them by multiplying with the 0/1 mask is safe; trainer_logprobs may hold -inf / NaN on
+    padding and only enters the loss through the Ratios' cleaned copy. On the CPU a fresh (B, T) tensor
+    costs about as much as the arithmetic on it: this function makes at most one.
     """
     zero = torch.zeros((), dtype=r.dtype, device=r.mask.device)
+    token_level = c.weights is not None or c.kept is not None
 
-    # which tokens keep a gradient, per token and per rollout
+    # which tokens keep a gradient, per rollout
     if c.kept is not None:
-        kept_f = c.kept  # (B, T) 0/1 floats, 0 off the loss mask
-        kept = kept_f.bool()
-        kept_len = kept_f.sum(-1)  # (B,)
+        kept_len = c.kept_len if c.kept_len is not None else c.kept.sum(-1)  # (B,)
+        kept = lambda: again().kept.bool()
     elif c.accepted is not None:
-        kept = r.tokens_of(c.accepted)
-        kept_f = None
         kept_len = gated(c.accepted, r.length)
+        kept = partial(tokens_of, r.mask, c.accepted)
     else:
-        kept, kept_f, kept_len = r.mask, r.mask_f, r.length
+        kept_len, kept = r.length, r.mask
     accepted = c.accepted if c.accepted is not None else kept_len > 0  # (B,)
-
-    # gradient coefficient per token: (B, T) weights, 0 where dropped
-    if c.seq_weights is not None or (c.weights is None and c.kept is None):
-        seq_w = c.seq_weights if c.seq_weights is not None else torch.ones_like(r.length)
-        seq_w = gated(accepted, seq_w) if c.accepted is not None else seq_w  # (B,)
-        weights = r.per_token(seq_w) if c.kept is None else seq_w[:, None] * kept_f
-    else:
-        keep = kept_f if kept_f is not None else r.mask_f
-        weights = keep if c.weights is None else c.weights.mul_(keep)  # a fresh tensor (Correction's contract)
-        seq_w = None
-    weights = weights.detach()
-
-    # surrogate loss = -sum(scale * weight * adv_tau * A * log pi) over loss tokens
-    logp = batch.trainer_logprobs.to(r.dtype)  # (B, T) differentiable; padding may hold -inf / NaN
-    scale = token_scale(r, kept_len.sum(), agg)  # () or (B, 1)
-    row = scale.expand(r.length.shape) if scale.dim() == 0 else scale[:, 0]  # (B,)
-    adv = batch.advantages.to(r.dtype) * cfg.adv_tau
-    if adv.dim() == 2:  # per-token advantages: fold them into the token coefficient
-        loss = surrogate_loss(logp, r, row, weights * torch.where(r.mask, adv, zero))
-    elif seq_w is not None and c.kept is None:  # one weight per rollout: no (B, T) coefficient at all
-        loss = surrogate_loss(logp, r, row * adv * seq_w)
-    else:
-        loss = surrogate_loss(logp, r, row * adv, weights)
-
-    # common metrics: mismatch KL split into dropped / kept tokens
-    k3_total = r.k3_rollout.sum()
-    k3_kept = dot(r.k3, kept_f) if c.kept is not None else gated(accepted, r.k3_rollout).sum()
     n_tok, n_kept = r.n_tokens, kept_len.sum()
+
+    # common metrics: mismatch KL split into dropped / kept tokens (read `kept` before the loss takes it)
+    k3_total = r.k3_rollout.sum()
+    k3_kept = dot(r.k3, c.kept) if c.kept is not None else gated(accepted, r.k3_rollout).sum()
     metrics = {
         "mismatch_kl": k3_total / n_tok.clamp(min=1),
         "masked_mismatch_kl": (k3_total - k3_kept) / (n_tok - n_kept).clamp(min=1),
@@ -105,25 +95,52 @@ def _output(r: Ratios, batch: Batch, c: Correction, cfg: Config, agg: str) -> Es
     }
     metrics.update(c.metrics)
 
+    # surrogate loss = -sum(scale * weight * adv_tau * A * log pi) over loss tokens
+    logp = batch.trainer_logprobs.to(r.dtype)  # (B, T) differentiable; padding may hold -inf / NaN
+    scale = token_scale(r, n_kept, agg)  # () or (B, 1)
+    row = scale.expand(r.length.shape) if scale.dim() == 0 else scale[:, 0]  # (B,)
+    adv = batch.advantages.to(r.dtype) * cfg.adv_tau
+    if adv.dim() == 2:  # per-token advantages: part of the token coefficient
+        adv_tok, row_adv = torch.where(r.mask, adv, zero), -row
+    else:
+        adv_tok, row_adv = None, -row * adv
+
+    def gradient(w: torch.Tensor) -> torch.Tensor:  # (B, T) weights -> d loss / d log pi, in place
+        return (w if adv_tok is None else w.mul_(adv_tok)).mul_(row_adv[:, None])
+
+    length = r.length.clamp(min=1)
+    if token_level:
+        w = _token_weights(r, c)
+        weight = kept_len / length if w is c.kept and c.seq_weights is None else w.sum(-1) / length
+        weights = lambda: _token_weights(r, again())
+        rebuild = lambda: gradient(_token_weights(r, again()))
+        loss = surrogate_loss(logp, r, G=gradient(w), rebuild=rebuild)
+    else:
+        seq_w = c.seq_weights if c.seq_weights is not None else torch.ones_like(r.length)
+        weight = gated(accepted, seq_w) if c.accepted is not None else seq_w  # (B,)
+        weights = partial(r.per_token, weight)
+        if adv_tok is None:  # one coefficient per rollout: no (B, T) tensor at all
+            loss = surrogate_loss(logp, r, row_coef=-row_adv * weight)
+        else:
+            rebuild = lambda: gradient(r.per_token(weight))
+            loss = surrogate_loss(logp, r, G=rebuild(), rebuild=rebuild)
+
+    own = dict(c.masks)
     if c.clipped is not None:
         clipped = c.clipped & r.valid
-    elif "clipped" in c.masks:
-        clipped = any_per_row(c.masks["clipped"])
-    else:
-        clipped = torch.zeros_like(r.valid)
-    length = r.length.clamp(min=1)
+        own.setdefault("clipped", partial(tokens_of, r.mask, clipped))
+    masks = Masks({"kept": kept, **own})
+    if c.clipped is None:
+        clipped = any_per_row(masks["clipped"]) if "clipped" in masks else torch.zeros_like(r.valid)
     rollouts = {
         "length": r.length,
         "seq_log_ratio": r.seq_log_ratio,
         "geo_log_ratio": r.geo_log_ratio,
-        "weight": seq_w if seq_w is not None and c.kept is None else weights.sum(-1) / length,
+        "weight": weight,
         "accepted": accepted & r.valid,
         "clipped": clipped,
         "kept_fraction": kept_len / length,
     }
-    masks = {"kept": kept, **c.masks}
-    if c.clipped is not None and "clipped" not in masks:
-        masks["clipped"] = r.tokens_of(clipped)
     return EstimatorOutput(loss=loss, weights=weights, masks=masks, metrics=metrics, rollouts=rollouts)
 
 
@@ -149,4 +166,8 @@ def run_many(
     if agg not in AGGREGATIONS:
         raise ValueError(f"agg must be one of {', '.join(AGGREGATIONS)}; got {agg!r}")
     r = ratios if ratios is not None else Ratios.of(batch)
-    return {name: _output(r, batch, ESTIMATORS[name].fn(r, cfg), cfg, agg) for name, cfg in configs}
+    out = {}
+    for name, cfg in configs:
+        again = partial(ESTIMATORS[name].fn, r, cfg)
+        out[name] = _output(r, batch, again(), cfg, agg, again)
+    return out

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,14 +28,16 @@ def knob(
     log: bool = False,
     optional: bool = False,
     choices: tuple | None = None,
+    finite: bool = False,
 ) -> Any:
     """A config field whose metadata says how to validate it and how to draw it.
 
-    gt / ge: the value must be greater than / at least this (math.inf is always allowed for clips).
+    gt / ge: the value must be greater than / at least this (math.inf is allowed, for clips and band
+    edges, unless finite=True).
     ui: the slider's range; log: draw the slider on a log scale; optional: None is a valid value
     (it switches the feature off, e.g. geo_mask's token_clip); choices: a categorical knob (a select box).
     """
-    meta = dict(help=help, gt=gt, ge=ge, ui=ui, log=log, optional=optional, choices=choices)
+    meta = dict(help=help, gt=gt, ge=ge, ui=ui, log=log, optional=optional, choices=choices, finite=finite)
     return field(default=default, metadata=meta)
 
 
@@ -70,8 +73,8 @@ class Knobs:
                 raise ValueError(f"{f.name} must be > {m['gt']}, got {v}")
             if m["ge"] is not None and not v >= m["ge"]:
                 raise ValueError(f"{f.name} must be >= {m['ge']}, got {v}")
-            if v == -math.inf:
-                raise ValueError(f"{f.name} must be finite or +inf, got {v}")
+            if v == -math.inf or (m["finite"] and v == math.inf):
+                raise ValueError(f"{f.name} must be finite{'' if m['finite'] else ' or +inf'}, got {v}")
         names = {f.name for f in knobs(self)}
         for name in sorted(names):
             if name.endswith("_low") and (hi := name[: -len("_low")] + "_high") in names:
@@ -90,7 +93,8 @@ class Knobs:
 class Config(Knobs):
     """Base of every estimator config: adv_tau, the advantage scale all estimators share."""
 
-    adv_tau: float = knob(1.0, "Advantage scale: every weight multiplies adv_tau * A.", gt=0.0, ui=(0.1, 4.0))
+    adv_tau: float = knob(1.0, "Advantage scale: every weight multiplies adv_tau * A.", gt=0.0, ui=(0.1, 4.0),
+                            finite=True)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -191,7 +195,30 @@ class Batch:
 # EstimatorOutput
 
 
-@dataclass(eq=False)
+class Masks(Mapping):
+    """name -> (B, T) bool mask, each built on first access and kept: a trainer that reads only the loss
+    and the metrics never pays for them. Values given as tensors are stored as they are; a value given
+    as a zero-argument function is called once, when it is first read. A read-only dict otherwise."""
+
+    def __init__(self, masks: Mapping[str, torch.Tensor | Callable[[], torch.Tensor]]):
+        self._masks = dict(masks)
+
+    def __getitem__(self, name: str) -> torch.Tensor:
+        m = self._masks[name]
+        if not isinstance(m, torch.Tensor):
+            m = self._masks[name] = m()
+        return m
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._masks)
+
+    def __len__(self) -> int:
+        return len(self._masks)
+
+    def __repr__(self) -> str:
+        return f"Masks({', '.join(self._masks)})"
+
+
 class EstimatorOutput:
     """What `seqis.run` returns.
 
@@ -209,17 +236,33 @@ class EstimatorOutput:
                 accepted         bool, the rollout keeps some gradient
                 clipped          bool, its weight was truncated
                 kept_fraction    fraction of its loss tokens that keep a gradient
+
+    The (B, T) tensors a training step rarely reads, `weights` and the masks (a read-only Mapping,
+    `Masks`), are built when first read and then kept: weights may be given as a zero-argument function.
     """
 
-    loss: torch.Tensor
-    weights: torch.Tensor
-    masks: dict[str, torch.Tensor]
-    metrics: dict[str, torch.Tensor]
-    rollouts: dict[str, torch.Tensor]
+    def __init__(self, loss: torch.Tensor, weights: torch.Tensor | Callable[[], torch.Tensor],
+                 masks: Mapping[str, torch.Tensor | Callable[[], torch.Tensor]], metrics: dict[str, torch.Tensor],
+                 rollouts: dict[str, torch.Tensor]):
+        self.loss = loss
+        self._weights = weights
+        self.masks = masks if isinstance(masks, Masks) else Masks(masks)
+        self.metrics = metrics
+        self.rollouts = rollouts
+
+    @property
+    def weights(self) -> torch.Tensor:
+        if not isinstance(self._weights, torch.Tensor):
+            self._weights = self._weights()
+        return self._weights
+
+    def __repr__(self) -> str:
+        return f"EstimatorOutput(loss={self.loss!r}, masks={self.masks!r}, metrics={list(self.metrics)})"
 
     def scalars(self) -> dict[str, float]:
         """The metrics as floats, read back from the device in one transfer."""
-        keys = list(self.metrics)
-        dev = self.loss.device
-        values = [torch.as_tensor(self.metrics[k], device=dev).detach().to(torch.float64).reshape(()) for k in keys]
-        return dict(zip(keys, torch.stack(values).tolist())) if keys else {}
+        tensors = [v.reshape(()) for v in self.metrics.values() if isinstance(v, torch.Tensor)]
+        if len({t.dtype for t in tensors}) > 1:
+            tensors = [t.to(torch.float64) for t in tensors]
+        read = iter(torch.stack(tensors).tolist() if tensors else ())
+        return {k: next(read) if isinstance(v, torch.Tensor) else float(v) for k, v in self.metrics.items()}

@@ -8,10 +8,10 @@ import math
 
 import pytest
 import torch
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from seqis import AGGREGATIONS, ESTIMATORS, SEED_ESTIMATORS, Batch, run, run_many
+from seqis import AGGREGATIONS, ESTIMATORS, SEED_ESTIMATORS, Batch, knobs, run, run_many
 from seqis.estimators._common import MAX_LOG_WEIGHT
 
 NAMES = list(ESTIMATORS)
@@ -40,6 +40,22 @@ def batches(draw):
     return make_batch(B, T, seed=seed, scale=scale, pad=pad, per_token_adv=draw(st.booleans()))
 
 
+@st.composite
+def configs(draw, name):
+    """A config of the estimator with each knob at its default, an end or the middle of its slider range,
+    open (0 / inf for band edges and clips) or off (None, where that is allowed)."""
+    values = {}
+    for f in knobs(ESTIMATORS[name].config):
+        lo, hi = f.metadata["ui"]
+        options = [f.default, lo, hi, math.sqrt(lo * hi)]
+        options += [None] if f.metadata["optional"] else [0.0 if f.metadata["ge"] == 0 else math.inf]
+        values[f.name] = draw(st.sampled_from(options))
+    try:
+        return ESTIMATORS[name].config(**values)
+    except ValueError:  # a band whose low is not below its high
+        assume(False)
+
+
 def grad_of(out, batch):
     (g,) = torch.autograd.grad(out.loss, batch.trainer_logprobs)
     return g
@@ -55,12 +71,13 @@ def adv_bt(batch):
 
 
 @pytest.mark.parametrize("name", NAMES)
-@settings(max_examples=25, deadline=None)
-@given(batch=batches())
-def test_autograd_gradient_is_minus_weights_times_advantage(name, batch):
-    out = run(name, batch)
+@settings(max_examples=40, deadline=None)
+@given(batch=batches(), data=st.data())
+def test_autograd_gradient_is_minus_weights_times_advantage(name, batch, data):
+    cfg = data.draw(configs(name))
+    out = run(name, batch, cfg)
     N = max(int(batch.loss_mask.sum()), 1)
-    expected = -out.weights * adv_bt(batch) * ESTIMATORS[name].config().adv_tau / N
+    expected = -out.weights * adv_bt(batch) * cfg.adv_tau / N
     expected = torch.where(batch.loss_mask, expected, torch.zeros((), dtype=D))
     torch.testing.assert_close(grad_of(out, batch), expected, rtol=1e-12, atol=1e-300)
     # everything finite, weights detached and zero off the kept mask
@@ -159,6 +176,31 @@ def test_run_many_equals_run(name):
 
 
 @pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("per_token_adv", [False, True])
+def test_a_second_backward_gives_the_same_gradient(name, per_token_adv):
+    # the first backward hands out the gradient the forward built; retain_graph=True must still work
+    batch = make_batch(seed=8, per_token_adv=per_token_adv)
+    out = run(name, batch)
+    (g1,) = torch.autograd.grad(out.loss, batch.trainer_logprobs, retain_graph=True)
+    g1 = g1.clone()
+    (g2,) = torch.autograd.grad(out.loss * 2, batch.trainer_logprobs)
+    torch.testing.assert_close(g2, 2 * g1, rtol=1e-12, atol=0)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_weights_and_masks_read_before_or_after_backward_agree(name):
+    # weights and masks are built on first read; the backward consumes the forward's own tensors
+    batch = make_batch(seed=9)
+    early = run(name, batch)
+    w, masks = early.weights.clone(), {k: m.clone() for k, m in early.masks.items()}
+    grad_of(early, batch)
+    late = run(name, batch)
+    grad_of(late, batch)
+    torch.testing.assert_close(late.weights, w, rtol=0, atol=0)
+    assert list(late.masks) == list(masks) and all(late.masks[k].equal(m) for k, m in masks.items())
+
+
+@pytest.mark.parametrize("name", NAMES)
 @pytest.mark.parametrize("S", [800.0, -800.0])
 def test_extreme_summed_log_ratio_gives_finite_loss_and_gradient(name, S):
     T = 100
@@ -177,7 +219,7 @@ def test_no_loss_tokens_gives_zero_loss_with_working_backward(name):
     tl = torch.full((B, T), -math.inf, dtype=D).requires_grad_()
     batch = Batch(tl, torch.zeros(B, T, dtype=D), torch.ones(B, dtype=D), torch.zeros(B, T, dtype=torch.bool))
     out = run(name, batch)
-    assert float(out.loss) == 0.0
+    assert float(out.loss.detach()) == 0.0
     out.loss.backward()
     assert (tl.grad == 0).all()
     assert all(v == 0.0 for v in out.scalars().values())
@@ -272,6 +314,17 @@ def test_geo_mask_token_clip_hybrid_weight():
     torch.testing.assert_close(out.weights, torch.tensor([[1.5, math.exp(0.1), 1.0, 1.0]], dtype=D))
     assert not out.weights.requires_grad
     assert out.masks["clipped"].tolist() == [[True, False, False, False]]
+
+
+def test_geo_mask_token_clip_hybrid_gives_a_rejected_rollout_nothing():
+    # rollout 0 passes the gate (l = 0.1 each); rollout 1 (l = -3 each, geometric e^-3 < 0.5) is rejected:
+    # its token weights min(rho_t, 2) = e^-3 must not survive the gate
+    t = torch.tensor([[0.0, 0.0], [-3.0, -3.0]], dtype=D)
+    i = torch.tensor([[-0.1, -0.1], [0.0, 0.0]], dtype=D)
+    b = Batch(t.requires_grad_(), i, torch.ones(2, dtype=D))
+    out = run("geo_mask", b, ESTIMATORS["geo_mask"].config(token_clip=2.0))
+    torch.testing.assert_close(out.weights, torch.tensor([[math.exp(0.1)] * 2, [0.0, 0.0]], dtype=D))
+    assert (grad_of(out, b)[1] == 0).all() and out.rollouts["accepted"].tolist() == [True, False]
 
 
 def test_mis_po_score_function_with_per_token_drops():
@@ -377,6 +430,7 @@ def test_seq_mis_with_infinite_band_equals_seq_is():
         ("seq_tis", dict(seq_clip=math.nan), "seq_clip must be a number, got nan"),
         ("seq_tis", dict(seq_clip="2"), "seq_clip must be a number, got '2'"),
         ("seq_tis", dict(adv_tau=0.0), "adv_tau must be > 0.0, got 0.0"),
+        ("seq_tis", dict(adv_tau=math.inf), "adv_tau must be finite, got inf"),
         ("seq_mis", dict(geo_mask_low=2.0, geo_mask_high=0.5),
          "geo_mask_low must be below geo_mask_high, got 2.0 >= 0.5"),
         ("seq_mis", dict(geo_mask_low=-0.1), "geo_mask_low must be >= 0.0, got -0.1"),

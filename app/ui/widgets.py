@@ -86,6 +86,8 @@ def _admissible(field, v) -> bool:
     if isinstance(v, bool) or not isinstance(v, (int, float)) or math.isnan(v) or v == -math.inf:
         return False
     m = field.metadata
+    if m["finite"] and v == math.inf:
+        return False
     return (m["gt"] is None or v > m["gt"]) and (m["ge"] is None or v >= m["ge"])
 
 

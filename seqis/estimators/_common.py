@@ -8,6 +8,7 @@ and masks differ. `seqis.run` turns the correction into a loss, metrics and per-
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -68,6 +69,17 @@ def band_f(x: torch.Tensor, low: float, high: float) -> torch.Tensor:
     return x.clamp(log_of(low), log_of(high)).eq_(x)
 
 
+def tokens_of(mask: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
+    """(B, T) bool mask, (B,) bool gate -> the mask's tokens in the rows where gate is True (through uint8:
+    a broadcast bool `&` is a slow path on CPU)."""
+    return (mask.view(torch.uint8) & gate.view(torch.uint8)[:, None]).view(torch.bool)
+
+
+def outside_band(mask: torch.Tensor, x: torch.Tensor, low: float, high: float) -> torch.Tensor:
+    """(B, T) bool: the mask's tokens where exp(x) lies outside [low, high] (x finite)."""
+    return mask & ~band_f(x, low, high).bool()
+
+
 def above(x: torch.Tensor, c: float) -> torch.Tensor:
     """x > c as a bool tensor (x finite), through the fast float path of band_f."""
     return x.clamp(max=c).ne_(x).bool()
@@ -91,32 +103,43 @@ def as_float(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 
 
 class _Surrogate(torch.autograd.Function):
-    """loss = -sum over loss tokens of row_coef_j * w_jt * log pi_jt (w = 1 when weights is None).
+    """The surrogate loss as one autograd node, in one of two forms.
 
-    One autograd node for the whole surrogate. Its value comes from the Ratios' detached, padding-free
-    log pi (shared by every estimator on the batch: a sequence-level estimator's forward is then a (B,)
-    dot); `logp` is only the graph's input. The backward writes the gradient -row_coef_j * w_jt * mask_jt
-    in one pass."""
+    rows:     loss = -sum_j row_coef_j * sum_t log pi_jt over loss tokens (every token of a rollout
+              has one coefficient): the forward is a (B,) dot with the Ratios' per-rollout sums of the
+              detached, padding-free log pi; the backward writes -row_coef_j * mask_jt in one pass.
+    gradient: loss = sum_jt G_jt * log pi_jt, where G (B, T) is d loss / d log pi, already built (0 off
+              the loss mask): the forward is a dot, and the first backward hands G out scaled in place
+              (no second (B, T) tensor); a second backward (retain_graph=True) asks `rebuild` for a new G.
+    `logp` (the batch's trainer_logprobs in the compute dtype) is only the graph's input."""
 
     @staticmethod
-    def forward(ctx, logp, r: Ratios, row_coef, weights):
-        ctx.save_for_backward(r.mask_f, row_coef, weights)
-        if weights is None:
+    def forward(ctx, logp, r: Ratios, row_coef, G, rebuild):
+        ctx.rows = G is None
+        if ctx.rows:
+            ctx.save_for_backward(r.mask_f, row_coef)
             return -(row_coef * r.logp_rowsum).sum()
-        return -((weights * r.logp).sum(-1) * row_coef).sum()
+        ctx.G, ctx.rebuild = G, rebuild
+        return dot(G, r.logp)
 
     @staticmethod
     def backward(ctx, grad):
-        mask_f, row_coef, weights = ctx.saved_tensors
-        per_row = (row_coef * -grad)[:, None]  # (B, 1)
-        return (weights if weights is not None else mask_f) * per_row, None, None, None
+        if ctx.rows:
+            mask_f, row_coef = ctx.saved_tensors
+            return mask_f * (row_coef * -grad)[:, None], None, None, None, None
+        G, ctx.G = ctx.G, None
+        if G is None:  # backpropagated before (retain_graph=True), and that G was handed out
+            G = ctx.rebuild()
+        return G.mul_(grad), None, None, None, None
 
 
-def surrogate_loss(logp: torch.Tensor, r: Ratios, row_coef: torch.Tensor,
-                   weights: torch.Tensor | None = None) -> torch.Tensor:
-    """-sum_j row_coef_j * sum_t w_jt * log pi_jt over loss tokens; differentiable in logp (the batch's
-    trainer_logprobs in the compute dtype) only. weights (B, T), finite and 0 off the loss mask, or None."""
-    return _Surrogate.apply(logp, r, row_coef, weights)
+def surrogate_loss(logp: torch.Tensor, r: Ratios, row_coef: torch.Tensor | None = None,
+                   G: torch.Tensor | None = None, rebuild: Callable[[], torch.Tensor] | None = None) -> torch.Tensor:
+    """The loss, differentiable in logp only: -sum_j row_coef_j * (sum of log pi over rollout j's loss
+    tokens), or sum(G * log pi) for a gradient G (B, T) that `rebuild()` can make again."""
+    if not (logp.requires_grad and torch.is_grad_enabled()):  # the value alone: no node to record
+        return -(row_coef * r.logp_rowsum).sum() if G is None else dot(G, r.logp)
+    return _Surrogate.apply(logp, r, row_coef, G, rebuild)
 
 
 def masked_mean(x: torch.Tensor, select: torch.Tensor) -> torch.Tensor:
@@ -187,9 +210,8 @@ class Ratios:
         return self.k3.sum(-1)
 
     def tokens_of(self, gate: torch.Tensor) -> torch.Tensor:
-        """(B,) bool -> (B, T) bool: the loss tokens of the rollouts where gate is True (through uint8:
-        a broadcast bool `&` is a slow path on CPU)."""
-        return (self.mask.view(torch.uint8) & gate.view(torch.uint8)[:, None]).view(torch.bool)
+        """(B,) bool -> (B, T) bool: the loss tokens of the rollouts where gate is True."""
+        return tokens_of(self.mask, gate)
 
     def per_token(self, x: torch.Tensor) -> torch.Tensor:
         """Broadcast a finite per-rollout value (B,) to the loss tokens (B, T), 0 elsewhere."""
@@ -206,19 +228,22 @@ class Correction:
     neither      weight 1 on every kept token (pure filters).
     kept         (B, T) float, 1.0 on the loss tokens whose gradient survives and 0.0 elsewhere (padding
                  included), when a token-level rule drops some; run() may return it as the weights
+    kept_len     (B,) the sum of kept over each rollout, when the estimator has it already
     accepted     (B,) bool rollout gate: kept = loss mask & accepted (when `kept` is not given)
                  With neither, every loss token is kept (a weight that underflows to 0 is not dropped).
     clipped      (B,) bool, the rollouts whose sequence weight was truncated
-    masks        its own (B, T) bool masks ("clipped", "token_masked", "traj_masked", ...)
+    masks        its own (B, T) bool masks ("clipped", "token_masked", "traj_masked", ...), each a tensor
+                 or a function that builds it (called only if somebody reads the mask: seqis.types.Masks)
     metrics      its own metrics (beyond the common ones run() computes for everyone)
     """
 
     seq_weights: torch.Tensor | None = None
     weights: torch.Tensor | None = None
     kept: torch.Tensor | None = None
+    kept_len: torch.Tensor | None = None
     accepted: torch.Tensor | None = None
     clipped: torch.Tensor | None = None
-    masks: dict[str, torch.Tensor] = field(default_factory=dict)
+    masks: dict[str, torch.Tensor | Callable[[], torch.Tensor]] = field(default_factory=dict)
     metrics: dict[str, torch.Tensor] = field(default_factory=dict)
 
 

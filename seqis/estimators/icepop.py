@@ -9,9 +9,10 @@ Source: IcePop (Ring-1T, inclusionAI), default band [0.5, 5].
 """
 
 from dataclasses import dataclass
+from functools import partial
 
 from ..types import Config
-from ._common import TOKEN, Correction, Ratios, band_f, band_high, band_low, capped_exp
+from ._common import TOKEN, Correction, Ratios, band_f, band_high, band_low, capped_exp, outside_band
 
 
 @dataclass(frozen=True)
@@ -22,5 +23,5 @@ class IcePopConfig(Config):
 
 def icepop(r: Ratios, cfg: IcePopConfig) -> Correction:
     ok = band_f(r.log_ratio, cfg.token_mask_low, cfg.token_mask_high).mul_(r.mask_f)  # (B, T) 0/1
-    token_masked = r.mask & ~ok.bool()
+    token_masked = partial(outside_band, r.mask, r.log_ratio, cfg.token_mask_low, cfg.token_mask_high)
     return Correction(weights=capped_exp(r.log_ratio), kept=ok, masks={"token_masked": token_masked})

@@ -12,9 +12,23 @@ Source: StepFun, "Step 3.5 Flash" (arXiv 2602.10604).
 """
 
 from dataclasses import dataclass
+from functools import partial
 
 from ..types import Config
-from ._common import GEO, TOKEN, Correction, Ratios, as_float, band_f, band_high, band_low, dot, gated, in_band
+from ._common import (
+    GEO,
+    TOKEN,
+    Correction,
+    Ratios,
+    as_float,
+    band_f,
+    band_high,
+    band_low,
+    gated,
+    in_band,
+    outside_band,
+    tokens_of,
+)
 
 
 @dataclass(frozen=True)
@@ -26,19 +40,20 @@ class MISPOConfig(Config):
 
 
 def mis_po(r: Ratios, cfg: MISPOConfig) -> Correction:
-    token_ok = band_f(r.log_ratio, cfg.token_mask_low, cfg.token_mask_high)  # (B, T) 1.0 inside the token band
-    token_masked = token_ok.bool().bitwise_not_()  # (B, T) outside it ...
-    token_masked &= r.mask  # ... among the loss tokens
-    n_token_ok = dot(token_ok, r.mask_f)  # loss tokens inside the token band
+    lo, hi = cfg.token_mask_low, cfg.token_mask_high
+    kept = band_f(r.log_ratio, lo, hi).mul_(r.mask_f)  # (B, T) 1.0 on the loss tokens inside the token band
+    token_ok = kept.sum(-1)  # (B,) how many of each rollout's loss tokens that is
     gate = r.valid & in_band(r.geo_log_ratio, cfg.geo_mask_low, cfg.geo_mask_high)  # (B,) trajectory band
-    kept = token_ok.mul_(r.mask_f).mul_(as_float(gate, r.dtype)[:, None])  # (B, T) in place: both bands
+    kept.mul_(as_float(gate, r.dtype)[:, None])  # (B, T) in place: inside both bands
     n_tok = r.n_tokens.clamp(min=1)
     return Correction(
         kept=kept,
-        masks={"token_masked": token_masked, "traj_masked": r.tokens_of(~gate)},
+        kept_len=gated(gate, token_ok),
+        masks={"token_masked": partial(outside_band, r.mask, r.log_ratio, lo, hi),
+               "traj_masked": partial(tokens_of, r.mask, ~gate)},
         accepted=gate,
         metrics={
-            "is_token_masked": (r.n_tokens - n_token_ok) / n_tok,
+            "is_token_masked": (r.n_tokens - token_ok.sum()) / n_tok,
             "is_traj_masked": gated(~gate, r.length).sum() / n_tok,  # tokens of the rejected rollouts
         },
     )
