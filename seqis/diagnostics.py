@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-from .estimators._common import MAX_LOG_WEIGHT, Ratios, masked_mean
+from .estimators._common import MAX_LOG_WEIGHT, Ratios, expm1, masked_mean
 from .types import Batch
 
 # exact up to this many tokens; beyond, a seeded sample of this size (rank error ~1e-4)
@@ -47,7 +47,7 @@ def diagnostics(batch: Batch, ratios: Ratios | None = None) -> dict[str, float]:
     zero = torch.zeros((), dtype=r.dtype, device=r.mask.device)
     S = r.seq_log_ratio.clamp(max=MAX_LOG_WEIGHT)  # (B,)
     # rho^2 - 1 = expm1(2 l), with l capped so it stays finite; padding holds l = 0, which adds 0
-    chi2_token = r.log_ratio.clamp(max=MAX_LOG_WEIGHT / 2).mul_(2).expm1_().sum()
+    chi2_token = expm1(r.log_ratio.clamp(max=MAX_LOG_WEIGHT / 2).mul_(2)).sum()
 
     # ESS in log space: scale by the largest valid weight first, so it never overflows or divides by 0
     log_w = torch.where(valid, r.seq_log_ratio, torch.full_like(S, -torch.inf))

@@ -15,7 +15,7 @@ Metric definitions (valid rollout = T_j > 0; an empty selection gives 0.0):
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from functools import partial
+from functools import cache, partial
 
 import torch
 
@@ -35,13 +35,18 @@ from .estimators._common import (
 from .types import Batch, Config, EstimatorOutput, Masks
 
 
+@cache
+def _default_config(cls: type[Config]) -> Config:
+    return cls()  # frozen: one instance serves every call
+
+
 def resolve_config(name: str, cfg: Config | None) -> Config:
     """The config to use: the defaults for None; a config of the wrong class is refused."""
     if name not in ESTIMATORS:
         raise ValueError(f"unknown estimator {name!r}; known: {', '.join(ESTIMATORS)}")
     spec = ESTIMATORS[name]
     if cfg is None:
-        return spec.config()
+        return _default_config(spec.config)
     if not isinstance(cfg, spec.config):
         raise ValueError(f"{name} takes a {spec.config.__name__}, got {type(cfg).__name__}")
     return cfg

@@ -261,7 +261,7 @@ class EstimatorOutput:
 
     def scalars(self) -> dict[str, float]:
         """The metrics as floats, read back from the device in one transfer."""
-        tensors = [v.reshape(()) for v in self.metrics.values() if isinstance(v, torch.Tensor)]
+        tensors = [v if v.dim() == 0 else v.reshape(()) for v in self.metrics.values() if isinstance(v, torch.Tensor)]
         if len({t.dtype for t in tensors}) > 1:
             tensors = [t.to(torch.float64) for t in tensors]
         read = iter(torch.stack(tensors).tolist() if tensors else ())
