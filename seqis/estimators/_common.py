@@ -53,9 +53,16 @@ def log_of(x: float) -> float:
     return -math.inf if x == 0 else math.log(x)
 
 
+LOG2_E = 1 / math.log(2)
+
+
 def capped_exp(x: torch.Tensor, clip: float = math.inf) -> torch.Tensor:
-    """min(exp(x), clip, e^40), computed as exp(min(x, log clip, 40))."""
-    return x.clamp(max=min(log_of(clip), MAX_LOG_WEIGHT)).exp_()  # clamp makes a copy: exp it in place
+    """min(exp(x), clip, e^40), computed as 2^(log2(e) * min(x, log clip, 40)) in a new tensor.
+
+    On the CPU torch.exp goes through MKL's VML, which is slow on some CPUs (AMD's); exp2 has a SIMD
+    kernel everywhere, about four times faster there. Rounding the product costs a relative error of at
+    most 40 * 2^-24 (2.4e-6, at the cap) in float32, 40 * 2^-53 in float64."""
+    return x.clamp(max=min(log_of(clip), MAX_LOG_WEIGHT)).mul_(LOG2_E).exp2_()  # clamp makes a copy
 
 
 def expm1(x: torch.Tensor, backend: str | None = None) -> torch.Tensor:
