@@ -27,7 +27,6 @@ from .estimators._common import (
     as_float,
     dot,
     gated,
-    masked_mean,
     surrogate_loss,
     token_scale,
     tokens_of,
@@ -72,7 +71,6 @@ def _output(r: Ratios, batch: Batch, c: Correction, cfg: Config, agg: str,
     padding and only enters the loss through the Ratios' cleaned copy. On the CPU a fresh (B, T) tensor
     costs about as much as the arithmetic on it: this function makes at most one.
     """
-    zero = torch.zeros((), dtype=r.dtype, device=r.mask.device)
     token_level = c.weights is not None or c.kept is not None
 
     # which tokens keep a gradient, per rollout
@@ -88,17 +86,17 @@ def _output(r: Ratios, batch: Batch, c: Correction, cfg: Config, agg: str,
     n_tok, n_kept = r.n_tokens, kept_len.sum()
 
     # common metrics: mismatch KL split into dropped / kept tokens (read `kept` before the loss takes it)
-    k3_total = r.k3_rollout.sum()
     k3_kept = dot(r.k3, c.kept) if c.kept is not None else gated(accepted, r.k3_rollout).sum()
+    common = r.batch_metrics
     metrics = {
-        "mismatch_kl": k3_total / n_tok.clamp(min=1),
-        "masked_mismatch_kl": (k3_total - k3_kept) / (n_tok - n_kept).clamp(min=1),
+        "mismatch_kl": common["mismatch_kl"],
+        "masked_mismatch_kl": (r.k3_total - k3_kept) / (n_tok - n_kept).clamp(min=1),
         "unmasked_mismatch_kl": k3_kept / n_kept.clamp(min=1),
         "is_masked": (n_tok - n_kept) / n_tok.clamp(min=1),
-        "seq_log_ratio": masked_mean(r.seq_log_ratio, r.valid),
-        "geo_log_ratio": masked_mean(r.geo_log_ratio, r.valid),
+        "seq_log_ratio": common["seq_log_ratio"],
+        "geo_log_ratio": common["geo_log_ratio"],
+        **c.metrics,
     }
-    metrics.update(c.metrics)
 
     # surrogate loss = -sum(scale * weight * adv_tau * A * log pi) over loss tokens
     logp = batch.trainer_logprobs.to(r.dtype)  # (B, T) differentiable; padding may hold -inf / NaN
@@ -106,7 +104,7 @@ def _output(r: Ratios, batch: Batch, c: Correction, cfg: Config, agg: str,
     row = scale.expand(r.length.shape) if scale.dim() == 0 else scale[:, 0]  # (B,)
     adv = batch.advantages.to(r.dtype) * cfg.adv_tau
     if adv.dim() == 2:  # per-token advantages: part of the token coefficient
-        adv_tok, row_adv = torch.where(r.mask, adv, zero), -row
+        adv_tok, row_adv = torch.where(r.mask, adv, 0.0), -row
     else:
         adv_tok, row_adv = None, -row * adv
 

@@ -187,7 +187,7 @@ def surrogate_loss(logp: torch.Tensor, r: Ratios, row_coef: torch.Tensor | None 
 
 def masked_mean(x: torch.Tensor, select: torch.Tensor) -> torch.Tensor:
     """Mean of x where select is True; 0.0 for an empty selection (never NaN)."""
-    total = torch.where(select, x, torch.zeros((), dtype=x.dtype, device=x.device)).sum()
+    total = torch.where(select, x, 0.0).sum()
     return total / select.sum().clamp(min=1)
 
 
@@ -252,6 +252,19 @@ class Ratios:
     def k3_rollout(self) -> torch.Tensor:  # (B,) sum of k3 over each rollout's loss tokens
         return self.k3.sum(-1)
 
+    @cached_property
+    def k3_total(self) -> torch.Tensor:  # () sum of k3 over the batch's loss tokens
+        return self.k3_rollout.sum()
+
+    @cached_property
+    def batch_metrics(self) -> dict[str, torch.Tensor]:
+        """The metrics that do not depend on the estimator (seqis.metrics), computed once per batch."""
+        return {
+            "mismatch_kl": self.k3_total / self.n_tokens.clamp(min=1),
+            "seq_log_ratio": masked_mean(self.seq_log_ratio, self.valid),
+            "geo_log_ratio": masked_mean(self.geo_log_ratio, self.valid),
+        }
+
     def tokens_of(self, gate: torch.Tensor) -> torch.Tensor:
         """(B,) bool -> (B, T) bool: the loss tokens of the rollouts where gate is True."""
         return tokens_of(self.mask, gate)
@@ -292,7 +305,7 @@ class Correction:
 
 def gated(gate: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     """x where gate is True, else 0 (a select, never a multiply: 0 * inf is NaN)."""
-    return torch.where(gate, x, torch.zeros((), dtype=x.dtype, device=x.device))
+    return torch.where(gate, x, 0.0)
 
 
 def seq_weight_metric(r: Ratios, seq_weight: torch.Tensor, kept: torch.Tensor) -> torch.Tensor:
@@ -307,14 +320,13 @@ def clipped_metric(r: Ratios, clipped: torch.Tensor) -> torch.Tensor:
 
 def token_scale(r: Ratios, n_kept: torch.Tensor, agg: str) -> torch.Tensor:
     """The normaliser each aggregation applies: a () or (B, 1) factor s with loss = -sum(s * coef * logp)."""
-    one = torch.ones((), dtype=r.dtype, device=r.mask.device)
     if agg == "token-mean":  # N = every loss token, dropped ones included (prime-rl)
-        return one / r.n_tokens.clamp(min=1)
+        return r.n_tokens.clamp(min=1).reciprocal()
     if agg == "kept-token-mean":  # N = kept tokens only
-        return one / n_kept.clamp(min=1)
+        return n_kept.clamp(min=1).reciprocal()
     n_seq = r.valid.sum().clamp(min=1).to(r.dtype)
     if agg == "seq-mean-token-mean":
-        return (1 / (r.length.clamp(min=1) * n_seq))[:, None]
+        return (r.length.clamp(min=1) * n_seq).reciprocal()[:, None]
     if agg == "seq-mean-token-sum":
-        return one / n_seq
+        return n_seq.reciprocal()
     raise ValueError(f"agg must be one of {AGGREGATIONS}, got {agg!r}")
