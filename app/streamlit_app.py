@@ -17,12 +17,21 @@ from ui.data import device_label  # noqa: E402
 
 st.set_page_config(page_title="seqis: sequence-level IS explorer", page_icon=":material/balance:", layout="wide")
 
+EXPLORE = st.Page("views/explore.py", title="Explore", icon=":material/scatter_plot:", url_path="home", default=True)
+
+
+def _explore_by_name() -> None:
+    """/explore, typed by hand: Explore lives at the root URL; go there, keeping the view in the URL."""
+    st.switch_page(EXPLORE, query_params=st.query_params.to_dict())
+
+
 PAGES = [
-    st.Page("views/explore.py", title="Explore", icon=":material/scatter_plot:", url_path="explore", default=True),
+    EXPLORE,
     st.Page("views/bias_variance.py", title="Bias & variance", icon=":material/target:", url_path="bias-variance"),
     st.Page("views/length_thresholds.py", title="Length & thresholds", icon=":material/straighten:",
             url_path="length-thresholds"),
     st.Page("views/learn.py", title="Learn", icon=":material/school:", url_path="learn"),
+    st.Page(_explore_by_name, title="Explore", url_path="explore", visibility="hidden"),
 ]
 
 page = st.navigation(PAGES)

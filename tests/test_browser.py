@@ -132,6 +132,18 @@ def test_every_page_renders_without_exceptions(server, browser):
     page.close()
 
 
+def test_explore_by_name_lands_on_explore_with_its_view(server, browser):
+    # Explore is the root page; /explore (typed by hand) must not end on "page not found"
+    page = browser.new_page(viewport={"width": 1600, "height": 1000})
+    page.goto(f"{server}/explore?ex.sc.gaussian.n_rollouts=64&ex.sc.gaussian.max_len=512")
+    _settle(page)
+    _no_exceptions(page, "/explore")
+    assert page.locator('[data-testid="stMain"] h1').first.inner_text().startswith("Explore")
+    assert not page.get_by_text("Page not found").count()
+    assert "ex.sc.gaussian.n_rollouts=64" in page.url
+    page.close()
+
+
 def test_moving_a_slider_redraws_the_chart(server, browser):
     page = browser.new_page(viewport={"width": 1600, "height": 1000})
     # a small batch keeps the browser quick; the URL sets it, as a shared link would
