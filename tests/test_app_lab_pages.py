@@ -128,6 +128,18 @@ def test_bv_first_screen_tells_the_story():
     assert "Batch-size frontier" in text
 
 
+def test_bv_says_when_an_estimator_keeps_tokens_but_learns_nothing():
+    # Huang's chain (H = 64, k = 40): mis_po's default trajectory band [0.996, 1.001] admits only rollouts with
+    # 36 or 37 ones (geometric log-ratio within [-0.004, 0.001]); all have reward 0, so its gradient is 0
+    at = open_page("views/bias_variance.py", **{"bv.B": "32", "bv.nb": "50", "bv.est": "mis_po,seq_tis"})
+    table = at.dataframe[0].value.set_index("estimator")
+    assert table.loc["mis_po", "variance"] == 0 and table.loc["mis_po", "dropped"] < 0.99
+    warnings = [w.value for w in at.warning]
+    assert any(w.startswith("mis_po keeps") and "exactly 0 in every batch" in w for w in warnings), warnings
+    assert not any(w.startswith("seq_tis") for w in warnings)
+    assert metric_starting(at, "lowest MSE").startswith("seq_tis")  # not the estimator that learns nothing
+
+
 def test_bv_query_params_restore_a_view():
     at = open_page("views/bias_variance.py", **SMALL_LAB, **{"bv.p": "0.7", "bv.sweep": "sampler lag K"})
     assert at.select_slider(key="bv.H").value == 16
