@@ -121,11 +121,12 @@ def _output(r: Ratios, batch: Batch, c: Correction, cfg: Config, agg: str,
     else:
         seq_w = c.seq_weights if c.seq_weights is not None else torch.ones_like(r.length)
         weight = gated(accepted, seq_w) if c.accepted is not None else seq_w  # (B,)
-        weights = partial(r.per_token, weight)
+        mask_f = r.mask_f  # the closures below hold it, not the Ratios: their other (B, T) tensors can go
+        weights = lambda: weight[:, None] * mask_f
         if adv_tok is None:  # one coefficient per rollout: no (B, T) tensor at all
             loss = surrogate_loss(logp, r, row_coef=-row_adv * weight)
         else:
-            rebuild = lambda: gradient(r.per_token(weight))
+            rebuild = lambda: gradient(weight[:, None] * mask_f)
             loss = surrogate_loss(logp, r, G=rebuild(), rebuild=rebuild)
 
     own = dict(c.masks)

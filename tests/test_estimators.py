@@ -506,3 +506,30 @@ def test_both_cpu_expm1_backends_agree_to_an_ulp(dtype):
         assert got[~finite].equal(exact.to(dtype)[~finite]), backend  # overflow to inf, -1 at -inf
         rel = ((got[finite].double() - exact[finite]).abs() / exact[finite].abs().clamp(min=1e-300))
         assert float(rel.max()) <= 2 * torch.finfo(dtype).eps, backend
+
+
+def _sequence_level(name):
+    from seqis.estimators import Ratios
+
+    c = ESTIMATORS[name].fn(Ratios.of(make_batch()), ESTIMATORS[name].config())
+    return c.weights is None and c.kept is None
+
+
+@pytest.mark.parametrize("name", [n for n in NAMES if _sequence_level(n)])
+def test_a_sequence_level_output_lets_the_batch_log_ratios_go(name):
+    # its weights and masks are built on first read from the loss mask alone: holding the output must not
+    # hold the batch's (B, T) log-ratios, log-probs and k3 terms (a training loop keeps last step's output)
+    import gc
+    import weakref
+
+    from seqis.estimators import Ratios
+
+    batch = make_batch(seed=10)
+    r = Ratios.of(batch)
+    gone = weakref.ref(r.log_ratio)
+    out = run_many([name], batch, ratios=r)[name]
+    grad_of(out, batch)
+    del r
+    gc.collect()
+    assert gone() is None, "the output keeps the Ratios alive"
+    assert out.weights.shape == batch.shape and out.masks["kept"].shape == batch.shape

@@ -269,10 +269,6 @@ class Ratios:
         """(B,) bool -> (B, T) bool: the loss tokens of the rollouts where gate is True."""
         return tokens_of(self.mask, gate)
 
-    def per_token(self, x: torch.Tensor) -> torch.Tensor:
-        """Broadcast a finite per-rollout value (B,) to the loss tokens (B, T), 0 elsewhere."""
-        return x[:, None] * self.mask_f
-
 
 @dataclass(eq=False)
 class Correction:
