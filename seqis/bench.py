@@ -80,7 +80,9 @@ def paired(fn: Callable[[], object], floor_fn: Callable[[], object], *, rounds: 
     return statistics.median(t_fn), statistics.median(t_floor), ratio
 
 
-def bench_estimators(device: str, quick: bool) -> None:
+def bench_estimators(device: str, quick: bool) -> dict[str, tuple[float, float, float]]:
+    """Each estimator alone, all through run_many, diagnostics: prints the table and returns its rows,
+    label -> (median seconds, floor seconds, x floor); the run_many / slowest-single ratio under "run_many"."""
     B, T = (64, 1024) if quick else (256, 4096)
     batch = ragged_batch(B, T, device=device)
     floor_fn = lambda: floor_pass(batch)
@@ -89,24 +91,37 @@ def bench_estimators(device: str, quick: bool) -> None:
           "median of per-block ratios\n")
     print("| estimator | median ms | floor ms | x floor |")
     print("|---|---:|---:|---:|")
-    times = {}
+    rows = {}
+
+    def row(label: str, fn: Callable[[], object]) -> None:
+        rows[label] = t, f, x = paired(fn, floor_fn, device=device)
+        print(f"| {label} | {t * 1e3:.2f} | {f * 1e3:.2f} | {x:.1f} |")
+
     for name in ESTIMATORS:
-        t, f, x = paired(lambda n=name: _step(n, batch), floor_fn, device=device)
-        times[name] = t
-        seed = " (seed)" if name in SEED_ESTIMATORS else ""
-        print(f"| {name}{seed} | {t * 1e3:.2f} | {f * 1e3:.2f} | {x:.1f} |")
+        row(f"{name} (seed)" if name in SEED_ESTIMATORS else name, lambda n=name: _step(n, batch))
     all_names = list(ESTIMATORS)
-    t_all, f, x = paired(lambda: _step_many(all_names, batch), floor_fn, device=device)
-    print(f"| all {len(all_names)} through run_many | {t_all * 1e3:.2f} | {f * 1e3:.2f} | {x:.1f} |")
-    seed4 = list(SEED_ESTIMATORS)
-    t4, f, x = paired(lambda: _step_many(seed4, batch), floor_fn, device=device)
-    print(f"| four seed estimators through run_many | {t4 * 1e3:.2f} | {f * 1e3:.2f} | {x:.1f} |")
-    t_diag, f, x = paired(lambda: diagnostics(batch), floor_fn, device=device)
-    print(f"| diagnostics(batch) | {t_diag * 1e3:.2f} | {f * 1e3:.2f} | {x:.1f} |")
-    slowest = max(times, key=times.get)
+    row(f"all {len(all_names)} through run_many", lambda: _step_many(all_names, batch))
+    row("four seed estimators through run_many", lambda: _step_many(list(SEED_ESTIMATORS), batch))
+    row("diagnostics(batch)", lambda: diagnostics(batch))
+    slowest = max(ESTIMATORS, key=lambda n: rows[f"{n} (seed)" if n in SEED_ESTIMATORS else n][0])
     # timed against each other in alternating blocks, like every row against the floor
-    _, _, x = paired(lambda: _step_many(all_names, batch), lambda: _step(slowest, batch), device=device)
-    print(f"\nall {len(all_names)} through run_many / slowest single ({slowest}): {x:.2f}x (target: at most 4x)")
+    rows["run_many"] = paired(lambda: _step_many(all_names, batch), lambda: _step(slowest, batch), device=device)
+    print(f"\nall {len(all_names)} through run_many / slowest single ({slowest}): {rows['run_many'][2]:.2f}x "
+          f"(target: at most 4x)")
+    return rows
+
+
+def summarise_repeats(runs: list[dict[str, tuple[float, float, float]]]) -> None:
+    """The median and range of each row's ratio over repeated runs of the estimators section (on a shared
+    machine a whole run's ratios move together: one run is one draw)."""
+    print(f"\n## Estimators over {len(runs)} runs: median (min-max) of each run's ratio\n")
+    print("| estimator | median ms | x floor | range |")
+    print("|---|---:|---:|---:|")
+    for label in runs[0]:
+        ms = statistics.median(r[label][0] for r in runs) * 1e3
+        xs = [r[label][2] for r in runs]
+        name = "all through run_many / the slowest single one" if label == "run_many" else label
+        print(f"| {name} | {ms:.2f} | {statistics.median(xs):.1f} | {min(xs):.1f}-{max(xs):.1f} |")
 
 
 def bench_large_gpu(device: str, quick: bool) -> None:
@@ -225,11 +240,22 @@ def main(argv=None) -> None:
     ap.add_argument("--quick", action="store_true", help="smaller sizes, for a smoke run")
     ap.add_argument("--glibc-defaults", action="store_true", help="leave glibc's malloc as it is")
     ap.add_argument("--only", nargs="*", help=f"sections to run, from {[n for n, _ in SECTIONS]}")
+    ap.add_argument("--repeat", type=int, default=1, help="run the estimators section this many times, "
+                    "--pause seconds apart, and end with the median and range of each ratio")
+    ap.add_argument("--pause", type=float, default=20.0)
     args = ap.parse_args(argv)
     print(f"# seqis benchmark: torch {torch.__version__}, {torch.get_num_threads()} CPU threads, device {args.device}")
     print(f"# glibc malloc: {keep_freed_memory() if not args.glibc_defaults else 'defaults'}")
     for name, fn in SECTIONS:
-        if not args.only or name in args.only:
+        if args.only and name not in args.only:
+            continue
+        if name == "estimators" and args.repeat > 1:
+            runs = []
+            for i in range(args.repeat):
+                time.sleep(args.pause if i else 0)
+                runs.append(fn(args.device, args.quick))
+            summarise_repeats(runs)
+        else:
             fn(args.device, args.quick)
 
 
