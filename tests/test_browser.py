@@ -132,12 +132,22 @@ def test_every_page_renders_without_exceptions(server, browser):
     page.close()
 
 
+def _open(browser, url: str, where: str):
+    """A new wide page at url, settled, with no exception element."""
+    page = browser.new_page(viewport={"width": 1600, "height": 1000})
+    page.goto(url)
+    _settle(page)
+    _no_exceptions(page, where)
+    return page
+
+
+# a small batch keeps the browser quick; the URL sets it, as a shared link would
+SMALL = "ex.sc.gaussian.n_rollouts=64&ex.sc.gaussian.max_len=512"
+
+
 def test_explore_by_name_lands_on_explore_with_its_view(server, browser):
     # Explore is the root page; /explore (typed by hand) must not end on "page not found"
-    page = browser.new_page(viewport={"width": 1600, "height": 1000})
-    page.goto(f"{server}/explore?ex.sc.gaussian.n_rollouts=64&ex.sc.gaussian.max_len=512")
-    _settle(page)
-    _no_exceptions(page, "/explore")
+    page = _open(browser, f"{server}/explore?{SMALL}", "/explore")
     assert page.locator('[data-testid="stMain"] h1').first.inner_text().startswith("Explore")
     assert not page.get_by_text("Page not found").count()
     assert "ex.sc.gaussian.n_rollouts=64" in page.url
@@ -145,11 +155,7 @@ def test_explore_by_name_lands_on_explore_with_its_view(server, browser):
 
 
 def test_moving_a_slider_redraws_the_chart(server, browser):
-    page = browser.new_page(viewport={"width": 1600, "height": 1000})
-    # a small batch keeps the browser quick; the URL sets it, as a shared link would
-    page.goto(f"{server}/?ex.sc.gaussian.n_rollouts=64&ex.sc.gaussian.max_len=512")
-    _settle(page)
-    _no_exceptions(page, "explore")
+    page = _open(browser, f"{server}/?{SMALL}", "explore")
     page.wait_for_selector('[data-testid="stPlotlyChart"] .main-svg', timeout=60_000)
     before = _chart_spec(page, 0)  # seq_tis's rollout map: its clip curve moves with seq_clip
     thumb = page.locator('[data-testid="stMain"] input[type="range"][aria-label="seq_clip"]').first
