@@ -73,10 +73,16 @@ def _output(r: Ratios, batch: Batch, c: Correction, cfg: Config, agg: str,
     """
     token_level = c.weights is not None or c.kept is not None
 
+    @cache
+    def rebuilt() -> tuple[torch.Tensor, torch.Tensor | None]:  # a token-level output's weights and kept mask,
+        c2 = again()  # from one fresh evaluation, made when either is first read
+        kept_mask = c2.kept.bool() if c2.kept is not None else None
+        return _token_weights(r, c2), kept_mask
+
     # which tokens keep a gradient, per rollout
     if c.kept is not None:
         kept_len = c.kept_len if c.kept_len is not None else c.kept.sum(-1)  # (B,)
-        kept = lambda: again().kept.bool()
+        kept = lambda: rebuilt()[1]
     elif c.accepted is not None:
         kept_len = gated(c.accepted, r.length)
         kept = partial(tokens_of, r.mask, c.accepted)
@@ -115,7 +121,7 @@ def _output(r: Ratios, batch: Batch, c: Correction, cfg: Config, agg: str,
     if token_level:
         w = _token_weights(r, c)
         weight = kept_len / length if w is c.kept and c.seq_weights is None else w.sum(-1) / length
-        weights = lambda: _token_weights(r, again())
+        weights = lambda: rebuilt()[0]
         rebuild = lambda: gradient(_token_weights(r, again()))
         loss = surrogate_loss(logp, r, G=gradient(w), rebuild=rebuild)
     else:
