@@ -136,6 +136,8 @@ def _output(r: Ratios, batch: Batch, c: Correction, cfg: Config, agg: str,
             loss = surrogate_loss(logp, r, G=rebuild(), rebuild=rebuild)
 
     own = dict(c.masks)
+    if c.accepted is not None:  # a rollout gate: the loss tokens of the rollouts it rejects
+        own.setdefault("traj_masked", partial(tokens_of, r.mask, ~c.accepted))
     if c.clipped is not None:
         clipped = c.clipped & r.valid
         own.setdefault("clipped", partial(tokens_of, r.mask, clipped))

@@ -265,10 +265,6 @@ class Ratios:
             "geo_log_ratio": masked_mean(self.geo_log_ratio, self.valid),
         }
 
-    def tokens_of(self, gate: torch.Tensor) -> torch.Tensor:
-        """(B,) bool -> (B, T) bool: the loss tokens of the rollouts where gate is True."""
-        return tokens_of(self.mask, gate)
-
 
 @dataclass(eq=False)
 class Correction:
@@ -281,7 +277,8 @@ class Correction:
     kept         (B, T) float, 1.0 on the loss tokens whose gradient survives and 0.0 elsewhere (padding
                  included), when a token-level rule drops some; run() may return it as the weights
     kept_len     (B,) the sum of kept over each rollout, when the estimator has it already
-    accepted     (B,) bool rollout gate: kept = loss mask & accepted (when `kept` is not given)
+    accepted     (B,) bool rollout gate: kept = loss mask & accepted (when `kept` is not given); run()
+                 makes the "traj_masked" mask of the rejected rollouts' loss tokens from it
                  With neither, every loss token is kept (a weight that underflows to 0 is not dropped).
     clipped      (B,) bool, the rollouts whose sequence weight was truncated
     masks        its own (B, T) bool masks ("clipped", "token_masked", "traj_masked", ...), each a tensor

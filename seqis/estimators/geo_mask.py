@@ -13,21 +13,9 @@ Source: prime-rl's geometric sequence mask; Li & Liu, "RL collapse" part 3.
 """
 
 from dataclasses import dataclass
-from functools import partial
 
 from ..types import Config, knob
-from ._common import (
-    GEO,
-    Correction,
-    Ratios,
-    above,
-    band_high,
-    band_low,
-    capped_exp,
-    in_band,
-    log_of,
-    tokens_of,
-)
+from ._common import GEO, Correction, Ratios, above, band_high, band_low, capped_exp, in_band, log_of, tokens_of
 
 
 @dataclass(frozen=True)
@@ -40,9 +28,8 @@ class GeoMaskConfig(Config):
 
 def geo_mask(r: Ratios, cfg: GeoMaskConfig) -> Correction:
     gate = r.valid & in_band(r.geo_log_ratio, cfg.geo_mask_low, cfg.geo_mask_high)  # (B,)
-    masks = {"traj_masked": partial(tokens_of, r.mask, ~gate)}
     if cfg.token_clip is None:  # pure filter: weight 1 on the kept rollouts' tokens
-        return Correction(accepted=gate, masks=masks)
+        return Correction(accepted=gate)
     weights = capped_exp(r.log_ratio, cfg.token_clip)  # (B, T) min(rho_t, C); run() zeroes it off the gate
-    masks["clipped"] = r.tokens_of(gate) & above(r.log_ratio, log_of(cfg.token_clip))
-    return Correction(weights=weights, accepted=gate, masks=masks)
+    clipped = tokens_of(r.mask, gate) & above(r.log_ratio, log_of(cfg.token_clip))
+    return Correction(weights=weights, accepted=gate, masks={"clipped": clipped})

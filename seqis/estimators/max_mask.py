@@ -10,10 +10,9 @@ Source: verl's rollout-correction helper (veto threshold, seq_max rejection).
 """
 
 from dataclasses import dataclass
-from functools import partial
 
 from ..types import Config
-from ._common import TOKEN, Correction, Ratios, any_per_row, band_high, band_low, outside_band, tokens_of
+from ._common import TOKEN, Correction, Ratios, any_per_row, band_high, band_low, outside_band
 
 
 @dataclass(frozen=True)
@@ -26,6 +25,6 @@ def max_mask(r: Ratios, cfg: MaxMaskConfig) -> Correction:
     token_out = outside_band(r.mask, r.log_ratio, cfg.token_mask_low, cfg.token_mask_high)  # (B, T)
     gate = r.valid & ~any_per_row(token_out)  # (B,)
     return Correction(
-        masks={"token_masked": token_out, "traj_masked": partial(tokens_of, r.mask, ~gate)},
+        masks={"token_masked": token_out},
         accepted=gate,
     )

@@ -15,20 +15,7 @@ from dataclasses import dataclass
 from functools import partial
 
 from ..types import Config
-from ._common import (
-    GEO,
-    TOKEN,
-    Correction,
-    Ratios,
-    as_float,
-    band_f,
-    band_high,
-    band_low,
-    gated,
-    in_band,
-    outside_band,
-    tokens_of,
-)
+from ._common import GEO, TOKEN, Correction, Ratios, as_float, band_f, band_high, band_low, gated, in_band, outside_band
 
 
 @dataclass(frozen=True)
@@ -49,8 +36,7 @@ def mis_po(r: Ratios, cfg: MISPOConfig) -> Correction:
     return Correction(
         kept=kept,
         kept_len=gated(gate, token_ok),
-        masks={"token_masked": partial(outside_band, r.mask, r.log_ratio, lo, hi),
-               "traj_masked": partial(tokens_of, r.mask, ~gate)},
+        masks={"token_masked": partial(outside_band, r.mask, r.log_ratio, lo, hi)},
         accepted=gate,
         metrics={
             "is_token_masked": (r.n_tokens - token_ok.sum()) / n_tok,

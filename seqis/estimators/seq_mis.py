@@ -11,21 +11,9 @@ Source: prime-rl's sequence-level IS ablations; Li & Liu, "RL collapse" part 3 (
 """
 
 from dataclasses import dataclass
-from functools import partial
 
 from ..types import Config
-from ._common import (
-    GEO,
-    Correction,
-    Ratios,
-    band_high,
-    band_low,
-    capped_exp,
-    gated,
-    in_band,
-    seq_weight_metric,
-    tokens_of,
-)
+from ._common import GEO, Correction, Ratios, band_high, band_low, capped_exp, gated, in_band, seq_weight_metric
 
 
 @dataclass(frozen=True)
@@ -39,7 +27,6 @@ def seq_mis(r: Ratios, cfg: SeqMISConfig) -> Correction:
     w = gated(gate, capped_exp(r.seq_log_ratio))  # (B,) product weight inside the gate, 0 outside
     return Correction(
         seq_weights=w,
-        masks={"traj_masked": partial(tokens_of, r.mask, ~gate)},
         accepted=gate,
         metrics={"seq_weight": seq_weight_metric(r, w, gate)},
     )

@@ -26,7 +26,6 @@ def seq_mis_product(r: Ratios, cfg: SeqMISProductConfig) -> Correction:
     w = gated(gate, capped_exp(r.seq_log_ratio))  # (B,)
     return Correction(
         seq_weights=w,
-        masks={"traj_masked": r.tokens_of(~gate)},
         accepted=gate,
         metrics={"seq_weight": seq_weight_metric(r, w, gate)},
     )
