@@ -128,6 +128,13 @@ def _literal(v: Any, *, inf: str, null: str, bare_str: bool) -> str:
     return str(v)
 
 
+def _snippet(name: str, cfg: Config, m: Mapping, header: list[str], body: list[str], suffix: str) -> Snippet:
+    """A config file: comment lines (what it is, then the mapping's notes), then its body."""
+    comments = [f"seqis {describe(name, cfg)}", *header, *(f"NOTE: {n}" for n in m.notes)]
+    text = "\n".join([*(f"# {c}" for c in comments), *body]) + "\n"
+    return Snippet(text, m.exact, f"{name}.{suffix}")
+
+
 def _toml_value(v: Any) -> str:
     return _literal(v, inf="inf", null='""', bare_str=False)
 
@@ -135,15 +142,9 @@ def _toml_value(v: Any) -> str:
 def prime_rl_toml(name: str, cfg: Config | None = None) -> Snippet:
     cfg = resolve_config(name, cfg)
     m = prime_rl_mapping(name, cfg)
-    lines = [
-        f"# seqis {describe(name, cfg)}",
-        "# prime-rl trainer loss (in a combined rl.toml the table is [trainer.loss]);",
-        "# 0 / inf switch a band off",
-    ]
-    lines += [f"# NOTE: {n}" for n in m.notes]
-    lines.append("[loss]")
-    lines += [f"{key} = {_toml_value(v)}" for key, v in m.keys.items()]
-    return Snippet("\n".join(lines) + "\n", m.exact, f"{name}.prime-rl.toml")
+    header = ["prime-rl trainer loss (in a combined rl.toml the table is [trainer.loss]);", "0 / inf switch a band off"]
+    body = ["[loss]", *(f"{key} = {_toml_value(v)}" for key, v in m.keys.items())]
+    return _snippet(name, cfg, m, header, body, "prime-rl.toml")
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -214,17 +215,14 @@ def _yaml_value(v: Any) -> str:
 def verl_yaml(name: str, cfg: Config | None = None) -> Snippet:
     cfg = resolve_config(name, cfg)
     m = verl_mapping(name, cfg)
-    lines = [
-        f"# seqis {describe(name, cfg)}",
-        "# verl rollout correction, bypass mode + REINFORCE loss (pi_theta / pi_rollout, no PPO clip).",
-        "# k1 thresholds are 'lower_upper' on mu/pi: a seqis band [lo, hi] on pi/mu is '1/hi_1/lo'.",
-        "# verl leaves rejected tokens out of the loss denominator (seqis agg='kept-token-mean').",
+    header = [
+        "verl rollout correction, bypass mode + REINFORCE loss (pi_theta / pi_rollout, no PPO clip).",
+        "k1 thresholds are 'lower_upper' on mu/pi: a seqis band [lo, hi] on pi/mu is '1/hi_1/lo'.",
+        "verl leaves rejected tokens out of the loss denominator (seqis agg='kept-token-mean').",
     ]
-    lines += [f"# NOTE: {n}" for n in m.notes]
-    lines += ["algorithm:", "  rollout_correction:"]
-    lines += [f"    {key}: {_yaml_value(v)}" for key, v in m.keys.items()]
-    lines += ["actor_rollout_ref:", "  rollout:", "    calculate_log_probs: true"]
-    return Snippet("\n".join(lines) + "\n", m.exact, f"{name}.verl.yaml")
+    body = ["algorithm:", "  rollout_correction:", *(f"    {key}: {_yaml_value(v)}" for key, v in m.keys.items()),
+            "actor_rollout_ref:", "  rollout:", "    calculate_log_probs: true"]
+    return _snippet(name, cfg, m, header, body, "verl.yaml")
 
 
 __all__ = ["Mapping", "Snippet", "describe", "prime_rl_mapping", "prime_rl_toml", "verl_mapping", "verl_yaml"]
