@@ -27,6 +27,8 @@ from .estimators._common import (
     as_float,
     dot,
     gated,
+    row_sums,
+    spread,
     surrogate_loss,
     token_scale,
     tokens_of,
@@ -80,9 +82,14 @@ def _output(r: Ratios, batch: Batch, c: Correction, cfg: Config, agg: str,
         return _token_weights(r, c2), kept_mask
 
     # which tokens keep a gradient, per rollout
+    kept_rows = c.kept_rows
     if c.kept is not None:
         kept_len = c.kept_len if c.kept_len is not None else c.kept.sum(-1)  # (B,)
         kept = lambda: rebuilt()[1]
+    elif kept_rows is not None:  # the sparse form: all loss tokens but in a few rows, times the gate
+        gate = c.accepted if c.accepted is not None else r.valid
+        kept_len = c.kept_len if c.kept_len is not None else gated(gate, row_sums(r.length, kept_rows))
+        kept = partial(lambda m: spread(as_float(gate, m.dtype), m, kept_rows).bool(), r.mask_f)
     elif c.accepted is not None:
         kept_len = gated(c.accepted, r.length)
         kept = partial(tokens_of, r.mask, c.accepted)
@@ -92,7 +99,10 @@ def _output(r: Ratios, batch: Batch, c: Correction, cfg: Config, agg: str,
     n_tok, n_kept = r.n_tokens, kept_len.sum()
 
     # common metrics: mismatch KL split into dropped / kept tokens (read `kept` before the loss takes it)
-    k3_kept = dot(r.k3, c.kept) if c.kept is not None else gated(accepted, r.k3_rollout).sum()
+    if c.kept is not None:
+        k3_kept = dot(r.k3, c.kept)
+    else:
+        k3_kept = gated(accepted, row_sums(r.k3_rollout, kept_rows, r.k3_of)).sum()
     common = r.batch_metrics
     metrics = {
         "mismatch_kl": common["mismatch_kl"],
@@ -126,13 +136,14 @@ def _output(r: Ratios, batch: Batch, c: Correction, cfg: Config, agg: str,
         loss = surrogate_loss(logp, r, G=gradient(w), rebuild=rebuild)
     else:
         seq_w = c.seq_weights if c.seq_weights is not None else torch.ones_like(r.length)
-        weight = gated(accepted, seq_w) if c.accepted is not None else seq_w  # (B,)
+        token_w = gated(accepted, seq_w) if c.accepted is not None else seq_w  # (B,) on each kept token
+        weight = token_w if kept_rows is None else token_w * kept_len / length  # mean over the loss tokens
         mask_f = r.mask_f  # the closures below hold it, not the Ratios: their other (B, T) tensors can go
-        weights = lambda: weight[:, None] * mask_f
-        if adv_tok is None:  # one coefficient per rollout: no (B, T) tensor at all
-            loss = surrogate_loss(logp, r, row_coef=-row_adv * weight)
+        weights = lambda: spread(token_w, mask_f, kept_rows)
+        if adv_tok is None:  # one coefficient per rollout: no (B, T) tensor in the forward
+            loss = surrogate_loss(logp, r, row_coef=-row_adv * token_w, kept_rows=kept_rows)
         else:
-            rebuild = lambda: gradient(weight[:, None] * mask_f)
+            rebuild = lambda: gradient(spread(token_w, mask_f, kept_rows))
             loss = surrogate_loss(logp, r, G=rebuild(), rebuild=rebuild)
 
     own = dict(c.masks)
@@ -178,6 +189,8 @@ def run_many(
     if agg not in AGGREGATIONS:
         raise ValueError(f"agg must be one of {', '.join(AGGREGATIONS)}; got {agg!r}")
     r = ratios if ratios is not None else Ratios.of(batch)
+    if len(configs) > 1:  # build the (B, T) k3 once, for any token-level estimator's kept share (Ratios.k3)
+        _ = r.k3
     out = {}
     for name, cfg in configs:
         again = partial(ESTIMATORS[name].fn, r, cfg)

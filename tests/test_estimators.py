@@ -11,7 +11,7 @@ import torch
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from seqis import AGGREGATIONS, ESTIMATORS, SEED_ESTIMATORS, Batch, knobs, run, run_many
+from seqis import AGGREGATIONS, ESTIMATORS, SEED_ESTIMATORS, Batch, diagnostics, knobs, run, run_many
 from seqis.estimators._common import MAX_LOG_WEIGHT
 
 NAMES = list(ESTIMATORS)
@@ -365,6 +365,17 @@ def test_mismatch_kl_is_k3_over_loss_tokens():
     assert run("pg", b).scalars()["mismatch_kl"] == pytest.approx(expected, rel=1e-12)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_mismatch_kl_caps_each_token_at_its_value_at_l_40(dtype):
+    # l = 100 overflows exp in float32; k3 is capped at expm1(40) - 40, so the mean of [cap, k3(0.1)] is finite.
+    # The cap is applied only when some rollout's k3 sum exceeds it (on the CPU): here one does, one does not.
+    l = torch.tensor([[100.0, 0.1], [0.1, 0.1]], dtype=dtype)
+    b = Batch(l.clone().requires_grad_(), torch.zeros_like(l), torch.ones(2, dtype=dtype))
+    cap, small = math.expm1(40) - 40, math.expm1(0.1) - 0.1
+    assert run("pg", b).scalars()["mismatch_kl"] == pytest.approx((cap + 3 * small) / 4, rel=1e-6)
+    assert diagnostics(b)["kl_k3"] == pytest.approx((cap + 3 * small) / 4, rel=1e-6)
+
+
 def test_token_tis_icepop_prefix_and_max_mask_by_hand():
     l = [0.9, -0.9, 1.8, 0.1]
     b = one_rollout(l)
@@ -506,6 +517,55 @@ def test_both_cpu_expm1_backends_agree_to_an_ulp(dtype):
         assert got[~finite].equal(exact.to(dtype)[~finite]), backend  # overflow to inf, -1 at -inf
         rel = ((got[finite].double() - exact[finite]).abs() / exact[finite].abs().clamp(min=1e-300))
         assert float(rel.max()) <= 2 * torch.finfo(dtype).eps, backend
+
+
+def _everything(out, batch, per_token_adv):
+    """Every tensor an output gives, backward included (twice: retain_graph, then a scaled second pass)."""
+    (g1,) = torch.autograd.grad(out.loss, batch.trainer_logprobs, retain_graph=True)
+    g1 = g1.clone()
+    (g2,) = torch.autograd.grad(out.loss * 3, batch.trainer_logprobs)
+    return {"loss": out.loss.detach(), "grad": g1, "grad2": g2, "weights": out.weights,
+            **{f"mask {k}": m for k, m in out.masks.items()}, **{f"metric {k}": v for k, v in out.metrics.items()},
+            **{f"rollout {k}": v for k, v in out.rollouts.items()}}
+
+
+@pytest.mark.parametrize("agg", AGGREGATIONS)
+@settings(max_examples=25, deadline=None)
+@given(batch=batches(), data=st.data())
+def test_mis_po_sparse_and_dense_forms_agree(agg, batch, data):
+    # a token band that drops tokens in few rollouts keeps only those rows' masks (Correction.kept_rows);
+    # forced on (share 1) and off (share -1), the two forms must give the same everything
+    from seqis.estimators import Ratios, _common
+
+    cfg = data.draw(configs("mis_po"))
+    per_token_adv = batch.advantages.dim() == 2
+    got = {}
+    for share, field in [(1.0, "kept_rows"), (-1.0, "kept")]:
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(_common, "SPARSE_ROW_SHARE", share)
+            c = ESTIMATORS["mis_po"].fn(Ratios.of(batch), cfg)
+            assert getattr(c, field) is not None, field
+            got[field] = _everything(run("mis_po", batch, cfg, agg=agg), batch, per_token_adv)
+    sparse, dense = got["kept_rows"], got["kept"]
+    assert sparse.keys() == dense.keys()
+    for k in dense:  # a metric that is a difference of sums (masked_mismatch_kl) rounds differently
+        tol = dict(rtol=1e-9, atol=1e-14) if k.startswith("metric") else dict(rtol=1e-12, atol=1e-300)
+        torch.testing.assert_close(sparse[k], dense[k], **tol, msg=k)
+
+
+def test_mis_po_takes_the_sparse_form_when_few_rollouts_have_a_catastrophic_token():
+    from seqis.estimators import Ratios
+
+    batch = make_batch(B=32, T=9, seed=11, scale=0.01, empty=False)
+    tl = batch.trainer_logprobs.detach().clone()
+    tl[5, 0] += 3.0  # rho = e^3 > 2: outside the token band, in one rollout of 32
+    b = Batch(tl.requires_grad_(), batch.inference_logprobs, batch.advantages, batch.loss_mask)
+    c = ESTIMATORS["mis_po"].fn(Ratios.of(b), ESTIMATORS["mis_po"].config())
+    rows, kept = c.kept_rows
+    assert rows.tolist() == [5] and kept[0, 0] == 0 and kept[0, 1:].eq(b.loss_mask[5, 1:].to(D)).all()
+    out = run("mis_po", b)
+    assert not out.masks["kept"][5, 0] and out.masks["token_masked"].nonzero().tolist() == [[5, 0]]
+    assert out.scalars()["is_token_masked"] == pytest.approx(1 / int(b.loss_mask.sum()))
 
 
 def _sequence_level(name):

@@ -110,6 +110,11 @@ def band_f(x: torch.Tensor, low: float, high: float) -> torch.Tensor:
     return x.clamp(log_of(low), log_of(high)).eq_(x)
 
 
+def outside_f(x: torch.Tensor, low: float, high: float) -> torch.Tensor:
+    """1.0 where exp(x) lies outside [low, high], else 0.0, as a new float tensor (x finite)."""
+    return x.clamp(log_of(low), log_of(high)).ne_(x)
+
+
 def tokens_of(mask: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
     """(B, T) bool mask, (B,) bool gate -> the mask's tokens in the rows where gate is True (through uint8:
     a broadcast bool `&` is a slow path on CPU)."""
@@ -118,7 +123,50 @@ def tokens_of(mask: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
 
 def outside_band(mask: torch.Tensor, x: torch.Tensor, low: float, high: float) -> torch.Tensor:
     """(B, T) bool: the mask's tokens where exp(x) lies outside [low, high] (x finite)."""
-    return mask & ~band_f(x, low, high).bool()
+    return mask & outside_f(x, low, high).bool()
+
+
+# A token rule that drops tokens in at most this share of the rollouts is kept in the sparse form (Correction.
+# kept_rows) on the CPU: the loss and metrics stay per-rollout sums, and only those rows carry a (B, T) mask.
+SPARSE_ROW_SHARE = 1 / 16
+
+
+def rows_outside(x: torch.Tensor, low: float, high: float) -> torch.Tensor | None:
+    """The indices of the rows of x (B, T) with a value outside [log low, log high], when they are few enough
+    for the sparse form: two reductions, no (B, T) tensor. None when they are not, and on a GPU (where the
+    question costs a sync and the dense passes are cheap)."""
+    if x.device.type != "cpu":
+        return None
+    hit = x.amax(-1) > log_of(high)  # amax and amin: one fast pass each (aminmax is not, on the CPU)
+    hit |= x.amin(-1) < log_of(low)
+    rows = hit.nonzero().squeeze(1)
+    return rows if len(rows) <= SPARSE_ROW_SHARE * len(hit) else None
+
+
+KeptRows = tuple[torch.Tensor, torch.Tensor]  # (R,) row indices, (R, T) their kept masks as 0/1 floats
+
+
+def row_sums(full: torch.Tensor, kept_rows: KeptRows | None,
+             of_rows: Callable[[torch.Tensor], torch.Tensor] | None = None) -> torch.Tensor:
+    """(B,) sums over each rollout's kept loss tokens of x, given `full` (its sums over all its loss tokens)
+    and of_rows(rows), x in the rows of kept_rows (R, T); without of_rows, x = 1 (kept-token counts)."""
+    if kept_rows is None:
+        return full
+    rows, kept = kept_rows
+    if len(rows) == 0:
+        return full
+    sums = kept.sum(-1) if of_rows is None else (of_rows(rows) * kept).sum(-1)
+    return full.index_copy(0, rows, sums)
+
+
+def spread(row_values: torch.Tensor, mask_f: torch.Tensor, kept_rows: KeptRows | None) -> torch.Tensor:
+    """(B, T): row_values_j on each of rollout j's kept loss tokens (all of them but in the rows of
+    kept_rows, which keep their own), 0 elsewhere."""
+    out = row_values[:, None] * mask_f
+    if kept_rows is not None:
+        rows, kept = kept_rows
+        out[rows] = row_values[rows, None] * kept
+    return out
 
 
 def above(x: torch.Tensor, c: float) -> torch.Tensor:
@@ -143,23 +191,31 @@ def as_float(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return mask.view(torch.uint8).to(dtype)
 
 
+def _rows_loss(r: Ratios, row_coef: torch.Tensor, kept_rows: KeptRows | None) -> torch.Tensor:
+    """-sum_j row_coef_j * (sum of the detached log pi over rollout j's kept loss tokens)."""
+    return -(row_coef * row_sums(r.logp_rowsum, kept_rows, lambda rows: r.logp[rows])).sum()
+
+
 class _Surrogate(torch.autograd.Function):
     """The surrogate loss as one autograd node, in one of two forms.
 
-    rows:     loss = -sum_j row_coef_j * sum_t log pi_jt over loss tokens (every token of a rollout
-              has one coefficient): the forward is a (B,) dot with the Ratios' per-rollout sums of the
-              detached, padding-free log pi; the backward writes -row_coef_j * mask_jt in one pass.
+    rows:     loss = -sum_j row_coef_j * row_logp_j, where row_logp_j sums the detached, padding-free
+              log pi over rollout j's kept loss tokens (every kept token of a rollout has one
+              coefficient): the forward is a (B,) dot; the backward writes -row_coef_j on the kept tokens
+              in one pass (`spread`; kept = all loss tokens but in the few rows of kept_rows).
     gradient: loss = sum_jt G_jt * log pi_jt, where G (B, T) is d loss / d log pi, already built (0 off
               the loss mask): the forward is a dot, and the first backward hands G out scaled in place
               (no second (B, T) tensor); a second backward (retain_graph=True) asks `rebuild` for a new G.
     `logp` (the batch's trainer_logprobs in the compute dtype) is only the graph's input."""
 
     @staticmethod
-    def forward(ctx, logp, r: Ratios, row_coef, G, rebuild):
-        ctx.rows = G is None
+    def forward(ctx, logp, r: Ratios, rows: tuple | None, G, rebuild):
+        ctx.rows = rows is not None
         if ctx.rows:
+            row_coef, kept_rows = rows
+            ctx.kept_rows = kept_rows
             ctx.save_for_backward(r.mask_f, row_coef)
-            return -(row_coef * r.logp_rowsum).sum()
+            return _rows_loss(r, row_coef, kept_rows)
         ctx.G, ctx.rebuild = G, rebuild
         return dot(G, r.logp)
 
@@ -167,7 +223,7 @@ class _Surrogate(torch.autograd.Function):
     def backward(ctx, grad):
         if ctx.rows:
             mask_f, row_coef = ctx.saved_tensors
-            return mask_f * (row_coef * -grad)[:, None], None, None, None, None
+            return spread(row_coef * -grad, mask_f, ctx.kept_rows), None, None, None, None
         G, ctx.G = ctx.G, None
         if G is None:  # backpropagated before (retain_graph=True), and that G was handed out
             G = ctx.rebuild()
@@ -177,18 +233,32 @@ class _Surrogate(torch.autograd.Function):
 
 
 def surrogate_loss(logp: torch.Tensor, r: Ratios, row_coef: torch.Tensor | None = None,
-                   G: torch.Tensor | None = None, rebuild: Callable[[], torch.Tensor] | None = None) -> torch.Tensor:
-    """The loss, differentiable in logp only: -sum_j row_coef_j * (sum of log pi over rollout j's loss
-    tokens), or sum(G * log pi) for a gradient G (B, T) that `rebuild()` can make again."""
+                   kept_rows: KeptRows | None = None, G: torch.Tensor | None = None,
+                   rebuild: Callable[[], torch.Tensor] | None = None) -> torch.Tensor:
+    """The loss, differentiable in logp only: -sum_j row_coef_j * (sum of log pi over rollout j's kept
+    loss tokens: all of them but in the rows of kept_rows), or sum(G * log pi) for a gradient G (B, T)
+    that `rebuild()` can make again."""
     if not (logp.requires_grad and torch.is_grad_enabled()):  # the value alone: no node to record
-        return -(row_coef * r.logp_rowsum).sum() if G is None else dot(G, r.logp)
-    return _Surrogate.apply(logp, r, row_coef, G, rebuild)
+        return _rows_loss(r, row_coef, kept_rows) if G is None else dot(G, r.logp)
+    return _Surrogate.apply(logp, r, None if G is not None else (row_coef, kept_rows), G, rebuild)
 
 
 def masked_mean(x: torch.Tensor, select: torch.Tensor) -> torch.Tensor:
     """Mean of x where select is True; 0.0 for an empty selection (never NaN)."""
     total = torch.where(select, x, 0.0).sum()
     return total / select.sum().clamp(min=1)
+
+
+def capped_k3(log_ratio: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """k3 = rho - 1 - l per token (a new tensor) and its per-row sums, k3 capped at its value at l = 40 (k3
+    grows with l, so that equals computing it on min(l, 40)). On the CPU the cap costs a pass only when a
+    row sum says some token needs it (k3 >= 0: no token exceeds the cap unless its row's sum does); on a
+    GPU it always runs."""
+    k3 = expm1(log_ratio).sub_(log_ratio)
+    rows = k3.sum(-1)
+    if k3.device.type != "cpu" or not bool((rows <= _K3_CAP).all()):
+        rows = k3.clamp_(max=_K3_CAP).sum(-1)
+    return k3, rows
 
 
 @dataclass(eq=False)
@@ -211,9 +281,15 @@ class Ratios:
         # padding may hold -inf or NaN: zero it in place on each new tensor (on the CPU a fresh (B, T)
         # allocation can cost more than the arithmetic: page faults)
         logp = batch.trainer_logprobs.detach().to(dtype).nan_to_num(nan=0.0, posinf=0.0, neginf=0.0).mul_(mask_f)
-        il = batch.inference_logprobs.to(dtype)
-        log_ratio = (logp - il).nan_to_num_(nan=0.0, posinf=0.0, neginf=0.0).mul_(mask_f)  # (B, T)
-        return cls(batch.loss_mask, mask_f, logp, log_ratio)
+        log_ratio = torch.addcmul(logp, batch.inference_logprobs.to(dtype), mask_f, value=-1)  # (B, T) logp - il * mask
+        r = cls(batch.loss_mask, mask_f, logp, log_ratio)
+        # inference logprobs that are not finite on padding (or on a loss token) leave inf or NaN behind: clean
+        # them in place. On the CPU the per-rollout sums, needed anyway, say whether any is there; on a GPU
+        # that question would cost a sync, so the cleaning pass always runs.
+        if log_ratio.device.type != "cpu" or not bool(torch.isfinite(r.seq_log_ratio).all()):
+            log_ratio.nan_to_num_(nan=0.0, posinf=0.0, neginf=0.0).mul_(mask_f)
+            del r.seq_log_ratio  # the cached sum saw the uncleaned tensor
+        return r
 
     @property
     def dtype(self) -> torch.dtype:
@@ -245,12 +321,18 @@ class Ratios:
 
     @cached_property
     def k3(self) -> torch.Tensor:  # (B, T) rho - 1 - l >= 0, the k3 estimate of KL(mu || pi); 0 off-mask
-        # k3 grows with l, so capping it at its value at l = 40 equals computing it on min(l, 40)
-        return expm1(self.log_ratio).sub_(self.log_ratio).clamp_(max=_K3_CAP)
+        k3, rollout = capped_k3(self.log_ratio)
+        self.__dict__.setdefault("k3_rollout", rollout)
+        return k3
 
     @cached_property
     def k3_rollout(self) -> torch.Tensor:  # (B,) sum of k3 over each rollout's loss tokens
-        return self.k3.sum(-1)
+        # the (B, T) k3 is kept only once somebody asks for it (a token-level estimator's kept share): a
+        # temporary one frees its memory for the next (B, T) tensor, which then finds it in the cache
+        return self.__dict__["k3"].sum(-1) if "k3" in self.__dict__ else capped_k3(self.log_ratio)[1]
+
+    def k3_of(self, rows: torch.Tensor) -> torch.Tensor:  # (R, T) k3 of the given rollouts
+        return self.k3[rows] if "k3" in self.__dict__ else capped_k3(self.log_ratio[rows])[0]
 
     @cached_property
     def k3_total(self) -> torch.Tensor:  # () sum of k3 over the batch's loss tokens
@@ -280,6 +362,10 @@ class Correction:
     accepted     (B,) bool rollout gate: kept = loss mask & accepted (when `kept` is not given); run()
                  makes the "traj_masked" mask of the rejected rollouts' loss tokens from it
                  With neither, every loss token is kept (a weight that underflows to 0 is not dropped).
+    kept_rows    (rows (R,), kept (R, T) 0/1 floats): the sparse form of a token rule that drops loss tokens in
+                 only a few rollouts (rows_outside): their kept masks; every other rollout keeps all its loss
+                 tokens. The rest of the correction stays per-rollout (seq_weights, accepted), so the loss
+                 needs no (B, T) tensor in the forward. Never with weights or kept.
     clipped      (B,) bool, the rollouts whose sequence weight was truncated
     masks        its own (B, T) bool masks ("clipped", "token_masked", "traj_masked", ...), each a tensor
                  or a function that builds it (called only if somebody reads the mask: seqis.types.Masks)
@@ -291,6 +377,7 @@ class Correction:
     kept: torch.Tensor | None = None
     kept_len: torch.Tensor | None = None
     accepted: torch.Tensor | None = None
+    kept_rows: KeptRows | None = None
     clipped: torch.Tensor | None = None
     masks: dict[str, torch.Tensor | Callable[[], torch.Tensor]] = field(default_factory=dict)
     metrics: dict[str, torch.Tensor] = field(default_factory=dict)

@@ -14,8 +14,23 @@ Source: StepFun, "Step 3.5 Flash" (arXiv 2602.10604).
 from dataclasses import dataclass
 from functools import partial
 
+import torch
+
 from ..types import Config
-from ._common import GEO, TOKEN, Correction, Ratios, as_float, band_f, band_high, band_low, gated, in_band, outside_band
+from ._common import (
+    GEO,
+    TOKEN,
+    Correction,
+    Ratios,
+    as_float,
+    band_high,
+    band_low,
+    gated,
+    in_band,
+    outside_band,
+    outside_f,
+    rows_outside,
+)
 
 
 @dataclass(frozen=True)
@@ -28,18 +43,27 @@ class MISPOConfig(Config):
 
 def mis_po(r: Ratios, cfg: MISPOConfig) -> Correction:
     lo, hi = cfg.token_mask_low, cfg.token_mask_high
-    kept = band_f(r.log_ratio, lo, hi).mul_(r.mask_f)  # (B, T) 1.0 on the loss tokens inside the token band
-    token_ok = kept.sum(-1)  # (B,) how many of each rollout's loss tokens that is
     gate = r.valid & in_band(r.geo_log_ratio, cfg.geo_mask_low, cfg.geo_mask_high)  # (B,) trajectory band
-    kept.mul_(as_float(gate, r.dtype)[:, None])  # (B, T) in place: inside both bands
+    rows = rows_outside(r.log_ratio, lo, hi)  # (R,) when only a few rollouts have a token outside the band
+    if rows is not None:  # catastrophic tokens are rare: only their rollouts carry a mask
+        mask_f = r.mask_f[rows]
+        out = outside_f(r.log_ratio[rows], lo, hi).mul_(mask_f)  # (R, T) 1.0 on their dropped loss tokens
+        dropped = torch.zeros_like(r.length).index_copy_(0, rows, out.sum(-1))  # (B,) loss tokens outside the band
+        form = dict(kept_rows=(rows, mask_f.sub_(out)))
+    else:
+        out = outside_f(r.log_ratio, lo, hi)  # (B, T) 1.0 outside the token band
+        if not lo <= 1.0 <= hi:  # padding (l = 0) is outside a band that excludes ratio 1
+            out.mul_(r.mask_f)
+        dropped = out.sum(-1)
+        form = dict(kept=torch.sub(r.mask_f, out, out=out).mul_(as_float(gate, r.dtype)[:, None]))  # in place
     n_tok = r.n_tokens.clamp(min=1)
     return Correction(
-        kept=kept,
-        kept_len=gated(gate, token_ok),
-        masks={"token_masked": partial(outside_band, r.mask, r.log_ratio, lo, hi)},
+        kept_len=gated(gate, r.length - dropped),
         accepted=gate,
+        masks={"token_masked": partial(outside_band, r.mask, r.log_ratio, lo, hi)},
         metrics={
-            "is_token_masked": (r.n_tokens - token_ok.sum()) / n_tok,
+            "is_token_masked": dropped.sum() / n_tok,
             "is_traj_masked": gated(~gate, r.length).sum() / n_tok,  # tokens of the rejected rollouts
         },
+        **form,
     )
