@@ -50,6 +50,13 @@ def ragged_batch(B: int, T: int, *, device="cpu", seed: int = 0, s: float = 0.05
     return Batch(trainer.to(device).requires_grad_(), inference.to(device), adv.to(device), mask.to(device))
 
 
+def with_catastrophic_tokens(batch: Batch, every: int) -> Batch:
+    """The batch with one token of every `every`-th rollout given ratio e^3 (outside any sane token band)."""
+    trainer = batch.trainer_logprobs.detach().clone()
+    trainer[::every, 0] = batch.inference_logprobs[::every, 0] + 3.0
+    return Batch(trainer.requires_grad_(), batch.inference_logprobs, batch.advantages, batch.loss_mask)
+
+
 def floor_pass(batch: Batch) -> torch.Tensor:
     """The floor: one masked elementwise pass over the same inputs."""
     t, i = batch.trainer_logprobs.detach(), batch.inference_logprobs
@@ -99,6 +106,10 @@ def bench_estimators(device: str, quick: bool) -> dict[str, tuple[float, float, 
 
     for name in ESTIMATORS:
         row(f"{name} (seed)" if name in SEED_ESTIMATORS else name, lambda n=name: _step(n, batch))
+    # this batch has no token outside mis_po's token band; a real one may have a catastrophic token in many
+    # rollouts, and then mis_po takes its dense form (Correction.kept) instead of the sparse one
+    spiked = with_catastrophic_tokens(batch, every=4)
+    row("mis_po, a catastrophic token in 1 of 4 rollouts", lambda: _step("mis_po", spiked))
     all_names = list(ESTIMATORS)
     row(f"all {len(all_names)} through run_many", lambda: _step_many(all_names, batch))
     row("four seed estimators through run_many", lambda: _step_many(list(SEED_ESTIMATORS), batch))

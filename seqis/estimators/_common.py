@@ -11,7 +11,7 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from functools import cache, cached_property
+from functools import cache, cached_property, partial
 
 import numpy as np
 import torch
@@ -165,7 +165,7 @@ def spread(row_values: torch.Tensor, mask_f: torch.Tensor, kept_rows: KeptRows |
     out = row_values[:, None] * mask_f
     if kept_rows is not None:
         rows, kept = kept_rows
-        out[rows] = row_values[rows, None] * kept
+        out.index_copy_(0, rows, row_values[rows, None] * kept)
     return out
 
 
@@ -193,7 +193,7 @@ def as_float(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 
 def _rows_loss(r: Ratios, row_coef: torch.Tensor, kept_rows: KeptRows | None) -> torch.Tensor:
     """-sum_j row_coef_j * (sum of the detached log pi over rollout j's kept loss tokens)."""
-    return -(row_coef * row_sums(r.logp_rowsum, kept_rows, lambda rows: r.logp[rows])).sum()
+    return -(row_coef * row_sums(r.logp_rowsum, kept_rows, partial(r.logp.index_select, 0))).sum()
 
 
 class _Surrogate(torch.autograd.Function):
@@ -332,7 +332,9 @@ class Ratios:
         return self.__dict__["k3"].sum(-1) if "k3" in self.__dict__ else capped_k3(self.log_ratio)[1]
 
     def k3_of(self, rows: torch.Tensor) -> torch.Tensor:  # (R, T) k3 of the given rollouts
-        return self.k3[rows] if "k3" in self.__dict__ else capped_k3(self.log_ratio[rows])[0]
+        if "k3" in self.__dict__:  # (index_select, here and wherever rows are gathered: x[rows] is slower on CPU)
+            return self.k3.index_select(0, rows)
+        return capped_k3(self.log_ratio.index_select(0, rows))[0]
 
     @cached_property
     def k3_total(self) -> torch.Tensor:  # () sum of k3 over the batch's loss tokens

@@ -46,8 +46,8 @@ def mis_po(r: Ratios, cfg: MISPOConfig) -> Correction:
     gate = r.valid & in_band(r.geo_log_ratio, cfg.geo_mask_low, cfg.geo_mask_high)  # (B,) trajectory band
     rows = rows_outside(r.log_ratio, lo, hi)  # (R,) when only a few rollouts have a token outside the band
     if rows is not None:  # catastrophic tokens are rare: only their rollouts carry a mask
-        mask_f = r.mask_f[rows]
-        out = outside_f(r.log_ratio[rows], lo, hi).mul_(mask_f)  # (R, T) 1.0 on their dropped loss tokens
+        mask_f = r.mask_f.index_select(0, rows)  # (R, T)
+        out = outside_f(r.log_ratio.index_select(0, rows), lo, hi).mul_(mask_f)  # (R, T) 1.0: dropped loss tokens
         dropped = torch.zeros_like(r.length).index_copy_(0, rows, out.sum(-1))  # (B,) loss tokens outside the band
         form = dict(kept_rows=(rows, mask_f.sub_(out)))
     else:
