@@ -546,14 +546,39 @@ def test_mis_po_sparse_and_dense_forms_agree(agg, batch, data):
             c = ESTIMATORS["mis_po"].fn(Ratios.of(batch), cfg)
             assert getattr(c, field) is not None, field
             got[field] = _everything(run("mis_po", batch, cfg, agg=agg), batch, per_token_adv)
-    sparse, dense = got["kept_rows"], got["kept"]
-    assert sparse.keys() == dense.keys()
+    assert_same_everything(got["kept_rows"], got["kept"])
+
+
+def assert_same_everything(a, b):
+    assert a.keys() == b.keys()
     # a metric that is a difference of sums (masked_mismatch_kl = (k3 total - kept k3) / n) rounds on the scale
     # of the whole batch's k3
-    kl_scale = 1e-12 * (1 + float(dense["metric mismatch_kl"]))
-    for k in dense:
+    kl_scale = 1e-12 * (1 + float(b["metric mismatch_kl"]))
+    for k in b:
         tol = dict(rtol=1e-9, atol=kl_scale) if k.startswith("metric") else dict(rtol=1e-12, atol=1e-300)
-        torch.testing.assert_close(sparse[k], dense[k], **tol, msg=k)
+        torch.testing.assert_close(a[k], b[k], **tol, msg=k)
+
+
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("kind", ["nan padding", "catastrophic", "per-token advantages", "bf16"])
+def test_the_gpu_paths_give_what_the_cpu_shortcuts_give(name, kind):
+    # on the CPU, data-dependent questions (is any log-ratio non-finite? does any token need the k3 cap? are
+    # few rollouts touched by a token band?) skip passes; a GPU runs the passes instead. Both, here on the CPU.
+    from seqis.estimators import _common
+
+    batch = {"nan padding": lambda: make_batch(seed=12, pad=math.nan),
+             "catastrophic": lambda: make_batch(B=20, seed=13, scale=60.0),
+             "per-token advantages": lambda: make_batch(seed=14, per_token_adv=True),
+             "bf16": lambda: make_batch(seed=15, pad=math.inf)}[kind]()
+    if kind == "bf16":
+        t = batch.trainer_logprobs.detach().bfloat16().requires_grad_()
+        batch = Batch(t, batch.inference_logprobs.bfloat16(), batch.advantages.bfloat16(), batch.loss_mask)
+    per_token_adv = batch.advantages.dim() == 2
+    cpu = _everything(run(name, batch), batch, per_token_adv)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(_common, "cheap_to_ask", lambda x: False)
+        gpu = _everything(run(name, batch), batch, per_token_adv)
+    assert_same_everything(gpu, cpu)
 
 
 def test_mis_po_takes_the_sparse_form_when_few_rollouts_have_a_catastrophic_token():

@@ -97,6 +97,13 @@ def cpu_expm1_backend() -> str:
     return "numpy" if best["numpy"] < 0.8 * best["torch"] else "torch"
 
 
+def cheap_to_ask(x: torch.Tensor) -> bool:
+    """Whether reading a value of x back into Python is free (CPU) rather than a sync (GPU). The CPU paths
+    ask such questions to skip whole passes (a cap no token needs, cleaning nothing needs, a dense mask
+    for a few rows); the GPU paths run those passes instead."""
+    return x.device.type == "cpu"
+
+
 def in_band(x: torch.Tensor, low: float, high: float) -> torch.Tensor:
     """low <= exp(x) <= high, inclusive, compared in log space."""
     ok = x.ge(log_of(low))
@@ -135,7 +142,7 @@ def rows_outside(x: torch.Tensor, low: float, high: float) -> torch.Tensor | Non
     """The indices of the rows of x (B, T) with a value outside [log low, log high], when they are few enough
     for the sparse form: two reductions, no (B, T) tensor. None when they are not, and on a GPU (where the
     question costs a sync and the dense passes are cheap)."""
-    if x.device.type != "cpu":
+    if not cheap_to_ask(x):
         return None
     hit = x.amax(-1) > log_of(high)  # amax and amin: one fast pass each (aminmax is not, on the CPU)
     hit |= x.amin(-1) < log_of(low)
@@ -227,7 +234,7 @@ class _Surrogate(torch.autograd.Function):
         G, ctx.G = ctx.G, None
         if G is None:  # backpropagated before (retain_graph=True), and that G was handed out
             G = ctx.rebuild()
-        if grad.device.type != "cpu" or grad.item() != 1.0:  # loss.backward() sends 1: skip that pass on CPU
+        if not cheap_to_ask(grad) or grad.item() != 1.0:  # loss.backward() sends 1: skip that pass on CPU
             G.mul_(grad)
         return G, None, None, None, None
 
@@ -256,7 +263,7 @@ def capped_k3(log_ratio: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     GPU it always runs."""
     k3 = expm1(log_ratio).sub_(log_ratio)
     rows = k3.sum(-1)
-    if k3.device.type != "cpu" or not bool((rows <= _K3_CAP).all()):
+    if not cheap_to_ask(k3) or not bool((rows <= _K3_CAP).all()):
         rows = k3.clamp_(max=_K3_CAP).sum(-1)
     return k3, rows
 
@@ -286,9 +293,9 @@ class Ratios:
         # inference logprobs that are not finite on padding (or on a loss token) leave inf or NaN behind: clean
         # them in place. On the CPU the per-rollout sums, needed anyway, say whether any is there; on a GPU
         # that question would cost a sync, so the cleaning pass always runs.
-        if log_ratio.device.type != "cpu" or not bool(torch.isfinite(r.seq_log_ratio).all()):
+        if not cheap_to_ask(log_ratio) or not bool(torch.isfinite(r.seq_log_ratio).all()):
             log_ratio.nan_to_num_(nan=0.0, posinf=0.0, neginf=0.0).mul_(mask_f)
-            del r.seq_log_ratio  # the cached sum saw the uncleaned tensor
+            r.__dict__.pop("seq_log_ratio", None)  # a cached sum saw the uncleaned tensor
         return r
 
     @property
