@@ -83,13 +83,14 @@ def _output(r: Ratios, batch: Batch, c: Correction, cfg: Config, agg: str,
 
     # which tokens keep a gradient, per rollout
     kept_rows = c.kept_rows
+    mask_f = r.mask_f  # closures hold it, not the Ratios: a sequence-level output lets their (B, T) tensors go
     if c.kept is not None:
         kept_len = c.kept_len if c.kept_len is not None else c.kept.sum(-1)  # (B,)
         kept = lambda: rebuilt()[1]
     elif kept_rows is not None:  # the sparse form: all loss tokens but in a few rows, times the gate
         gate = c.accepted if c.accepted is not None else r.valid
         kept_len = c.kept_len if c.kept_len is not None else gated(gate, row_sums(r.length, kept_rows))
-        kept = partial(lambda m: spread(as_float(gate, m.dtype), m, kept_rows).bool(), r.mask_f)
+        kept = lambda: spread(as_float(gate, mask_f.dtype), mask_f, kept_rows).bool()
     elif c.accepted is not None:
         kept_len = gated(c.accepted, r.length)
         kept = partial(tokens_of, r.mask, c.accepted)
@@ -138,7 +139,6 @@ def _output(r: Ratios, batch: Batch, c: Correction, cfg: Config, agg: str,
         seq_w = c.seq_weights if c.seq_weights is not None else torch.ones_like(r.length)
         token_w = gated(accepted, seq_w) if c.accepted is not None else seq_w  # (B,) on each kept token
         weight = token_w if kept_rows is None else token_w * kept_len / length  # mean over the loss tokens
-        mask_f = r.mask_f  # the closures below hold it, not the Ratios: their other (B, T) tensors can go
         weights = lambda: spread(token_w, mask_f, kept_rows)
         if adv_tok is None:  # one coefficient per rollout: no (B, T) tensor in the forward
             loss = surrogate_loss(logp, r, row_coef=-row_adv * token_w, kept_rows=kept_rows)
