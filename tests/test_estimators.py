@@ -89,6 +89,8 @@ def test_autograd_gradient_is_minus_weights_times_advantage(name, batch, data):
         assert math.isfinite(float(v)), k
     for k, m in out.masks.items():
         assert m.dtype == torch.bool and not (m & ~batch.loss_mask).any(), k
+    if "clipped" in out.masks:  # the per-rollout flag (a row max where it can) agrees with the mask
+        assert out.rollouts["clipped"].equal(out.masks["clipped"].any(-1))
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -374,6 +376,24 @@ def test_mismatch_kl_caps_each_token_at_its_value_at_l_40(dtype):
     cap, small = math.expm1(40) - 40, math.expm1(0.1) - 0.1
     assert run("pg", b).scalars()["mismatch_kl"] == pytest.approx((cap + 3 * small) / 4, rel=1e-6)
     assert diagnostics(b)["kl_k3"] == pytest.approx((cap + 3 * small) / 4, rel=1e-6)
+
+
+@pytest.mark.parametrize("name, knob", [("token_tis", "token_clip"), ("prefix_is", "prefix_clip"),
+                                        ("geo_mask", "token_clip")])
+@pytest.mark.parametrize("clip", [0.3, 1.0, 1.2, 3.0])
+def test_clipped_rollouts_agree_with_the_clipped_mask_on_both_sides_of_ratio_1(name, knob, clip):
+    # a clip >= 1 finds clipped rollouts by a row max (padding holds 0 or repeats a loss token's value);
+    # below 1 a zero on padding would exceed it, so the mask is built. Gaps in the mask included.
+    batch = make_batch(B=8, T=9, seed=16, scale=0.5, pad=math.nan)
+    mask = batch.loss_mask.clone()
+    mask[:, 0] = False  # a prompt token before the loss tokens
+    mask[:, 4] = False  # and one in the middle
+    b = Batch(batch.trainer_logprobs, batch.inference_logprobs, batch.advantages, mask)
+    extra = {"geo_mask_low": 0.0, "geo_mask_high": math.inf} if name == "geo_mask" else {}
+    out = run(name, b, ESTIMATORS[name].config(**{knob: clip}, **extra))
+    flags = out.masks["clipped"].any(-1)
+    assert out.rollouts["clipped"].equal(flags)
+    assert 0 < int(flags.sum()) or clip == 3.0  # the case clips something
 
 
 def test_token_tis_icepop_prefix_and_max_mask_by_hand():

@@ -181,6 +181,20 @@ def above(x: torch.Tensor, c: float) -> torch.Tensor:
     return x.clamp(max=c).ne_(x).bool()
 
 
+def above_on(mask: torch.Tensor, x: torch.Tensor, c: float) -> torch.Tensor:
+    """(B, T) bool: the mask's tokens where x > c (x finite)."""
+    return mask & above(x, c)
+
+
+def rows_above(x: torch.Tensor, mask: torch.Tensor, c: float) -> torch.Tensor:
+    """(B,) bool: the rows with a loss token where x > c, for an x that off the mask holds 0 or repeats a
+    value of the row's loss tokens (log-ratios, their prefix sums). Then for c >= 0 (a clip at or above
+    ratio 1) one max per row answers, with no (B, T) mask; below that the mask is built."""
+    if c >= 0:
+        return x.amax(-1) > c if x.shape[-1] else torch.zeros(x.shape[:-1], dtype=torch.bool, device=x.device)
+    return any_per_row(above_on(mask, x, c))
+
+
 def any_per_row(mask: torch.Tensor) -> torch.Tensor:
     """(B, T) bool -> (B,) bool, any over T (a uint8 max: bool reductions are slow on CPU)."""
     if mask.shape[-1] == 0:

@@ -15,7 +15,19 @@ Source: prime-rl's geometric sequence mask; Li & Liu, "RL collapse" part 3.
 from dataclasses import dataclass
 
 from ..types import Config, knob
-from ._common import GEO, Correction, Ratios, above, band_high, band_low, capped_exp, in_band, log_of, tokens_of
+from ._common import (
+    GEO,
+    Correction,
+    Ratios,
+    above_on,
+    band_high,
+    band_low,
+    capped_exp,
+    in_band,
+    log_of,
+    rows_above,
+    tokens_of,
+)
 
 
 @dataclass(frozen=True)
@@ -31,5 +43,10 @@ def geo_mask(r: Ratios, cfg: GeoMaskConfig) -> Correction:
     if cfg.token_clip is None:  # pure filter: weight 1 on the kept rollouts' tokens
         return Correction(accepted=gate)
     weights = capped_exp(r.log_ratio, cfg.token_clip)  # (B, T) min(rho_t, C); run() zeroes it off the gate
-    clipped = tokens_of(r.mask, gate) & above(r.log_ratio, log_of(cfg.token_clip))
-    return Correction(weights=weights, accepted=gate, masks={"clipped": clipped})
+    c = log_of(cfg.token_clip)
+    return Correction(
+        weights=weights,
+        accepted=gate,
+        clipped=gate & rows_above(r.log_ratio, r.mask, c),  # (B,)
+        masks={"clipped": lambda: above_on(tokens_of(r.mask, gate), r.log_ratio, c)},  # built if read
+    )

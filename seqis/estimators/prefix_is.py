@@ -11,9 +11,10 @@ Source: the cumulative prefix ratio of MinPRO.
 
 import math
 from dataclasses import dataclass
+from functools import partial
 
 from ..types import Config, knob
-from ._common import Correction, Ratios, above, capped_exp, log_of
+from ._common import Correction, Ratios, above_on, capped_exp, log_of, rows_above
 
 
 @dataclass(frozen=True)
@@ -24,5 +25,9 @@ class PrefixISConfig(Config):
 
 def prefix_is(r: Ratios, cfg: PrefixISConfig) -> Correction:
     prefix = r.log_ratio.cumsum(-1)  # (B, T) padding holds 0, so it adds nothing
-    weights = capped_exp(prefix, cfg.prefix_clip)  # (B, T)
-    return Correction(weights=weights, masks={"clipped": r.mask & above(prefix, log_of(cfg.prefix_clip))})
+    c = log_of(cfg.prefix_clip)
+    return Correction(
+        weights=capped_exp(prefix, cfg.prefix_clip),  # (B, T)
+        clipped=rows_above(prefix, r.mask, c),  # (B,) off the mask the prefix repeats an earlier value, or 0
+        masks={"clipped": partial(above_on, r.mask, prefix, c)},  # built if read
+    )

@@ -9,9 +9,10 @@ Source: Yao et al., "Your Efficient RL Framework Secretly Brings You Off-Policy 
 """
 
 from dataclasses import dataclass
+from functools import partial
 
 from ..types import Config, knob
-from ._common import Correction, Ratios, above, capped_exp, log_of
+from ._common import Correction, Ratios, above_on, capped_exp, log_of, rows_above
 
 
 @dataclass(frozen=True)
@@ -21,5 +22,9 @@ class TokenTISConfig(Config):
 
 
 def token_tis(r: Ratios, cfg: TokenTISConfig) -> Correction:
-    weights = capped_exp(r.log_ratio, cfg.token_clip)  # (B, T)
-    return Correction(weights=weights, masks={"clipped": r.mask & above(r.log_ratio, log_of(cfg.token_clip))})
+    c = log_of(cfg.token_clip)
+    return Correction(
+        weights=capped_exp(r.log_ratio, cfg.token_clip),  # (B, T)
+        clipped=rows_above(r.log_ratio, r.mask, c),  # (B,)
+        masks={"clipped": partial(above_on, r.mask, r.log_ratio, c)},  # built if read
+    )
