@@ -15,6 +15,9 @@ if str(_ROOT) not in sys.path:
 import streamlit as st  # noqa: E402
 from ui.data import device_label  # noqa: E402
 
+from seqis.allocator import keep_freed_memory  # noqa: E402
+
+keep_freed_memory()  # (B, T) tensors reuse freed memory instead of page-faulting fresh pages (seqis.allocator)
 st.set_page_config(page_title="seqis: sequence-level IS explorer", page_icon=":material/balance:", layout="wide")
 
 EXPLORE = st.Page("views/explore.py", title="Explore", icon=":material/scatter_plot:", url_path="home", default=True)

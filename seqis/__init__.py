@@ -13,8 +13,7 @@ trajectories (mis_po); reference estimators (pg, seq_is, token_tis, ...) are the
 """
 
 from .diagnostics import diagnostics
-from .estimators import AGGREGATIONS, ESTIMATORS, SEED_ESTIMATORS, EstimatorSpec
-from .metrics import run, run_many
+from .estimators import AGGREGATIONS, ESTIMATORS, SEED_ESTIMATORS, EstimatorSpec, run, run_many
 from .types import Batch, Config, EstimatorOutput, Knobs, knob, knobs
 
 __all__ = [

@@ -25,9 +25,8 @@ from collections.abc import Iterable, Sequence
 import pandas as pd
 import torch
 
-from .estimators import Ratios
+from .estimators import Ratios, run_many
 from .estimators._common import in_band
-from .metrics import run_many
 from .types import Batch, Config
 
 Estimator = tuple[str, str, Config | None]  # (label, registry name, config or None for defaults)

@@ -25,7 +25,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from .metrics import resolve_config
+from .estimators import resolve_config
 from .types import Config
 
 INF = math.inf

@@ -227,7 +227,7 @@ class EstimatorOutput:
               agg="token-mean", d loss / d trainer_logprobs = -weights * adv_tau * A / N
     masks     name -> (B, T) bool: always "kept", plus the estimator's own ("clipped", "token_masked",
               "traj_masked", ...); all are subsets of the loss mask
-    metrics   name -> 0-d tensor (seqis.metrics; `.scalars()` gives floats)
+    metrics   name -> 0-d tensor (seqis.estimators.dispatch; `.scalars()` gives floats)
     rollouts  name -> (B,) per-rollout values for charts:
                 length           T_j, the rollout's loss-token count
                 seq_log_ratio    S_j = sum of l_t over its loss tokens

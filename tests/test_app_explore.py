@@ -14,8 +14,8 @@ import torch
 
 from seqis import ESTIMATORS, SEED_ESTIMATORS, run_many
 from seqis.estimators import Ratios
-from seqis.explore import dropped_map, effective_batch, token_map, weight_histogram
 from seqis.io import save_batch
+from seqis.summaries import dropped_map, effective_batch, token_map, weight_histogram
 from seqis.synthetic import make_batch
 
 APP = str(Path(__file__).resolve().parent.parent / "app" / "streamlit_app.py")
@@ -199,7 +199,7 @@ def test_a_batch_too_large_for_the_device_is_refused():
 
 @pytest.mark.gpu
 def test_explore_summaries_match_between_cpu_and_cuda():
-    """The summaries the page draws (seqis.explore) on CUDA equal the CPU's, for every estimator."""
+    """The summaries the page draws (seqis.summaries) on CUDA equal the CPU's, for every estimator."""
     cpu = make_batch("catastrophic", n_rollouts=300, max_len=2048, seed=11)
     gpu = cpu.to("cuda")
     rc, rg = Ratios.of(cpu), Ratios.of(gpu)

@@ -4,17 +4,30 @@ belongs to `make bench`, not to tests on a shared machine)."""
 import re
 
 from seqis import ESTIMATORS, SEED_ESTIMATORS
-from seqis.bench import main
+from seqis.bench import main, sections
+
+
+def test_sections_are_found_in_order_and_named_after_their_files():
+    found = sections()
+    assert {"estimators", "lab", "large-gpu", "explore"} <= set(found)
+    orders = [m.ORDER for m in found.values()]
+    assert orders == sorted(orders)
 
 
 def test_repeated_estimators_section_ends_with_a_median_and_range_per_row(capsys):
-    main(["--only", "estimators", "--quick", "--repeat", "2", "--pause", "0"])
+    main(["--only", "estimators", "--quick", "--repeat", "2", "--pause", "0", "--malloc", "both"])
     out = capsys.readouterr().out
-    summary = out.split("## Estimators over 2 runs")[1]
-    rows = {m.group(1): (float(m.group(2)), float(m.group(3)), float(m.group(4)))
-            for m in re.finditer(r"^\| (.+?) \| [\d.]+ \| ([\d.]+) \| ([\d.]+)-([\d.]+) \|$", summary, re.M)}
-    labels = [f"{n} (seed)" if n in SEED_ESTIMATORS else n for n in ESTIMATORS]
-    assert set(labels) <= set(rows) and "all through run_many / the slowest single one" in rows
-    for label, (median, low, high) in rows.items():
-        assert 0 < low <= median <= high, label
-    assert out.count("all 12 through run_many / slowest single") == 2  # one line per run
+    summaries = out.split("## Estimators over 2 runs")[1:]
+    assert len(summaries) == 2  # one per allocator setting: glibc's defaults, then freed memory kept
+    for summary in summaries:
+        summary = summary.split("## Estimators:")[0]
+        rows = {m.group(1): (float(m.group(2)), float(m.group(3)), float(m.group(4)))
+                for m in re.finditer(r"^\| (.+?) \| [\d.]+ \| ([\d.]+) \| ([\d.]+)-([\d.]+) \|$", summary, re.M)}
+        labels = [f"{n} (seed)" if n in SEED_ESTIMATORS else n for n in ESTIMATORS]
+        assert set(labels) <= set(rows) and "all through run_many / the slowest single one" in rows
+        for label, (median, low, high) in rows.items():
+            assert 0 < low <= median <= high, label
+    assert out.count(f"all {len(ESTIMATORS)} through run_many / slowest single") == 4  # one line per run
+    compare = out.split("glibc malloc defaults against freed memory kept")[1]
+    ratios = re.findall(r"^\| (.+?) \| [\d.]+ \| [\d.]+ \| ([\d.]+) \|$", compare, re.M)
+    assert {label for label, _ in ratios} >= set(labels) and all(float(r) > 0 for _, r in ratios)

@@ -18,13 +18,15 @@ from hypothesis import strategies as st
 from safetensors.torch import save_file
 
 import seqis.io as sio
+import seqis.io.load as sio_load
 from seqis import Batch, run
 from seqis.io import FORMATS, VERL_NAMES, BatchFormatError, list_assets, load_batch, save_batch
+from seqis.io.write import LAYOUTS
 from seqis.synthetic import make_batch
 
 COMBOS = [(fmt, layout, split) for fmt in FORMATS for layout in ("rows", "padded", "packed")
           for split in (("position_ids", "seq_lens") if layout == "packed" else ("position_ids",))
-          if fmt in sio._LAYOUTS[layout]]
+          if fmt in LAYOUTS[layout]]
 
 
 def example(per_token_adv=False, dtype=torch.float32) -> Batch:
@@ -408,7 +410,7 @@ def test_zip_bomb_is_refused(tmp_path):
 def load_raw(data: bytes, name: str):
     """The unguarded loader; a Batch that comes out must be a valid one."""
     try:
-        b = sio._load(Upload(data, name), None, None, sio.MAX_BYTES)
+        b = sio_load._load(Upload(data, name), None, None, sio.MAX_BYTES)
     except BatchFormatError:
         return None
     m = b.loss_mask
@@ -513,7 +515,7 @@ def test_last_resort_guard_turns_any_error_into_batch_format_error(monkeypatch):
     def boom(*a, **k):
         raise KeyError("unexpected")
 
-    monkeypatch.setattr(sio, "_load", boom)
+    monkeypatch.setattr(sio_load, "_load", boom)
     refuse(Upload(b"x", "x.json"), "x.json: could not be loaded (KeyError")
 
 

@@ -15,7 +15,7 @@ import numpy as np
 import plotly.graph_objects as go
 
 from seqis import ESTIMATORS
-from seqis.explore import HIST_BINS, HIST_LOG10_RANGE
+from seqis.summaries import HIST_BINS, HIST_LOG10_RANGE
 
 PALETTE = ["#3b6fd8", "#e4572e", "#17a398", "#8e44ad", "#f2a541", "#5c6f7b", "#c2185b", "#2e7d32", "#795548",
            "#00838f", "#ad1457", "#6d4c41"]

@@ -21,7 +21,7 @@ import torch
 
 from seqis import ESTIMATORS, diagnostics, run_many
 from seqis.estimators import Ratios
-from seqis.explore import (
+from seqis.summaries import (
     TokenMap,
     dropped_map,
     effective_batch,
@@ -219,8 +219,8 @@ class EstimatorView:
     config: Config
     metrics: dict[str, float]
     rollouts: dict[str, np.ndarray]  # length, seq_log_ratio, geo_log_ratio, weight, accepted, clipped, kept_fraction
-    effective: dict[str, float]  # tokens / rollouts kept, ESS (seqis.explore.effective_batch)
-    hist: dict  # counts (HIST_BINS + 2,), dropped, underflow (seqis.explore.weight_histogram)
+    effective: dict[str, float]  # tokens / rollouts kept, ESS (seqis.summaries.effective_batch)
+    hist: dict  # counts (HIST_BINS + 2,), dropped, underflow (seqis.summaries.weight_histogram)
     dropped: np.ndarray  # (R, C) fraction of each token-map block's loss tokens that is dropped
     weights: torch.Tensor = field(repr=False)  # (B, T) gradient coefficients, on device
     loss_mask: torch.Tensor = field(repr=False)  # (B, T) the batch's loss mask

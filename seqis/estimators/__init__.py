@@ -82,4 +82,7 @@ _ROWS = [
 ESTIMATORS: dict[str, EstimatorSpec] = {spec.name: spec for spec in _ROWS}
 SEED_ESTIMATORS: tuple[str, ...] = tuple(s.name for s in _ROWS if s.seed)
 
-__all__ = ["ESTIMATORS", "SEED_ESTIMATORS", "AGGREGATIONS", "EstimatorSpec", "Ratios", "Correction"]
+from .dispatch import resolve_config, run, run_many  # noqa: E402  (reads ESTIMATORS)
+
+__all__ = ["ESTIMATORS", "SEED_ESTIMATORS", "AGGREGATIONS", "EstimatorSpec", "Ratios", "Correction", "resolve_config",
+           "run", "run_many"]

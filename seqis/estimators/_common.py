@@ -8,10 +8,9 @@ and masks differ. `seqis.run` turns the correction into a loss, metrics and per-
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from functools import cache, cached_property, partial
+from functools import cached_property, partial
 
 import numpy as np
 import torch
@@ -65,36 +64,18 @@ def capped_exp(x: torch.Tensor, clip: float = math.inf) -> torch.Tensor:
     return x.clamp(max=min(log_of(clip), MAX_LOG_WEIGHT)).mul_(LOG2_E).exp2_()  # clamp makes a copy
 
 
-def expm1(x: torch.Tensor, backend: str | None = None) -> torch.Tensor:
+def expm1(x: torch.Tensor) -> torch.Tensor:
     """exp(x) - 1, accurate near 0, as a new tensor.
 
-    On the CPU, torch.expm1 calls MKL's VML, which on some CPUs (AMD's) takes a generic path about four
-    times slower than exp2; there numpy's SIMD expm1 (within an ulp) is faster even on one thread. Which
-    of the two a process uses on CPU float32 / float64 tensors is decided once, by timing both
-    (cpu_expm1_backend); `backend` ("torch" or "numpy") overrides it."""
-    use_numpy = x.device.type == "cpu" and x.dtype in (torch.float32, torch.float64) and not x.requires_grad
-    if use_numpy and (backend or cpu_expm1_backend()) == "numpy":
+    On the CPU, torch.expm1 calls MKL's VML, which on many CPUs takes a generic path 4-20 times slower than
+    numpy's SIMD expm1 (within an ulp of the exact value). CPU float32 / float64 tensors therefore always go
+    through numpy: one fixed path, so two processes give bitwise-identical results for the same batch."""
+    if x.device.type == "cpu" and x.dtype in (torch.float32, torch.float64) and not x.requires_grad:
         out = torch.empty(x.shape, dtype=x.dtype)
         with np.errstate(over="ignore"):  # overflow gives inf, as torch's does, without a warning
             np.expm1(x.contiguous().numpy(), out=out.numpy())
         return out
     return torch.expm1(x)
-
-
-@cache
-def cpu_expm1_backend() -> str:
-    """"numpy" when numpy's expm1 beats torch's on this CPU by a clear margin (best of five on 2^20 floats,
-    about 10 ms, once per process), else "torch"."""
-    x = torch.linspace(-1.0, 1.0, 1 << 20)
-    out = torch.empty_like(x)
-    best = {"torch": math.inf, "numpy": math.inf}
-    ways = {"torch": lambda: torch.expm1(x, out=out), "numpy": lambda: np.expm1(x.numpy(), out=out.numpy())}
-    for _ in range(5):
-        for name, f in ways.items():
-            t0 = time.perf_counter()
-            f()
-            best[name] = min(best[name], time.perf_counter() - t0)
-    return "numpy" if best["numpy"] < 0.8 * best["torch"] else "torch"
 
 
 def cheap_to_ask(x: torch.Tensor) -> bool:
@@ -363,7 +344,7 @@ class Ratios:
 
     @cached_property
     def batch_metrics(self) -> dict[str, torch.Tensor]:
-        """The metrics that do not depend on the estimator (seqis.metrics), computed once per batch."""
+        """The metrics that do not depend on the estimator (seqis.estimators.dispatch), computed once per batch."""
         return {
             "mismatch_kl": self.k3_total / self.n_tokens.clamp(min=1),
             "seq_log_ratio": masked_mean(self.seq_log_ratio, self.valid),

@@ -19,10 +19,12 @@ from functools import cache, partial
 
 import torch
 
-from .estimators import ESTIMATORS, Ratios
-from .estimators._common import (
+from ..types import Batch, Config, EstimatorOutput, Masks
+from . import ESTIMATORS
+from ._common import (
     AGGREGATIONS,
     Correction,
+    Ratios,
     any_per_row,
     as_float,
     dot,
@@ -33,7 +35,6 @@ from .estimators._common import (
     token_scale,
     tokens_of,
 )
-from .types import Batch, Config, EstimatorOutput, Masks
 
 
 @cache

@@ -92,11 +92,6 @@ def dropped_map(kept: torch.Tensor, mask: torch.Tensor, tm: TokenMap) -> torch.T
     return torch.where(n > 0, dropped / n.clamp(min=1), torch.full_like(n, math.nan))
 
 
-def histogram_edges() -> torch.Tensor:
-    """The log10 edges of weight_histogram's inner bins (HIST_BINS + 1 of them)."""
-    return torch.linspace(*HIST_LOG10_RANGE, HIST_BINS + 1, dtype=torch.float64)
-
-
 @torch.no_grad()
 def weight_histogram(out: EstimatorOutput) -> dict[str, torch.Tensor | int]:
     """Counts of log10 of the applied weight of every kept loss token with a positive weight.
@@ -194,5 +189,5 @@ def theory_rollouts(name: str, cfg, s: float, lengths) -> dict[str, float]:
     return {}
 
 
-__all__ = ["HIST_BINS", "HIST_LOG10_RANGE", "TokenMap", "dropped_map", "effective_batch", "histogram_edges",
+__all__ = ["HIST_BINS", "HIST_LOG10_RANGE", "TokenMap", "dropped_map", "effective_batch",
            "rollout_advantages", "rollout_row", "theory_rollouts", "token_map", "weight_histogram"]

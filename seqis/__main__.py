@@ -1,0 +1,34 @@
+"""`python -m seqis COMMAND ...`: the library's command line. Each command is a module with `main(argv)`."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+# command -> (module with main(argv), one line of help)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "bench": ("seqis.bench", "benchmarks that print ratios to a floor (python -m seqis bench --help)"),
+}
+
+
+def usage() -> str:
+    width = max(map(len, COMMANDS))
+    lines = [f"  {name:<{width}}  {help_}" for name, (_, help_) in COMMANDS.items()]
+    return "usage: python -m seqis COMMAND [options]\n\ncommands:\n" + "\n".join(lines) + \
+        "\n\nThe explorer: streamlit run app (or make run)."
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv or argv[0] in ("-h", "--help", "help"):
+        print(usage())
+        return 0
+    if argv[0] not in COMMANDS:
+        print(f"python -m seqis: unknown command {argv[0]!r}\n\n{usage()}", file=sys.stderr)
+        return 2
+    module, _ = COMMANDS[argv[0]]
+    return importlib.import_module(module).main(argv[1:]) or 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

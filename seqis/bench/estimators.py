@@ -1,0 +1,96 @@
+"""Section `estimators`: each estimator (forward, backward, metrics) on 256 x 4096, all through run_many, and
+diagnostics, as ratios to a floor; measured with glibc's malloc defaults and with freed memory kept."""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+
+from ..allocator import keep_freed_memory
+from ..diagnostics import diagnostics
+from ..estimators import ESTIMATORS, SEED_ESTIMATORS
+from .timing import floor_pass, paired, ragged_batch, step, step_many, with_catastrophic_tokens
+
+ORDER = 10
+
+
+def table(device: str, quick: bool, malloc: str) -> dict[str, tuple[float, float, float]]:
+    """Each estimator alone, all through run_many, diagnostics: prints the table and returns its rows,
+    label -> (median seconds, floor seconds, x floor); the run_many / slowest-single ratio under "run_many"."""
+    B, T = (64, 1024) if quick else (256, 4096)
+    batch = ragged_batch(B, T, device=device)
+    floor_fn = lambda: floor_pass(batch)
+    print(f"\n## Estimators: forward + backward + metrics, {B} x {T} fp32, ragged, {device}, {malloc}")
+    print("floor: torch.where(mask, t - i, 0).sum(-1), measured alternately with each row; x floor is the "
+          "median of per-block ratios\n")
+    print("| estimator | median ms | floor ms | x floor |")
+    print("|---|---:|---:|---:|")
+    rows = {}
+
+    def row(label: str, fn: Callable[[], object]) -> None:
+        rows[label] = t, f, x = paired(fn, floor_fn, device=device)
+        print(f"| {label} | {t * 1e3:.2f} | {f * 1e3:.2f} | {x:.1f} |")
+
+    for name in ESTIMATORS:
+        row(f"{name} (seed)" if name in SEED_ESTIMATORS else name, lambda n=name: step(n, batch))
+    # this batch has no token outside mis_po's token band; a real one may have a catastrophic token in many
+    # rollouts, and then mis_po takes its dense form (Correction.kept) instead of the sparse one
+    spiked = with_catastrophic_tokens(batch, every=4)
+    row("mis_po, a catastrophic token in 1 of 4 rollouts", lambda: step("mis_po", spiked))
+    all_names = list(ESTIMATORS)
+    row(f"all {len(all_names)} through run_many", lambda: step_many(all_names, batch))
+    row("four seed estimators through run_many", lambda: step_many(list(SEED_ESTIMATORS), batch))
+    row("diagnostics(batch)", lambda: diagnostics(batch))
+    slowest = max(ESTIMATORS, key=lambda n: rows[f"{n} (seed)" if n in SEED_ESTIMATORS else n][0])
+    # timed against each other in alternating blocks, like every row against the floor
+    rows["run_many"] = paired(lambda: step_many(all_names, batch), lambda: step(slowest, batch), device=device)
+    print(f"\nall {len(all_names)} through run_many / slowest single ({slowest}): {rows['run_many'][2]:.2f}x "
+          f"(target: at most 4x)")
+    return rows
+
+
+def summarise_repeats(runs: list[dict[str, tuple[float, float, float]]], malloc: str) -> None:
+    """The median and range of each row's ratio over repeated runs of the estimators section (on a shared
+    machine a whole run's ratios move together: one run is one draw)."""
+    print(f"\n## Estimators over {len(runs)} runs, {malloc}: median (min-max) of each run's ratio\n")
+    print("| estimator | median ms | x floor | range |")
+    print("|---|---:|---:|---:|")
+    for label in runs[0]:
+        ms = statistics.median(r[label][0] for r in runs) * 1e3
+        xs = [r[label][2] for r in runs]
+        name = "all through run_many / the slowest single one" if label == "run_many" else label
+        print(f"| {name} | {ms:.2f} | {statistics.median(xs):.1f} | {min(xs):.1f}-{max(xs):.1f} |")
+
+
+
+
+def compare(default: dict, tuned: dict) -> None:
+    """What the allocator setting buys: each row's median time with glibc's defaults over the time with freed
+    memory kept (the ratios to the floor hide it: the floor slows down too)."""
+    print("\n## Estimators: glibc malloc defaults against freed memory kept (seqis.allocator)\n")
+    print("| estimator | defaults ms | kept ms | defaults / kept |")
+    print("|---|---:|---:|---:|")
+    for label in default:
+        if label in tuned and label != "run_many":
+            d, k = default[label][0], tuned[label][0]
+            print(f"| {label} | {d * 1e3:.2f} | {k * 1e3:.2f} | {d / k:.2f} |")
+
+
+def run(device: str, quick: bool, *, repeat: int = 1, pause: float = 20.0, malloc: str = "both") -> None:
+    """The table `repeat` times per allocator setting ("defaults", "kept" or "both": defaults first, since the
+    setting cannot be undone in a process), each ratio's median and range when repeated, and the comparison."""
+    results = {}
+    for setting in (("defaults", "kept") if malloc == "both" else (malloc,)):
+        label = "glibc malloc defaults"
+        if setting == "kept":
+            label = keep_freed_memory()
+        runs = []
+        for i in range(repeat):
+            time.sleep(pause if i else 0)
+            runs.append(table(device, quick, label))
+        if repeat > 1:
+            summarise_repeats(runs, label)
+        results[setting] = {k: tuple(statistics.median(r[k][i] for r in runs) for i in range(3)) for k in runs[0]}
+    if len(results) == 2:
+        compare(results["defaults"], results["kept"])

@@ -1,0 +1,56 @@
+"""Rollout batches from files: real dumps from RL frameworks in, any Batch out, and clear refusals.
+
+Formats (by suffix, or `format=`): parquet, jsonl, json, npz, safetensors and torch .pt. A .pt file
+is read only with `torch.load(weights_only=True)`: tensors and plain containers; any other pickle is
+refused and nothing in it runs. Nothing from a file is executed or written to disk.
+
+Layouts, told apart by the shape of the trainer log-prob column:
+  rows     one record per rollout with list columns (parquet, jsonl, a json list of objects, a json
+           object of lists of lists, a .pt list of dicts or dict of lists): ragged, or padded when
+           every list has the same length
+  padded   [B, T] arrays (npz, safetensors, .pt); positions past a rollout's end carry loss_mask 0
+  packed   1-D (or [1, N]) micro-batches of N tokens, split into rollouts by `position_ids`
+           (restarting at 0 for each rollout, counting up by 1) or by `seq_lens` (B lengths summing to N)
+
+Column names (first found wins; `columns=` maps a role to any other name, e.g.
+columns={"trainer_logprobs": "logp_fsdp"}):
+  trainer_logprobs    trainer_logprobs | old_log_probs (verl)
+  inference_logprobs  inference_logprobs | rollout_log_probs (verl)
+  loss_mask           loss_mask | response_mask (verl); default: every token of every rollout
+  advantages          advantages, one per rollout or one per token; or else
+  reward + group_id   advantage = reward - mean reward of the rollout's group (GRPO)
+Every other per-rollout column (prompt id, text, env name, step, a scalar broadcast to every rollout) is
+kept in Batch.metadata; per-token extras (input ids, entropies) are skipped.
+
+Refusals raise BatchFormatError (a ValueError) naming the file, the column and the row (rows and tokens
+count from 0): missing columns (with the names looked for), lengths that differ within a row, shapes
+that disagree, non-numeric values, NaN, inf or positive log-probs on loss tokens (above 1e-6: rounding
+gives 0 + eps), no rollouts, empty, unreadable or truncated files, files over `max_bytes` (200 MB).
+
+Memory: columns are read one at a time, and each is padded into the Batch before the next is read
+(parquet list columns in slices of about 2^17 values, into one preallocated buffer). Loading a
+512 x 16384 dump (float32 log-probs, a bool mask, per-rollout advantages: 72 MB as a Batch) peaks at
+1.9x the batch's size over the process's baseline from parquet, npz or safetensors (peak RSS in a fresh
+process: scripts/measure_load_memory.py).
+
+    from seqis.io import load_batch, save_batch
+    batch = load_batch("dump.parquet")                          # or an uploaded file with a .name
+    batch = load_batch(upload, columns={"advantages": "adv"})   # other names
+    save_batch(batch, "copy.npz", columns=VERL_NAMES)           # verl's column names
+"""
+
+from .columns import (
+           ALIASES,
+           ASSETS_DIR,
+           FORMATS,
+           LOGPROB_TOLERANCE,
+           MAX_BYTES,
+           VERL_NAMES,
+           BatchFormatError,
+           list_assets,
+)
+from .load import load_batch
+from .write import save_batch
+
+__all__ = ["ALIASES", "ASSETS_DIR", "FORMATS", "LOGPROB_TOLERANCE", "MAX_BYTES", "VERL_NAMES", "BatchFormatError",
+           "list_assets", "load_batch", "save_batch"]
