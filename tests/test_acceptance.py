@@ -12,7 +12,7 @@ import torch
 
 from seqis import ESTIMATORS, acceptance, theory
 
-S = 0.05  # LITERATURE's default noise scale: per-token KL 0.00125
+S = 0.05  # the literature's usual noise scale: per-token KL 0.00125
 
 
 def cfg(name, **kw):
@@ -74,14 +74,6 @@ def test_band_acceptance_matches_closed_forms(sweep, T):
            theory.product_band_acceptance(T, S, 0.0, 2.0))
 
 
-def test_literature_numbers(sweep):
-    # LITERATURE: s = 0.05, product band [0.5, 2]: T = 256: 0.577, 1024: 0.248; MIS-PO T = 16: 0.159
-    _close(_row(sweep, "product band", 256)["accepted"], _row(sweep, "product band", 256)["accepted_se"], 0.577)
-    _close(_row(sweep, "product band", 1024)["accepted"], _row(sweep, "product band", 1024)["accepted_se"], 0.248)
-    _close(_row(sweep, "traj", 16)["accepted"], _row(sweep, "traj", 16)["accepted_se"], 0.159)
-    assert (sweep[sweep["label"] == "tis C=2"]["accepted"] == 1.0).all()  # a clip drops nothing
-
-
 @pytest.mark.parametrize("T", [16, 256, 1024])
 def test_truncated_weight_moments_match_closed_forms(sweep, T):
     mean, var = theory.seq_tis_moments(T, S, 2.0)
@@ -131,8 +123,7 @@ def test_catastrophic_token_is_diluted_by_length():
         assert list(d["T"]) == list(lengths)
         return list(d[name])
 
-    # exp(-L/T) >= 0.5 iff T >= L / log 2 = 14.43 (theory.catastrophic_min_length)
-    assert theory.catastrophic_min_length(L, 0.5) == pytest.approx(14.427, abs=1e-3)
+    # exp(-L/T) >= 0.5 iff T >= L / log 2 = 14.43 (theory.catastrophic_min_length, checked in test_theory.py)
     assert col("geo_mask", "down", "kept") == [False, False, True, True, True, True]
     assert col("seq_mis", "down", "accepted") == [False, False, True, True, True, True]
     # a token band or a max criterion catches it at every length
@@ -153,8 +144,6 @@ def test_catastrophic_token_is_diluted_by_length():
 def test_drift_table_matches_li():
     df = acceptance.drift([("tis", "seq_tis", cfg("seq_tis", seq_clip=5.0)), ("gate", "seq_mis", None)],
                           (10, 1000, 2000, 5000), 1.001)
-    # LITERATURE (Li's table): w = 1.01, 2.72, 7.39, 148
-    assert list(df["w"]) == pytest.approx([1.01, 2.72, 7.39, 148], rel=3e-3)
     assert list(df["w"]) == pytest.approx(list(theory.drift_weight(1.001, df["T"].to_numpy(float))), rel=1e-9)
     assert list(df["geo"]) == pytest.approx([1.001] * 4, rel=1e-12)
     assert list(df["tis weight"]) == pytest.approx([min(w, 5.0) for w in df["w"]], rel=1e-9)

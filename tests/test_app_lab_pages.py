@@ -57,7 +57,7 @@ def lt() -> AppTest:
 def test_lt_first_screen_tells_the_story(lt):
     assert lt.title[0].value == "Length & thresholds"
     assert lt.select_slider(key="lt.s").value == 0.05
-    # LITERATURE, s = 0.05: product band [0.5, 2] keeps 0.049 at T = 4096, mis_po's band 0.159 at T = 16
+    # s = 0.05 (Li & Liu; Step 3.5 Flash): product band [0.5, 2] keeps 0.049 at T = 4096, mis_po's band 0.159 at T = 16
     assert metric_starting(lt, "product band [0.5, 2] keeps, T = 4096") == "4.9%"
     assert metric_starting(lt, "geometric band [0.5, 2] keeps, T = 4096") == "100.0%"
     assert metric_starting(lt, "mis_po trajectory band keeps, T = 16") == "15.9%"

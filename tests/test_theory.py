@@ -1,5 +1,8 @@
-"""seqis.theory: every closed form against LITERATURE.md's published numbers and against a seeded
-simulation (through the estimators where one applies, else from the sampled log-ratios directly).
+"""The one place for closed forms: seqis.theory against the published numbers (Li & Liu, "When Speed Kills
+Stability"; StepFun, "Step 3.5 Flash"; Huang, "Is Frontier Asynchronous RL Solved?") and against the
+estimators themselves on seeded simulations (else against the sampled log-ratios directly).
+
+Valid IS noise: l ~ N(-s^2/2, s^2) per token, so E_mu[rho] = 1 and log w ~ N(-T s^2/2, T s^2).
 Simulated tolerances are 4 standard errors."""
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ def within(sim: float, closed: float, se: float) -> bool:
 
 
 # ---------------------------------------------------------------------------------------------------------
-# the published numbers (LITERATURE.md, "Closed forms under valid IS noise", "Huang's bit chain")
+# the published numbers: Li & Liu (bands, truncated weights, drift), Step 3.5 Flash (MIS-PO), Huang (bit chain)
 
 
 @pytest.mark.parametrize("T, published", [(16, 0.999), (256, 0.577), (1024, 0.248), (4096, 0.049)])
@@ -125,11 +128,32 @@ def test_product_band_against_simulation(T):
 
 @pytest.mark.parametrize("T", [16, 256, 1024])
 def test_geo_band_against_simulation(T):
-    n, s = 2000, 0.05
-    batch = gaussian_batch(n, T, s, seed=10 + T)
-    sim = float(rollouts("seq_mis", batch, geo_mask_low=0.996, geo_mask_high=1.001)["accepted"].double().mean())
-    closed = theory.geo_band_acceptance(T, s, 0.996, 1.001)
-    assert within(sim, closed, math.sqrt(closed * (1 - closed) / n))
+    # MIS-PO's trajectory band at s = 0.05, and a band [0.99, 1.01] that the mean log-ratio -0.005 (s = 0.1) lies in,
+    # through every estimator with a geometric gate
+    for s, lo, hi, names in ((0.05, 0.996, 1.001, ("seq_mis", "mis_po")), (0.1, 0.99, 1.01, ("geo_mask", "seq_mis"))):
+        n = 2000
+        batch = gaussian_batch(n, T, s, seed=10 + T)
+        closed = theory.geo_band_acceptance(T, s, lo, hi)
+        for name in names:
+            knobs = {"token_mask_low": 0.0, "token_mask_high": INF} if name == "mis_po" else {}
+            sim = float(rollouts(name, batch, geo_mask_low=lo, geo_mask_high=hi, **knobs)["accepted"].double().mean())
+            assert within(sim, closed, math.sqrt(closed * (1 - closed) / n)), (name, s)
+
+
+def test_geometric_band_tends_to_one_or_zero_with_length():
+    # -s^2/2 inside (log a, log b) -> 1; outside -> 0: a per-token KL threshold that sharpens with length
+    assert float(theory.geo_band_acceptance(4096, 0.1, 0.99, 1.01)) > 0.99
+    assert float(theory.geo_band_acceptance(4096, 0.2, 0.99, 1.01)) < 0.01  # -0.02 < log 0.99 = -0.01005
+    batch = gaussian_batch(500, 4096, 0.2, seed=7)
+    assert float(rollouts("geo_mask", batch, geo_mask_low=0.99, geo_mask_high=1.01)["accepted"].double().mean()) < 0.02
+
+
+def test_seq_tis_keeps_an_upward_outlier_at_weight_c_and_a_geometric_gate_drops_it():
+    l = torch.zeros(1, 8, dtype=torch.float64)
+    l[0, 3] = 6.0  # w = e^6, geometric ratio e^0.75 = 2.1 > 2
+    batch = Batch(l - 7.0, torch.full_like(l, -7.0), torch.ones(1, dtype=torch.float64))
+    assert float(rollouts("seq_tis", batch)["weight"][0]) == 2.0
+    assert not bool(rollouts("geo_mask", batch)["accepted"][0])
 
 
 @pytest.mark.parametrize("T", [4, 16])
@@ -184,8 +208,10 @@ def test_catastrophic_token_against_the_geometric_gate():
     trainer = inference.clone()
     trainer[:, 0] -= L
     batch = Batch(trainer, inference, torch.ones(10, dtype=torch.float64), mask)
-    accepted = rollouts("geo_mask", batch, geo_mask_low=low, geo_mask_high=2.0)["accepted"]
-    assert accepted.tolist() == (lengths.double() >= cutoff).tolist()
+    for name in ("geo_mask", "seq_mis"):
+        accepted = rollouts(name, batch, geo_mask_low=low, geo_mask_high=2.0)["accepted"]
+        assert accepted.tolist() == (lengths.double() >= cutoff).tolist(), name
+    assert not rollouts("max_mask", batch)["accepted"].any()  # the max criterion catches it at every length
     # a token band catches it at every length
     kept = run("mis_po", batch, ESTIMATORS["mis_po"].config(geo_mask_low=0.0, geo_mask_high=INF)).masks["kept"]
     assert not bool(kept[:, 0].any())

@@ -95,7 +95,7 @@ def digest(data: bytes) -> str:
 
 
 def _io():
-    from seqis import io as seqis_io  # issue 3's loader; imported when first needed
+    from seqis import io as seqis_io  # the loaders, imported when first needed
 
     return seqis_io
 

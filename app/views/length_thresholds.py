@@ -102,7 +102,7 @@ with left:
     st.caption(
         f"Long rollouts pass iff the per-token KL is below −log {traj[0]:g} = {kl['cutoff']:.4f} nats: "
         "the longer the rollout, the sharper the step. Measured engine mismatch is 5e-4 to 1e-2 per token "
-        "(LITERATURE: H20 to L20), on both sides of MIS-PO's cutoff."
+        "(measured engine mismatch, H20 to L20 GPUs), on both sides of MIS-PO's cutoff."
     )
 with right:
     st.plotly_chart(
