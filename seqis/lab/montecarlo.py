@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from ..estimators import Ratios
-from ..metrics import resolve_config, run_many
+from ..estimators import resolve_config, run_many
 from ..types import Config
 from .chain import Rollouts
 

@@ -8,7 +8,7 @@ from collections.abc import Iterable
 import pandas as pd
 import torch
 
-from ..metrics import resolve_config
+from ..estimators import resolve_config
 from ..types import Config
 from .chain import BitChain
 from .montecarlo import Progress, _check, _pairs, _simulate, monte_carlo_many
