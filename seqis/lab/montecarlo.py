@@ -11,8 +11,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ..estimators import Ratios
-from ..estimators import resolve_config, run_many
+from ..estimators import Ratios, resolve_config, run_many
 from ..types import Config
 from .chain import Rollouts
 
