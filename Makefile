@@ -15,7 +15,7 @@ $(BIN)/.ready: pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q $(TORCH)
-	$(BIN)/pip install -q -e ".[app,test]"
+	$(BIN)/pip install -q -e ".[app,test,ray]"
 	touch $@
 
 venv: $(BIN)/.ready

@@ -117,6 +117,8 @@ class Batch:
     advantages          (B,) one per rollout, or (B, T) one per token
     loss_mask           (B, T) bool: the tokens that carry loss (default: all)
     metadata            optional per-rollout columns (prompt id, env, step, ...): name -> list of B values
+    extras              optional per-token columns for the views (a prime-rl export's "entropy",
+                        "token_ids"): name -> (B, T) tensor aligned with trainer_logprobs
     """
 
     trainer_logprobs: torch.Tensor
@@ -124,6 +126,7 @@ class Batch:
     advantages: torch.Tensor
     loss_mask: torch.Tensor | None = None
     metadata: dict[str, list] = field(default_factory=dict)
+    extras: dict[str, torch.Tensor] = field(default_factory=dict)
 
     def __post_init__(self):
         tl, il, adv = self.trainer_logprobs, self.inference_logprobs, self.advantages
@@ -158,6 +161,9 @@ class Batch:
         for k, v in self.metadata.items():
             if len(v) != B:
                 raise ValueError(f"Batch.metadata[{k!r}] must have one value per rollout ({B}), got {len(v)}")
+        for k, x in self.extras.items():
+            if not isinstance(x, torch.Tensor) or x.shape != tl.shape or x.device != tl.device:
+                raise ValueError(f"Batch.extras[{k!r}] must be a ({B}, {T}) tensor on {tl.device}, got {_shape(x)}")
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -174,6 +180,7 @@ class Batch:
             self.advantages.to(device),
             self.loss_mask.to(device),
             dict(self.metadata),
+            {k: x.to(device) for k, x in self.extras.items()},
         )
 
     def select(self, index) -> Batch:
@@ -188,6 +195,7 @@ class Batch:
             self.advantages[idx],
             self.loss_mask[idx],
             meta,
+            {k: x[idx] for k, x in self.extras.items()},
         )
 
 

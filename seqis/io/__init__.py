@@ -22,6 +22,10 @@ columns={"trainer_logprobs": "logp_fsdp"}):
 Every other per-rollout column (prompt id, text, env name, step, a scalar broadcast to every rollout) is
 kept in Batch.metadata; per-token extras (input ids, entropies) are skipped.
 
+prime-rl's token export (`token_exports/step_N/rank_R.jsonl`, recognised by its first key
+`schema_version`) is read by seqis.io.prime_rl: the rl loss channel's mask, the entropy and token ids
+kept in Batch.extras; `load_batch` of a step folder reads every rank file of the step as one batch.
+
 Refusals raise BatchFormatError (a ValueError) naming the file, the column and the row (rows and tokens
 count from 0): missing columns (with the names looked for), lengths that differ within a row, shapes
 that disagree, non-numeric values, NaN, inf or positive log-probs on loss tokens (above 1e-6: rounding

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import os
+import warnings
 from pathlib import Path
 
 from ..types import Batch
 from .assemble import _assemble
 from .columns import FORMATS, MAX_BYTES, BatchFormatError
+from .prime_rl import is_prime_rl_export, rank_files, read_prime_rl_bytes, read_prime_rl_files
 from .readers import _json_source, _Npz, _Parquet, _pt_source, _Safetensors, _Source
 
 # ---------------------------------------------------------------------------------------------------------
@@ -104,12 +106,36 @@ def _open(fmt: str, data: Path | bytes, max_bytes) -> _Source:
         raise BatchFormatError(f"is not a readable {fmt[1:]} file ({type(e).__name__}: {e})") from None
 
 
+def _head(data: Path | bytes) -> bytes:
+    if isinstance(data, bytes):
+        return data[:256]
+    with open(data, "rb") as f:
+        return f.read(256)
+
+
+def _load_folder(path: Path, max_bytes) -> Batch:
+    """A prime-rl token export step folder: every rank file, one batch; partial last lines skipped."""
+    files = rank_files(path)
+    if not files:
+        raise BatchFormatError(f"{path.name}: a folder without rank_R.jsonl files (load_batch reads a file or a "
+                               f"prime-rl step folder; a whole run: seqis.runs.load_run)")
+    batch, notes = read_prime_rl_files(files, max_bytes=max_bytes)
+    for note in notes:
+        warnings.warn(f"{path.name}/{note}", stacklevel=4)
+    return batch
+
+
 def _load(source, format, columns, max_bytes) -> Batch:
     """load_batch without its last-resort guard (the fuzz tests call this one)."""
     label = _label(source)
+    if isinstance(source, (str, os.PathLike)) and Path(source).is_dir():
+        return _load_folder(Path(source), max_bytes)
     try:
         data = _read(source, max_bytes)
-        src = _open(_suffix(format, label), data, max_bytes)
+        fmt = _suffix(format, label)
+        if fmt == ".jsonl" and columns is None and is_prime_rl_export(_head(data)):
+            return read_prime_rl_bytes(data.read_bytes() if isinstance(data, Path) else data)
+        src = _open(fmt, data, max_bytes)
         try:
             return _assemble(src, columns)
         finally:
@@ -121,6 +147,7 @@ def _load(source, format, columns, max_bytes) -> Batch:
 def load_batch(source, format: str | None = None, *, columns: dict[str, str] | None = None,
                max_bytes: int | None = MAX_BYTES) -> Batch:
     """Read a rollout batch from a path, bytes, or a file-like upload with a `.name` (Streamlit's UploadedFile).
+    A prime-rl token export (a rank_R.jsonl file, or a step folder of them) is read by seqis.io.prime_rl.
 
     format: ".parquet", "jsonl", ... (default: the name's suffix). columns: role -> name in the file, for
     names other than the accepted ones (roles: trainer_logprobs, inference_logprobs, loss_mask, advantages,

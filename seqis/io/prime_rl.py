@@ -1,0 +1,403 @@
+"""prime-rl's token export (`token_exports/step_N/rank_R.jsonl`) read as one Batch, with per-token extras.
+
+prime-rl (PrimeIntellect-ai/prime-rl, src/prime_rl/trainer/rl/token_export.py, `enable_token_export`)
+writes one JSON line per packed sequence: per-token lists over the whole sequence (prompt tokens carry
+loss_mask false), non-finite floats written as null, and per-line fields (`step`, `rank`, `env_name`, ...).
+Its schema moved while keeping `schema_version` 1; this reader reads only the fields it needs and accepts
+every variant seen so far:
+
+  mask for IS     the `rl` channel's: `losses[t]["rl"]["mask"]` in exports with per-channel `losses` records
+                  (there `loss_mask` is the union of all channels: ce and ref_kl tokens too); else
+                  `loss_mask & (rl_weights != 0)` when `rl_weights` is written (null: weight 1 on the loss
+                  mask); else `loss_mask`
+  advantages      `advantages` per token (the rl channel's values; `losses[t]["rl"]["advantage"]` if absent);
+                  a Batch gets one per rollout when they are constant over its loss tokens, else (B, T)
+  step            `export_step` (a multi-run export's run step) when present, else `step`
+  extras          `entropy` -> Batch.extras["entropy"] (float32, NaN for null), `token_ids` ->
+                  Batch.extras["token_ids"] (int64, -1 past a rollout's end)
+  metadata        env_name, step, rank, line (1-based, in its rank's file), micro_step, micro_sequence_idx,
+                  run_id (when written), reward (first non-null of `rewards`, when written)
+
+prime-rl's own per-token results (`mismatch_kl`, `importance_ratio`, `is_masked`, ...: float32 k3 over all
+tokens, its DPPO mask) are never read: seqis recomputes what it reports.
+
+Refusals (BatchFormatError) name the file and the 1-based line: a truncated last line (a file still being
+written; `tolerate_truncated=True`, as for a step folder, skips it with a warning instead), a line that is
+not JSON or has a field of the wrong type, a missing field, an unknown schema_version, token lists of
+different lengths, a null or positive log-prob or a null advantage on a loss token.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import warnings
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ..types import Batch
+from .columns import BatchFormatError
+
+SCHEMA_VERSIONS = (1,)  # the versions this reader knows (prime-rl has written 1 since the export began)
+LOGPROB_TOLERANCE = 1e-6  # a log-prob above this on a loss token is refused (as load_batch does)
+RANK_FILE = re.compile(r"^rank_(\d+)\.jsonl$")
+_BLOCK = 1 << 22  # pyarrow's JSON block; a line longer than this is read with one block for the file
+
+
+def _schema(extras: bool):
+    """The fields read (pyarrow skips every other one without building it)."""
+    import pyarrow as pa
+
+    floats = pa.list_(pa.float32())
+    rl = pa.struct([("advantage", pa.float32()), ("mask", pa.bool_())])
+    fields = [
+        ("trainer_logprobs", floats), ("inference_logprobs", floats), ("loss_mask", pa.list_(pa.bool_())),
+        ("advantages", floats), ("rl_weights", floats), ("rewards", floats),
+        ("losses", pa.list_(pa.struct([("rl", rl)]))),
+        ("schema_version", pa.int64()), ("step", pa.int64()), ("export_step", pa.int64()), ("rank", pa.int64()),
+        ("micro_step", pa.int64()), ("micro_sequence_idx", pa.int64()), ("run_id", pa.string()),
+        ("env_name", pa.string()),
+    ]
+    if extras:
+        fields += [("entropy", floats), ("token_ids", pa.list_(pa.int64()))]
+    return pa.schema(fields)
+
+
+def is_prime_rl_export(head: bytes) -> bool:
+    """True when a JSONL file's first bytes are a prime-rl token export record (its first key)."""
+    return re.match(rb'\s*\{\s*"schema_version"\s*:', head) is not None
+
+
+def rank_files(folder: Path) -> list[Path]:
+    """A step folder's rank files, by rank number (gaps allowed)."""
+    found = [(int(m.group(1)), p) for p in Path(folder).iterdir() if (m := RANK_FILE.match(p.name)) and p.is_file()]
+    return [p for _, p in sorted(found)]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# one file: bytes -> a table of the needed fields, with each row's line number
+
+
+def _complete_part(data: bytes, tolerate_truncated: bool, notes: list[str]) -> int:
+    """Where the file's complete lines end: a last line without its newline that is not whole JSON is a
+    record still being written (refused, or skipped with a note)."""
+    if not data or data.endswith(b"\n"):
+        return len(data)
+    cut = data.rfind(b"\n") + 1
+    tail = data[cut:]
+    if not tail.strip():
+        return len(data)
+    try:
+        json.loads(tail)
+        return len(data)
+    except (ValueError, RecursionError):
+        pass
+    line = data.count(b"\n", 0, cut) + 1
+    msg = f"line {line}: truncated JSON line (a file still being written?)"
+    if not tolerate_truncated:
+        raise BatchFormatError(msg + "; loading its step folder skips such a line")
+    notes.append(msg + ": skipped")
+    return cut
+
+
+def _line_numbers(data: bytes, end: int, n_rows: int) -> np.ndarray:
+    """1-based line number of each record (blank lines are not records)."""
+    n_lines = data.count(b"\n", 0, end) + (0 if end == 0 or data[end - 1:end] == b"\n" else 1)
+    if n_rows == n_lines:
+        return np.arange(1, n_rows + 1)
+    return np.array([i + 1 for i, line in enumerate(data[:end].split(b"\n")) if line.strip()][:n_rows])
+
+
+def _kind_of(v) -> str:
+    return "null" if v is None else type(v).__name__
+
+
+def _bad_line(data: bytes, end: int, schema) -> BatchFormatError | None:
+    """The first line pyarrow could not read, named (a slow second pass, only after a failure)."""
+    import pyarrow as pa
+
+    for i, line in enumerate(data[:end].split(b"\n")):
+        if not line.strip():
+            continue
+        where = f"line {i + 1}"
+        try:
+            rec = json.loads(line)
+        except (ValueError, RecursionError) as e:
+            return BatchFormatError(f"{where}: not valid JSON ({e})")
+        if not isinstance(rec, dict):
+            return BatchFormatError(f"{where}: expected a JSON object, got {_kind_of(rec)}")
+        for f in schema:
+            v = rec.get(f.name)
+            if v is None:
+                continue
+            if pa.types.is_list(f.type):
+                if not isinstance(v, list):
+                    return BatchFormatError(f"{where}: field '{f.name}' holds a {_kind_of(v)}, expected a list")
+                if f.name == "losses":
+                    if any(x is not None and not isinstance(x, dict) for x in v):
+                        return BatchFormatError(f"{where}: field 'losses' holds a non-object record")
+                    continue
+                for t, x in enumerate(v):
+                    if x is not None and not isinstance(x, (int, float)):
+                        return BatchFormatError(f"{where}, token {t}: field '{f.name}' holds {_kind_of(x)} "
+                                                f"{str(x)[:30]!r}, expected a number")
+            elif pa.types.is_string(f.type) and not isinstance(v, str):
+                return BatchFormatError(f"{where}: field '{f.name}' holds a {_kind_of(v)}, expected a string")
+            elif pa.types.is_integer(f.type) and (isinstance(v, bool) or not isinstance(v, int)):
+                return BatchFormatError(f"{where}: field '{f.name}' holds {v!r}, expected an integer")
+    return None
+
+
+def _parse(data: bytes, end: int, extras: bool):
+    import pyarrow as pa
+    import pyarrow.json as pj
+
+    schema = _schema(extras)
+    buf = pa.py_buffer(data).slice(0, end)
+    parse = pj.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore")
+    for block in (_BLOCK, max(_BLOCK, end + 1)):
+        try:
+            return pj.read_json(pa.BufferReader(buf), read_options=pj.ReadOptions(block_size=block),
+                                parse_options=parse)
+        except pa.ArrowInvalid as e:
+            if "straddl" in str(e) and block < end + 1:
+                continue  # a line longer than a block: read the file as one block
+            bad = _bad_line(data, end, schema)
+            raise bad or BatchFormatError(f"unreadable as JSON lines ({e})") from None
+    raise AssertionError("unreachable")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# one file's records: per-token fields end to end, aligned with trainer_logprobs, checked
+
+
+def _list_field(table, name: str, fill=None):
+    """A list field: (its values end to end over the records that have it, each record's length, which
+    records have it)."""
+    col = table.column(name).combine_chunks()
+    present = col.is_valid().to_numpy(zero_copy_only=False)  # (R,)
+    lengths = col.value_lengths().fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)  # (R,)
+    values = col.flatten()
+    return values if fill is None else values.fill_null(fill), lengths, present
+
+
+def _numpy(values) -> np.ndarray:
+    return values.to_numpy(zero_copy_only=False)  # nulls of a float field become NaN
+
+
+class _Records:
+    """One rank file's records, every per-token field aligned with trainer_logprobs' tokens."""
+
+    def __init__(self, table, lines: np.ndarray, extras: bool):
+        import pyarrow.compute as pc
+
+        self.where = lambda r: f"line {lines[r]}"
+        R = table.num_rows
+        version = _numpy(table.column("schema_version"))  # (R,) float, NaN where absent
+        unknown = ~np.isnan(version) & ~np.isin(version, SCHEMA_VERSIONS)
+        if unknown.any():
+            r = int(unknown.argmax())
+            raise BatchFormatError(f"{self.where(r)}: schema_version {int(version[r])}; seqis reads prime-rl token "
+                                   f"exports of schema_version {', '.join(map(str, SCHEMA_VERSIONS))}")
+        tl, self.n, present = _list_field(table, "trainer_logprobs")  # n: (R,) tokens per record
+        self._require(present, "trainer_logprobs")
+        self.offsets = np.concatenate([[0], np.cumsum(self.n)])  # (R+1,)
+        self.trainer = _numpy(tl)  # (N,) float32
+        self.inference = self._aligned(table, "inference_logprobs", np.nan, required=True)
+
+        losses = table.column("losses").combine_chunks()
+        if losses.null_count < R:  # per-channel records: the rl channel's mask and advantages
+            self._require(losses.is_valid().to_numpy(zero_copy_only=False), "losses")
+            rl = pc.struct_field(losses.flatten(), "rl")  # (N,) struct, null where the token has no rl record
+            self._same_length(losses.value_lengths().to_numpy(zero_copy_only=False), "losses")
+            self.mask = _numpy(pc.struct_field(rl, "mask").fill_null(False))  # (N,) bool
+            rl_advantages = _numpy(pc.struct_field(rl, "advantage"))
+            advantages = self._aligned(table, "advantages", np.nan)
+            self.advantages = np.where(np.isnan(advantages), rl_advantages, advantages)
+        else:  # newer exports: loss_mask, and an rl weight stream (null: weight 1 on the loss mask)
+            self.mask = self._aligned(table, "loss_mask", False, required=True, fill_values=False)
+            weights = self._aligned(table, "rl_weights", np.nan)
+            self.mask &= weights != 0  # NaN (no stream) != 0
+            self.advantages = self._aligned(table, "advantages", np.nan, required=True)
+        self._check(self.trainer, "trainer_logprobs", logprob=True)
+        self._check(self.inference, "inference_logprobs", logprob=True)
+        self._check(self.advantages, "advantages", logprob=False)
+
+        self.extras = {}
+        if extras:
+            self.extras["entropy"] = self._aligned(table, "entropy", np.nan).astype(np.float32)
+            self.extras["token_ids"] = self._aligned(table, "token_ids", -1, fill_values=-1).astype(np.int64)
+        self.meta = self._metadata(table, lines)
+
+    def _require(self, present: np.ndarray, field: str):
+        if not present.any():
+            raise BatchFormatError(f"no field '{field}' in any record (is this a prime-rl token export?)")
+        if not present.all():
+            raise BatchFormatError(f"{self.where(int((~present).argmax()))}: no field '{field}'")
+
+    def _same_length(self, lengths: np.ndarray, field: str, present: np.ndarray | None = None):
+        wrong = lengths != self.n
+        if present is not None:
+            wrong &= present
+        if wrong.any():
+            r = int(wrong.argmax())
+            raise BatchFormatError(f"{self.where(r)}: field '{field}' has {lengths[r]} tokens, 'trainer_logprobs' "
+                                   f"{self.n[r]}")
+
+    def _aligned(self, table, field: str, fill, *, required: bool = False, fill_values=None) -> np.ndarray:
+        """A per-token field as (N,) values aligned with trainer_logprobs; `fill` on records without it."""
+        values, lengths, present = _list_field(table, field, fill_values)
+        if required:
+            self._require(present, field)
+        self._same_length(lengths, field, present)
+        values = _numpy(values)
+        if present.all():
+            return values
+        out = np.full(int(self.offsets[-1]), fill, dtype=values.dtype if values.dtype != bool else bool)
+        out[np.repeat(present, self.n)] = values
+        return out
+
+    def _check(self, x: np.ndarray, field: str, logprob: bool):
+        bad = ~np.isfinite(x)  # (N,) null in the export (non-finite there), or absent
+        if logprob:
+            bad |= x > LOGPROB_TOLERANCE
+        bad &= self.mask
+        if bad.any():
+            i = int(bad.argmax())
+            r = int(np.searchsorted(self.offsets, i, side="right")) - 1
+            what = "null (non-finite in the export)" if np.isnan(x[i]) else f"{x[i]:.6g} (a log-prob must be <= 0)"
+            raise BatchFormatError(f"{self.where(r)}, token {i - self.offsets[r]}: '{field}' is {what} on a loss "
+                                   f"token")
+
+    def _metadata(self, table, lines: np.ndarray) -> dict[str, list]:
+        col = lambda f: table.column(f).to_pylist()
+        export_step = col("export_step")
+        meta = {
+            "env_name": col("env_name"),
+            "step": [e if e is not None else s for e, s in zip(export_step, col("step"))],
+            "rank": col("rank"),
+            "line": lines.tolist(),
+            "micro_step": col("micro_step"),
+            "micro_sequence_idx": col("micro_sequence_idx"),
+        }
+        run_id = col("run_id")
+        if any(v is not None for v in run_id):
+            meta["run_id"] = run_id
+        rewards, lengths, present = _list_field(table, "rewards")
+        if present.any():
+            values, starts = _numpy(rewards), np.concatenate([[0], np.cumsum(lengths)])
+            meta["reward"] = [_first_number(values[a:b]) for a, b in zip(starts[:-1], starts[1:])]
+        return meta
+
+
+def _first_number(x: np.ndarray) -> float | None:
+    finite = np.flatnonzero(np.isfinite(x))
+    return float(x[finite[0]]) if finite.size else None
+
+
+def _records(data: bytes, extras: bool, tolerate_truncated: bool, notes: list[str]) -> _Records | None:
+    """One file's bytes as records (None: no records); errors and notes name lines, not the file."""
+    end = _complete_part(data, tolerate_truncated, notes)
+    table = _parse(data, end, extras)
+    if table.num_rows == 0:
+        notes.append("no records")
+        return None
+    return _Records(table, _line_numbers(data, end, table.num_rows), extras)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# records of every file -> one Batch
+
+
+def _padded(parts: list[np.ndarray], present: torch.Tensor, fill, dtype: torch.dtype) -> torch.Tensor:
+    """(B, T) from each file's values end to end; `present` (B, T) marks each record's tokens."""
+    out = torch.full(present.shape, fill, dtype=dtype)
+    row = 0
+    for part, rows in parts:
+        block = present[row:row + rows]
+        with warnings.catch_warnings():  # a read-only arrow buffer: only read from, never written to
+            warnings.simplefilter("ignore")
+            values = torch.from_numpy(np.ascontiguousarray(part))
+        out[row:row + rows][block] = values.to(dtype)
+        row += rows
+    return out
+
+
+def _batch(records: list[_Records]) -> Batch:
+    n = torch.from_numpy(np.concatenate([r.n for r in records]))  # (B,) tokens per record
+    T = int(n.max())
+    present = torch.arange(T) < n[:, None]  # (B, T)
+    pad = lambda field, fill, dtype: _padded([(getattr(r, field), len(r.n)) for r in records], present, fill, dtype)
+    loss_mask = pad("mask", False, torch.bool)
+    trainer = pad("trainer", 0.0, torch.float32)
+    inference = pad("inference", 0.0, torch.float32)
+    advantages = pad("advantages", 0.0, torch.float32).masked_fill_(~loss_mask, 0.0)  # (B, T)
+    first = loss_mask.to(torch.uint8).argmax(1, keepdim=True)  # (B, 1) each record's first loss token
+    per_record = advantages.gather(1, first).squeeze(1)  # (B,)
+    if bool(((advantages == per_record[:, None]) | ~loss_mask).all()):
+        advantages = per_record.masked_fill_(~loss_mask.any(1), 0.0)  # one advantage per rollout
+    extras = {}
+    for key, fill, dtype in (("entropy", float("nan"), torch.float32), ("token_ids", -1, torch.int64)):
+        if key in records[0].extras:
+            extras[key] = _padded([(r.extras[key], len(r.n)) for r in records], present, fill, dtype)
+    meta = {k: [v for r in records for v in r.meta.get(k, [None] * len(r.n))] for k in _meta_keys(records)}
+    return Batch(trainer, inference, advantages, loss_mask, meta, extras=extras)
+
+
+def _meta_keys(records: list[_Records]) -> list[str]:
+    keys: dict[str, None] = {}
+    for r in records:
+        keys.update(dict.fromkeys(r.meta))
+    return list(keys)
+
+
+def read_prime_rl_bytes(data: bytes, *, extras: bool = True) -> Batch:
+    """One rank file's bytes as a Batch (load_batch's path for an upload); errors name the line."""
+    records = _records(data, extras, tolerate_truncated=False, notes=[])
+    if records is None:
+        raise BatchFormatError("no records")
+    return _batch([records])
+
+
+def read_prime_rl_files(paths, *, extras: bool = True, tolerate_truncated: bool = True,
+                        max_bytes: int | None = None) -> tuple[Batch, list[str]]:
+    """One Batch from rank files, in the order given, and notes naming what was skipped (a truncated last
+    line: a file still being written; an empty file). Errors name the file and the line."""
+    paths = [Path(p) for p in paths]
+    if max_bytes is not None and (total := sum(p.stat().st_size for p in paths)) > max_bytes:
+        raise BatchFormatError(f"{paths[0].parent.name}: {total / 2**20:.1f} MB of rank files, over the "
+                               f"{max_bytes / 2**20:.0f} MB limit")
+    notes: list[str] = []
+    records = []
+    for p in paths:
+        file_notes: list[str] = []
+        try:
+            r = _records(p.read_bytes(), extras, tolerate_truncated, file_notes)
+        except BatchFormatError as e:
+            raise BatchFormatError(f"{p.name}: {e}") from None
+        except OSError as e:
+            raise BatchFormatError(f"{p.name}: cannot be read ({e.strerror or e})") from None
+        notes += [f"{p.name}: {n}" for n in file_notes]
+        if r is not None:
+            records.append(r)
+    if not records:
+        raise BatchFormatError(f"no records in {', '.join(p.name for p in paths) or 'no rank files'}")
+    return _batch(records), notes
+
+
+def read_prime_rl(path, *, extras: bool = True) -> Batch:
+    """A prime-rl token export as one Batch: a rank file, or a step folder (every rank_R.jsonl in it, ranks
+    in order, gaps allowed; a truncated last line is skipped with a warning)."""
+    path = Path(path)
+    if path.is_dir():
+        files = rank_files(path)
+        if not files:
+            raise BatchFormatError(f"{path.name}: no rank_R.jsonl files (a prime-rl token export step folder)")
+        batch, notes = read_prime_rl_files(files, extras=extras, tolerate_truncated=True)
+    else:
+        batch, notes = read_prime_rl_files([path], extras=extras, tolerate_truncated=False)
+    for note in notes:
+        warnings.warn(note, stacklevel=2)
+    return batch

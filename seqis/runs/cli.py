@@ -1,0 +1,74 @@
+"""`python -m seqis scan PATH --out scan.parquet`: scan a run from the terminal, with a progress bar."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+import warnings
+
+
+class ProgressBar:
+    """One line on a terminal, redrawn in place: `[#####.....] 12/30 steps  4.1 steps/s  step 17`."""
+
+    def __init__(self, stream=None, width: int = 30):
+        self.stream = stream if stream is not None else sys.stderr
+        self.width, self.started = width, time.perf_counter()
+
+    def __call__(self, done: int, total: int, step: int) -> None:
+        filled = self.width * done // max(total, 1)
+        rate = done / max(time.perf_counter() - self.started, 1e-9)
+        self.stream.write(f"\r[{'#' * filled}{'.' * (self.width - filled)}] {done}/{total} steps  "
+                          f"{rate:.1f} steps/s  step {step}  ")
+        if done == total:
+            self.stream.write("\n")
+        self.stream.flush()
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m seqis scan", description=(
+        "Scan every step of a run (prime-rl's token_exports tree or a folder of step_N.* dumps): diagnostics, "
+        "each estimator's metrics and the diagnosis per (step, group, estimator), written as parquet. Scanning "
+        "again into the same --out reads only new or changed steps. Exit status 1 when a step could not be read "
+        "(the others are in the table)."))
+    p.add_argument("path", help="the run: token_exports/, its parent, <run_id>/, or a folder of step-named dumps")
+    p.add_argument("--out", required=True, help="the scan's parquet (also its cache)")
+    p.add_argument("--estimators", default=None,
+                   help="comma-separated estimator names or preset keys (default: every registry estimator)")
+    p.add_argument("--by", default="env_name", help="metadata column to group by ('none': whole steps only)")
+    p.add_argument("--engine", default="local", choices=("local", "ray"),
+                   help="local processes, or Ray Data (a cluster when RAY_ADDRESS is set)")
+    p.add_argument("--workers", type=int, default=None, help="processes / local Ray CPUs (default: every core)")
+    p.add_argument("--run-id", default=None, help="which run of a multi-run export")
+    p.add_argument("--include-unstable", action="store_true", help="also read steps still being written")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    from .scan import scan
+
+    args = parser().parse_args(argv)
+    names = [n.strip() for n in args.estimators.split(",") if n.strip()] if args.estimators else None
+    with warnings.catch_warnings(record=True):  # every problem is in the summary printed below
+        warnings.simplefilter("always")
+        try:
+            df = scan(args.path, names, by=None if args.by.lower() == "none" else args.by, engine=args.engine,
+                      out=args.out, include_unstable=args.include_unstable, workers=args.workers,
+                      run_id=args.run_id, progress=ProgressBar())
+        except (ValueError, FileNotFoundError, ImportError) as e:
+            print(f"python -m seqis scan: {e}", file=sys.stderr)
+            return 2
+    s = df.attrs["summary"]
+    print(f"{len(df)} rows from {s['steps']} steps ({s['scanned']} read, {s['cached']} from {args.out}) "
+          f"in {s['seconds']:.1f} s -> {args.out}")
+    if s["unstable_left_out"]:
+        print(f"left out, still being written: steps {', '.join(map(str, s['unstable_left_out']))}")
+    for what, notes in (("NOT READ", s["failed"]), ("skipped", s["skipped"])):
+        for note in notes:
+            print(f"{what}: {note}")
+    if not df.empty:
+        top = df.iloc[0]
+        group = "" if top["group"] is None or top["group"] != top["group"] else f", group {top['group']}"
+        print(f"worst: step {top['step']}{group} (kl_k3 {top['kl_k3']:.3g}"
+              + (f", {top['severity']}: {top['finding']})" if isinstance(top["severity"], str) else ")"))
+    return 1 if s["failed"] else 0

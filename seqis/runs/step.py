@@ -1,0 +1,109 @@
+"""One step of a scan: read the step, then its diagnostics, each estimator's metrics and the diagnosis, per
+group; the unit of work every engine runs (a plain function of plain data, so a process or a Ray worker
+runs it as it is).
+
+A row per (group, estimator): `group` None is the whole step, else a value of the `by` metadata column (as
+a string). Columns: step, group, estimator, every `diagnostics` key, every metric of the estimator,
+`dropped` (the fraction of loss tokens whose gradient it drops, from its kept mask), and the diagnosis of
+that (step, group): `severity` and `finding` (the worst finding's severity and kind) and `findings` (all of
+them as JSON: kind, severity, message, evidence). Without seqis.diagnose these three are None.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+
+import torch
+
+from ..diagnostics import diagnostics
+from ..estimators import run_many
+from .layout import StepFiles
+from .run import read_step
+
+SCAN_VERSION = 1  # bump when a row's meaning changes: cached rows of another version are recomputed
+
+
+@dataclass(frozen=True)
+class ScanSettings:
+    """What a scan computes; rows cached under other settings are recomputed."""
+
+    estimators: tuple[str, ...]
+    by: str | None = None
+
+    def key(self) -> str:
+        return json.dumps({"version": SCAN_VERSION, "estimators": list(self.estimators), "by": self.by})
+
+
+def _diagnose_by_group(batch, by: str | None) -> dict[str | None, list[dict]]:
+    try:
+        from ..diagnose import diagnose
+    except ImportError:  # the diagnosis is optional: rows still carry every metric
+        return {}
+    found: dict[str | None, list[dict]] = {}
+    for f in diagnose(batch, by=by):
+        group = None if f.group is None else str(f.group)
+        found.setdefault(group, []).append({"kind": f.kind, "severity": f.severity, "message": f.message,
+                                            "evidence": {k: _plain(v) for k, v in f.evidence.items()}})
+    return found
+
+
+def _plain(v):
+    if isinstance(v, torch.Tensor):
+        v = v.item() if v.numel() == 1 else v.tolist()
+    if isinstance(v, float) and not math.isfinite(v):
+        return str(v)
+    return v
+
+
+def _groups(batch, by: str | None) -> list:
+    groups = [(None, batch)]
+    if by is None:
+        return groups
+    if by not in batch.metadata:
+        raise ValueError(f"no metadata column '{by}' to group by (columns: {', '.join(batch.metadata) or 'none'})")
+    values = [str(v) if v is not None else "None" for v in batch.metadata[by]]
+    for value in sorted(set(values)):
+        groups.append((value, batch.select([i for i, v in enumerate(values) if v == value])))
+    return groups
+
+
+def step_rows(batch, step: int, settings: ScanSettings) -> list[dict]:
+    """The scan's rows for one step's batch."""
+    findings = _diagnose_by_group(batch, settings.by)
+    rows = []
+    for group, sub in _groups(batch, settings.by):
+        diag = diagnostics(sub)
+        outputs = run_many(list(settings.estimators), sub)
+        n_tokens = int(sub.loss_mask.sum())
+        found = findings.get(group, [])
+        worst = found[0] if found else None
+        for name in settings.estimators:
+            out = outputs[name]
+            kept = int(out.masks["kept"].sum())
+            rows.append({
+                "step": step, "group": group, "estimator": name, **diag, **out.scalars(),
+                "dropped": 1.0 - kept / n_tokens if n_tokens else 0.0,
+                "severity": worst["severity"] if worst else None,
+                "finding": worst["kind"] if worst else None,
+                "findings": json.dumps(found) if findings else None,
+            })
+    return rows
+
+
+def scan_step(files: StepFiles, settings: ScanSettings) -> dict:
+    """Read and scan one step with one thread (every engine alike, so results agree to the bit). A step
+    that cannot be read comes back with its error (naming the file and line) instead of rows."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        result = {"step": files.step, "fingerprint": files.fingerprint(), "rows": [], "notes": [], "error": None}
+        try:
+            batch, result["notes"] = read_step(files, extras=False)
+            result["rows"] = step_rows(batch, files.step, settings)
+        except (ValueError, OSError) as e:  # BatchFormatError is a ValueError
+            result["error"] = f"step {files.step}: {e}"
+        return result
+    finally:
+        torch.set_num_threads(threads)
