@@ -46,7 +46,7 @@ class StepFiles:
 
 
 def _loadable(p: Path) -> bool:
-    return p.is_file() and p.suffix.lower() in FORMATS
+    return p.is_file() and p.suffix.lower() in FORMATS and not p.name.startswith(".")  # .hidden: being written
 
 
 def _step_dirs(folder: Path) -> dict[int, Path]:
