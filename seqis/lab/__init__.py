@@ -39,13 +39,17 @@ per-rollout functions of the batch (every registered one is): a chunk of several
 each batch exactly the gradient it would get alone.
 
 Files: chain.py (BitChain, Rollouts), tabular.py (TabularAR), montecarlo.py (monte_carlo, expected_gradient),
-sweeps.py (sweep_knob, sweep_batch_size, sweep_horizon, sweep_lag).
+sweeps.py (sweep_knob, sweep_batch_size, sweep_horizon, sweep_lag); train.py (train, train_lags: SGD on a toy
+under policy lag, each estimator driving the update, exact J every step) with policies.py (the toys as many
+policies at once, sampler faults), poisson_binomial.py (exact J and gradient of a count reward) and streams.py
+(one counter-based random stream per seed).
 """
 
 from .chain import BitChain, Rollouts
 from .montecarlo import AGG, MCResult, expected_gradient, monte_carlo, monte_carlo_many
 from .sweeps import sweep_batch_size, sweep_horizon, sweep_knob, sweep_lag
 from .tabular import TabularAR
+from .train import SamplerFault, TrainResult, train, train_lags
 
 __all__ = [
     "AGG",
@@ -60,4 +64,8 @@ __all__ = [
     "sweep_batch_size",
     "sweep_horizon",
     "sweep_lag",
+    "train",
+    "train_lags",
+    "TrainResult",
+    "SamplerFault",
 ]

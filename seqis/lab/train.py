@@ -1,0 +1,275 @@
+"""Training dynamics under policy lag: SGD on a toy, each estimator driving the update, exact J every step.
+
+    res = train(BitChain(128, 77, 0.5, 0.5), ["seq_is", "geo_is"], steps=300, lr=0.3, lag=100,
+                batch_size=512, seeds=4)
+    res.J            # (n_estimators, n_seeds, steps + 1) float64: exact J before each update and after the last
+
+Policy: per-position logits theta, initialised to logit(chain.p) (BitChain; TabularAR: its pi logits);
+chain.q is ignored, the sampler is the lagged policy. Reward = the chain's reward, A = reward (no baseline).
+Update s (s = 0 .. steps - 1): draw batch_size rollouts from theta_{max(s - lag, 0)} (optionally through a
+`SamplerFault`), g = minus the gradient in theta of the estimator's loss (`seqis.run(..., agg=
+"seq-mean-token-sum")`, the library's own loss: d loss / d trainer_logprobs by autograd, mapped to theta by
+the policy's score), theta <- theta + lr g (plain SGD ascent). `batch_size=None` replaces the sample by every
+sequence weighted by its sampler probability: the estimator's exact expected gradient (small toys only).
+
+Vectorised: every (estimator, lag, seed) run is a row of one (R, D) theta; a step draws all rollouts as
+(R, B, T) tensors, each estimator sees its runs' rollouts as one Batch (estimators are per-rollout
+functions, so each run gets exactly the gradient it would get alone), and the policy maps the loss
+gradient to theta for all runs at once. The only Python loops are over steps and estimators. J and the
+exact gradient come from `seqis.lab.poisson_binomial` (BitChain) or enumeration (TabularAR) every step.
+Each seed has its own counter-based random stream (`seqis.lab.streams`), shared by the estimators and lags
+of that seed (common random numbers), so a seed reproduces J exactly alone or in a sweep, whatever the
+chunking. Runs are chunked by seeds to fit `memory_budget`.
+
+Our choices (the post, Huang 2026, states none of them): plain SGD, theta0 = logit(p), A = reward, no
+normalisation, rollouts in float32 (float64 for batch_size=None), theta and J in float64.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from ..estimators import ESTIMATORS, run
+from ..types import Batch, Config
+from .policies import SamplerFault, policy_of
+from .streams import Streams
+
+AGG = "seq-mean-token-sum"
+DEFAULT_BUDGET = {False: 256 << 20, True: 8 << 30}  # bytes of live step tensors: CPU, CUDA
+Progress = Callable[[float, str], None]
+
+__all__ = ["train", "train_lags", "TrainResult", "SamplerFault", "label_of"]
+
+
+@dataclass(eq=False)
+class TrainResult:
+    """What `train` returns (numpy arrays; axis 0 the estimators, axis 1 the seeds).
+
+    J              (E, S, steps + 1) float64 exact J(theta) before each update and after the last (NaN where a
+                   stopped run never got)
+    grad_norm      (E, S, steps) ||g_s||, the estimate that drove update s (a collapse shows as a spike)
+    true_norm      (E, S, steps) ||dJ/dtheta|| at theta_s;  cosine: (E, S, steps) cos(g_s, dJ/dtheta)
+    kept           (E, S, steps) fraction of the batch's tokens whose gradient the estimator kept
+    estimators     the labels, in order (`label_of`);  seeds: the seed of each column
+    """
+
+    estimators: list[str]
+    seeds: list[int]
+    J: np.ndarray
+    grad_norm: np.ndarray
+    true_norm: np.ndarray
+    cosine: np.ndarray
+    kept: np.ndarray
+    steps: int
+    lr: float
+    lag: int
+    batch_size: int | None
+    seconds: float = 0.0
+    stopped: bool = False
+    settings: dict = field(default_factory=dict)
+
+    @property
+    def final(self) -> np.ndarray:
+        """(E, S) J after the last update that ran."""
+        done = ~np.isnan(self.J).all(axis=(0, 1))
+        return self.J[:, :, np.flatnonzero(done)[-1]]
+
+    def frame(self):
+        """One row per (estimator, seed): final J, its best J, the largest grad_norm, the mean kept."""
+        import pandas as pd
+
+        rows = []
+        for i, name in enumerate(self.estimators):
+            for j, seed in enumerate(self.seeds):
+                rows.append({"estimator": name, "seed": seed, "lag": self.lag, "batch_size": self.batch_size,
+                             "final_J": float(self.final[i, j]), "best_J": float(np.nanmax(self.J[i, j])),
+                             "max_grad_norm": float(np.nanmax(self.grad_norm[i, j], initial=0.0)),
+                             "mean_kept": float(np.nanmean(self.kept[i, j])) if self.steps else 1.0})
+        return pd.DataFrame(rows)
+
+
+def label_of(estimator) -> str:
+    """A name or preset key as is; (name, cfg) as name(knob=value, ...) for the knobs that differ from the
+    defaults."""
+    if isinstance(estimator, str):
+        return estimator
+    name, cfg = estimator
+    if cfg is None or name not in ESTIMATORS:
+        return name
+    default = ESTIMATORS[name].config().as_dict()
+    changed = [f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in cfg.as_dict().items()
+               if default.get(k) != v]
+    return f"{name}({', '.join(changed)})" if changed else name
+
+
+def _pairs(estimators) -> list[tuple[str, Config | None, float]]:
+    """(name, cfg, adv_tau) per estimator; adv_tau read off the estimator's own loss on one on-policy token
+    (every weight is 1 there and no penalty has a gradient, so d loss / d log pi = -adv_tau)."""
+    if isinstance(estimators, str) or (isinstance(estimators, tuple) and len(estimators) == 2
+                                       and isinstance(estimators[1], (Config, type(None)))):
+        estimators = [estimators]  # one name, or one (name, cfg) pair
+    pairs = [(e, None) if isinstance(e, str) else tuple(e) for e in estimators]
+    if not pairs:
+        raise ValueError("estimators is empty: give at least one name, preset key or (name, cfg) pair")
+    out = []
+    for name, cfg in pairs:  # an unknown name or a config of the wrong class fails here, before any work
+        leaf = torch.zeros(1, 1, dtype=torch.float64, requires_grad=True)
+        res = run(name, Batch(leaf, torch.zeros(1, 1, dtype=torch.float64), torch.ones(1, dtype=torch.float64)),
+                  cfg, agg=AGG)
+        (dlogp,) = torch.autograd.grad(res.loss, leaf)
+        out.append((name, cfg, -float(dlogp)))
+    return out
+
+
+def _seeds(seeds) -> list[int]:
+    out = list(range(int(seeds))) if isinstance(seeds, (int, np.integer)) else [int(s) for s in seeds]
+    if not out:
+        raise ValueError(f"seeds must be a positive count or a non-empty list, got {seeds!r}")
+    return out
+
+
+def train(chain, estimators, steps: int, lr: float, lag: int, batch_size: int | None, seeds=1, device=None, *,
+          fault: SamplerFault | None = None, dtype: torch.dtype | None = None, memory_budget: int | None = None,
+          progress: Progress | None = None, should_stop: Callable[[], bool] | None = None) -> TrainResult:
+    """Train one policy per (estimator, seed) from theta0 by plain SGD with rollouts `lag` updates stale.
+
+    chain        BitChain or TabularAR;  estimators: registry names, preset keys or (name, cfg) pairs
+    steps        updates;  lr: SGD step;  lag: K, update s samples from theta_{max(s - K, 0)}
+    batch_size   rollouts per update, or None for the exact expected gradient (enumeration, small toys)
+    seeds        n (seeds 0..n-1) or a list;  device: where every tensor lives (default CPU)
+    fault        a SamplerFault on top of the lag;  dtype: rollouts' dtype (float32, or float64 when exact)
+    progress     progress(fraction, message) a few times a second;  should_stop(): True stops after the
+                 current update (the result is marked stopped, J is NaN past the last update that ran)
+    """
+    return train_lags(chain, estimators, [lag], steps=steps, lr=lr, batch_size=batch_size, seeds=seeds,
+                      device=device, fault=fault, dtype=dtype, memory_budget=memory_budget, progress=progress,
+                      should_stop=should_stop)[0]
+
+
+def train_lags(chain, estimators, lags: Sequence[int], *, steps: int, lr: float, batch_size: int | None, seeds=1,
+               device=None, fault: SamplerFault | None = None, dtype: torch.dtype | None = None,
+               memory_budget: int | None = None, progress: Progress | None = None,
+               should_stop: Callable[[], bool] | None = None) -> list[TrainResult]:
+    """`train` at several lags in one vectorised run: one TrainResult per lag, in order."""
+    pairs, seeds, lags = _pairs(estimators), _seeds(seeds), [int(k) for k in lags]
+    if int(steps) < 0 or not lags or min(lags) < 0 or not (lr >= 0 and math.isfinite(lr)):
+        raise ValueError(f"need steps >= 0, lags >= 0 and a finite lr >= 0; got steps={steps}, lags={lags}, lr={lr}")
+    if batch_size is not None and int(batch_size) < 1:
+        raise ValueError(f"batch_size must be >= 1 or None (exact expected gradient), got {batch_size}")
+    device = torch.device(device) if device is not None else torch.device("cpu")
+    dtype = dtype or (torch.float64 if batch_size is None else torch.float32)
+    policy = policy_of(chain, fault)
+    E, L, S, steps = len(pairs), len(lags), len(seeds), int(steps)
+    shape = (E, L, S)
+    out = {k: np.full(shape + (steps + (k == "J"),), np.nan) for k in ("J", "grad_norm", "true_norm", "cosine", "kept")}
+    per_seed = _bytes_per_seed(policy, E * L, batch_size, max(lags), dtype)
+    budget = memory_budget or DEFAULT_BUDGET[device.type == "cuda"]
+    chunk = max(1, min(S, budget // max(per_seed, 1)))
+    start, stopped = time.perf_counter(), False
+    for c0 in range(0, S, chunk):
+        part = seeds[c0 : c0 + chunk]
+        done = _run_chunk(policy, pairs, lags, part, steps, lr, batch_size, device, dtype, out,
+                          slice(c0, c0 + len(part)), progress, should_stop, (c0, S))
+        if done < steps:
+            stopped = True
+            break
+    seconds = time.perf_counter() - start
+    settings = {"chain": repr(chain), "steps": steps, "lr": lr, "batch_size": batch_size, "fault": fault,
+                "dtype": str(dtype), "device": str(device), "theta0": "logit(p)", "optimizer": "SGD",
+                "advantage": "reward"}
+    return [TrainResult(estimators=[label_of(p[:2]) for p in pairs], seeds=seeds, steps=steps, lr=lr, lag=k,
+                        batch_size=batch_size, seconds=seconds, stopped=stopped, settings={**settings, "lag": k},
+                        **{name: arr[:, i] for name, arr in out.items()})
+            for i, k in enumerate(lags)]
+
+
+def _bytes_per_seed(policy, runs_per_seed: int, batch_size: int | None, max_lag: int, dtype) -> int:
+    """Live memory of one seed's runs in a step: about 12 (B, T) tensors of rollouts per run, plus the lag
+    history of theta."""
+    n = batch_size if batch_size is not None else policy.n_sequences
+    item = torch.finfo(dtype).bits // 8
+    return runs_per_seed * (12 * n * policy.horizon * item + (max_lag + 2) * policy.dim * 8)
+
+
+def _run_chunk(policy, pairs, lags, seeds, steps, lr, batch_size, device, dtype, out, cols, progress,
+               should_stop, position) -> int:
+    """Train the runs of these seeds (all estimators and lags) for `steps` updates; write rows of `out`.
+    Returns the number of updates that ran."""
+    E, L, S = len(pairs), len(lags), len(seeds)
+    R = E * L * S  # run r = (e, l, s), s fastest
+    D = policy.dim
+    theta = policy.theta0().to(device).expand(R, D).clone()  # (R, D) float64
+    lag_of = torch.tensor(lags, device=device).repeat_interleave(S).repeat(E)  # (R,)
+    depth = max(lags) + 1
+    history = torch.empty(depth, R, D, dtype=torch.float64, device=device)  # ring of the last `depth` thetas
+    streams = Streams(seeds, device)
+    rows = torch.arange(R, device=device)
+    J_all = torch.empty(R, steps + 1, dtype=torch.float64, device=device)
+    stats = torch.zeros(4, R, max(steps, 1), dtype=torch.float64, device=device)  # grad_norm, true_norm, cos, kept
+    last_report, done = 0.0, steps
+    for s in range(steps + 1):
+        J, true = policy.value_and_gradient(theta)
+        J_all[:, s] = J
+        if s == steps:
+            break
+        history[s % depth] = theta
+        theta_mu = history[(s - lag_of).clamp(min=0) % depth, rows]  # (R, D) each run's sampler
+
+        def draw(stream, tail, s=s):  # (R, *tail): each run gets its seed's uniforms
+            return streams.uniform(s, stream, tail, dtype).repeat(E * L, *([1] * len(tail)))
+
+        g, kept = _estimate(policy, pairs, theta, theta_mu, draw, batch_size, dtype, L * S)
+        stats[0, :, s] = g.norm(dim=-1)
+        stats[1, :, s] = true.norm(dim=-1)
+        stats[2, :, s] = torch.nn.functional.cosine_similarity(g, true, dim=-1, eps=1e-300)
+        stats[3, :, s] = kept
+        theta = theta + lr * g
+        now = time.perf_counter()
+        if progress is not None and (now - last_report > 0.25 or s == steps - 1):
+            last_report = now
+            c0, total = position
+            progress((c0 + S * (s + 1) / max(steps, 1)) / total,
+                     f"update {s + 1:,} / {steps:,} (seeds {seeds[0]}..{seeds[-1]})")
+        if should_stop is not None and should_stop():
+            done = s + 1
+            break
+    shape = (E, L, S)
+    out["J"][:, :, cols, : done + 1] = J_all[:, : done + 1].view(*shape, -1).cpu().numpy()
+    for k, name in enumerate(("grad_norm", "true_norm", "cosine", "kept")):
+        out[name][:, :, cols, :done] = stats[k, :, :done].view(*shape, -1).cpu().numpy()
+    return done
+
+
+def _estimate(policy, pairs, theta, theta_mu, draw, batch_size, dtype, runs_per_estimator):
+    """(R, D) gradient estimates and (R,) kept fractions: each estimator's loss on its runs' rollouts."""
+    if batch_size is None:
+        tokens, logp, logq, reward, prob = policy.enumerate(theta, theta_mu, dtype)
+        weight = prob.to(dtype)  # (R, N): each sequence counts with its sampler probability
+    else:
+        tokens, logp, logq, reward = policy.rollouts(theta, theta_mu, draw, batch_size, dtype)
+        weight = None
+    R, n, T = logp.shape
+    coef = torch.empty_like(logp)  # (R, n, T) d (a run's mean surrogate over its own rollouts) / d log pi
+    kept = torch.empty(R, dtype=torch.float64, device=logp.device)
+    k = runs_per_estimator
+    for i, (name, cfg, adv_tau) in enumerate(pairs):
+        sl = slice(i * k, (i + 1) * k)
+        leaf = logp[sl].reshape(k * n, T).requires_grad_()
+        res = run(name, Batch(leaf, logq[sl].reshape(k * n, T), reward[sl].reshape(k * n)), cfg, agg=AGG)
+        if "penalty" in res.metrics:  # a loss with a penalty term: its full gradient, by autograd
+            (dlogp,) = torch.autograd.grad(res.loss, leaf)
+            c = dlogp.view(k, n, T) * -float(k * n)  # the loss averages over the k n rollouts of k runs
+        else:  # the contract: d loss / d log pi = -weights * adv_tau * A / (k n), exact whatever k is
+            c = res.weights.view(k, n, T) * (adv_tau * reward[sl])[..., None]
+        coef[sl] = c / n if weight is None else c * weight[sl][..., None]  # a run's mean, or its expectation
+        frac = res.rollouts["kept_fraction"].view(k, n).double()
+        kept[sl] = frac.mean(-1) if weight is None else (frac * weight[sl].double()).sum(-1)
+    with torch.no_grad():
+        g = policy.score(tokens, coef.detach(), theta)
+    return g, kept
