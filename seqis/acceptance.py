@@ -26,7 +26,7 @@ import pandas as pd
 import torch
 
 from .estimators import Ratios, run_many
-from .estimators._common import in_band
+from .estimators._kernels import in_band
 from .types import Batch, Config
 
 Estimator = tuple[str, str, Config | None]  # (label, registry name, config or None for defaults)

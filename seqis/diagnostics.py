@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import torch
 
-from .estimators._common import MAX_LOG_WEIGHT, Ratios, expm1, masked_mean
+from .estimators._common import Ratios
+from .estimators._kernels import MAX_LOG_WEIGHT, expm1, masked_mean
 from .types import Batch
 
 # exact up to this many tokens; beyond, a seeded sample of this size (rank error ~1e-4)

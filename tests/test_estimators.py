@@ -12,7 +12,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from seqis import AGGREGATIONS, ESTIMATORS, SEED_ESTIMATORS, Batch, diagnostics, knobs, run, run_many
-from seqis.estimators._common import MAX_LOG_WEIGHT
+from seqis.estimators._kernels import MAX_LOG_WEIGHT
 
 NAMES = list(ESTIMATORS)
 D = torch.float64
@@ -368,14 +368,19 @@ def test_mismatch_kl_is_k3_over_loss_tokens():
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-def test_mismatch_kl_caps_each_token_at_its_value_at_l_40(dtype):
-    # l = 100 overflows exp in float32; k3 is capped at expm1(40) - 40, so the mean of [cap, k3(0.1)] is finite.
-    # The cap is applied only when some rollout's k3 sum exceeds it (on the CPU): here one does, one does not.
-    l = torch.tensor([[100.0, 0.1], [0.1, 0.1]], dtype=dtype)
+def test_mismatch_kl_is_exact_k3_far_past_the_weight_cap(dtype):
+    # k3 = rho - 1 - l exactly up to the dtype's overflow: a token at l = 80 reports e^80 - 81 = 5.54e34 (the old
+    # cap at l = 40 gave 2.35e17), while its weight keeps the e^40 cap
+    l = torch.tensor([[80.0, 0.1], [0.1, 0.1]], dtype=dtype)
     b = Batch(l.clone().requires_grad_(), torch.zeros_like(l), torch.ones(2, dtype=dtype))
-    cap, small = math.expm1(40) - 40, math.expm1(0.1) - 0.1
-    assert run("pg", b).scalars()["mismatch_kl"] == pytest.approx((cap + 3 * small) / 4, rel=1e-6)
-    assert diagnostics(b)["kl_k3"] == pytest.approx((cap + 3 * small) / 4, rel=1e-6)
+    big, small = math.expm1(80) - 80, math.expm1(0.1) - 0.1
+    assert run("pg", b).scalars()["mismatch_kl"] == pytest.approx((big + 3 * small) / 4, rel=1e-6)
+    assert diagnostics(b)["kl_k3"] == pytest.approx((big + 3 * small) / 4, rel=1e-6)
+    out = run("token_tis", b, ESTIMATORS["token_tis"].config(token_clip=math.inf))
+    assert out.weights[0, 0] == pytest.approx(math.exp(MAX_LOG_WEIGHT), rel=1e-5)
+    s = out.scalars()
+    assert s["unmasked_mismatch_kl"] == pytest.approx((big + 3 * small) / 4, rel=1e-6)
+    assert s["masked_mismatch_kl"] == 0.0
 
 
 @pytest.mark.parametrize("name, knob", [("token_tis", "token_clip"), ("prefix_is", "prefix_clip"),
@@ -523,7 +528,7 @@ def test_run_refuses_unknown_names_configs_and_aggregations():
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_cpu_expm1_is_within_an_ulp_of_the_exact_value(dtype):
-    from seqis.estimators._common import expm1
+    from seqis.estimators._kernels import expm1
 
     x = torch.cat([torch.tensor([0.0, -0.0, 1e-30, -1e-30, 1e-7, 88.0, 100.0, -100.0, 700.0, -math.inf, math.inf]),
                    torch.linspace(-30, 30, 10_001), torch.randn(10_000) * 1e-4]).to(dtype)
@@ -553,17 +558,17 @@ def _everything(out, batch, per_token_adv):
 def test_mis_po_sparse_and_dense_forms_agree(agg, batch, data):
     # a token band that drops tokens in few rollouts keeps only those rows' masks (Correction.kept_rows);
     # forced on (share 1) and off (share -1), the two forms must give the same everything
-    from seqis.estimators import Ratios, _common
+    from seqis.estimators import Ratios
 
     cfg = data.draw(configs("mis_po"))
     per_token_adv = batch.advantages.dim() == 2
     got = {}
     for share, field in [(1.0, "kept_rows"), (-1.0, "kept")]:
-        with pytest.MonkeyPatch.context() as mp:
-            mp.setattr(_common, "SPARSE_ROW_SHARE", share)
-            c = ESTIMATORS["mis_po"].fn(Ratios.of(batch), cfg)
-            assert getattr(c, field) is not None, field
-            got[field] = _everything(run("mis_po", batch, cfg, agg=agg), batch, per_token_adv)
+        r = Ratios.of(batch, sparse_share=share)
+        c = ESTIMATORS["mis_po"].fn(r, cfg)
+        assert getattr(c, field) is not None, field
+        got[field] = _everything(run_many([("mis_po", cfg)], batch, agg=agg, ratios=r)["mis_po"], batch,
+                                 per_token_adv)
     assert_same_everything(got["kept_rows"], got["kept"])
 
 
@@ -580,9 +585,10 @@ def assert_same_everything(a, b):
 @pytest.mark.parametrize("name", NAMES)
 @pytest.mark.parametrize("kind", ["nan padding", "catastrophic", "per-token advantages", "bf16"])
 def test_the_gpu_paths_give_what_the_cpu_shortcuts_give(name, kind):
-    # on the CPU, data-dependent questions (is any log-ratio non-finite? does any token need the k3 cap? are
-    # few rollouts touched by a token band?) skip passes; a GPU runs the passes instead. Both, here on the CPU.
-    from seqis.estimators import _common
+    # on the CPU, data-dependent questions (is any log-ratio non-finite? are few rollouts touched by a token
+    # band? does the backward get a gradient of 1?) skip passes; a GPU runs the passes instead. Both, here on
+    # the CPU (Ratios.of(..., shortcuts=False) is what a GPU batch gets).
+    from seqis.estimators import Ratios
 
     batch = {"nan padding": lambda: make_batch(seed=12, pad=math.nan),
              "catastrophic": lambda: make_batch(B=20, seed=13, scale=60.0),
@@ -593,9 +599,7 @@ def test_the_gpu_paths_give_what_the_cpu_shortcuts_give(name, kind):
         batch = Batch(t, batch.inference_logprobs.bfloat16(), batch.advantages.bfloat16(), batch.loss_mask)
     per_token_adv = batch.advantages.dim() == 2
     cpu = _everything(run(name, batch), batch, per_token_adv)
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(_common, "cheap_to_ask", lambda x: False)
-        gpu = _everything(run(name, batch), batch, per_token_adv)
+    gpu = _everything(run_many([name], batch, ratios=Ratios.of(batch, shortcuts=False))[name], batch, per_token_adv)
     assert_same_everything(gpu, cpu)
 
 
@@ -639,3 +643,24 @@ def test_a_sequence_level_output_lets_the_batch_log_ratios_go(name):
     gc.collect()
     assert gone() is None, "the output keeps the Ratios alive"
     assert out.weights.shape == batch.shape and out.masks["kept"].shape == batch.shape
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_a_ratio_on_a_band_edge_is_inside_the_band(dtype):
+    # drift: every token's ratio is 1.001, mis_po's trajectory band ends at 1.001. Rounded to float32 the
+    # log-probs put S/T either side of log 1.001 (it dropped 117 of 256 rollouts); within the rounding of the
+    # mean it is on the edge, and the edge is inside. Just past the edge (1.0011) every rollout goes.
+    from seqis.estimators import Composition, Criterion
+    from seqis.synthetic import make_batch
+
+    b = make_batch("drift", seed=0, dtype=dtype)
+    B = b.shape[0]
+    assert int(run("mis_po", b).rollouts["accepted"].sum()) == B
+    assert int(run("mis_po", make_batch("drift", seed=0, dtype=dtype, ratio=1.0011)).rollouts["accepted"].sum()) == 0
+    # the product ratio r^T on its edge: a sum criterion, T_j times the tolerance
+    T = int(b.loss_mask[0].sum())
+    same_length = Batch(b.trainer_logprobs[:1], b.inference_logprobs[:1], b.advantages[:1], b.loss_mask[:1])
+    product_edge = Composition(criteria=(Criterion("ratio", "sum", high=1.001**T),))
+    assert bool(run(product_edge, same_length).rollouts["accepted"][0])
+    past = Composition(criteria=(Criterion("ratio", "sum", high=1.0009**T),))
+    assert not bool(run(past, same_length).rollouts["accepted"][0])

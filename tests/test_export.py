@@ -15,7 +15,7 @@ except ModuleNotFoundError:  # Python 3.10
     tomllib = pytest.importorskip("tomli")
 
 from seqis import ESTIMATORS
-from seqis.estimators._common import in_band
+from seqis.estimators._kernels import in_band
 from seqis.export import prime_rl_mapping, prime_rl_toml, verl_mapping, verl_yaml
 
 

@@ -1,40 +1,42 @@
-"""From an estimator's Correction to its output: the surrogate loss, the common metrics and the
-per-rollout values; and `run` / `run_many`, the only dispatchers over the registry.
+"""`run` / `run_many`, the only dispatchers: a registry name, a preset key or a Composition -> its composition
+-> a Correction on the batch (evaluate.py) -> the output: the surrogate loss (plus any penalty), the metrics
+and the per-rollout values.
 
-Metric definitions (valid rollout = T_j > 0; an empty selection gives 0.0):
-  mismatch_kl            mean over loss tokens of k3 = rho - 1 - l (estimates KL(mu || pi) per token)
+Metric definitions (valid rollout = T_j > 0; an empty selection gives 0.0); every correction reports all:
+  mismatch_kl            mean over loss tokens of k3 = rho - 1 - l (estimates KL(mu || pi) per token), exact up
+                         to the dtype's overflow (inf past l = 88.7 in float32)
   masked_mismatch_kl     the same over dropped loss tokens;  unmasked_mismatch_kl: over kept ones
   is_masked              fraction of loss tokens dropped
-  is_token_masked        fraction of loss tokens outside the token band (token-band estimators)
-  is_traj_masked         fraction of loss tokens in rollouts outside the trajectory band
-  is_clipped             fraction of valid rollouts whose weight was truncated (S_j > log C)
+  is_token_masked        fraction of loss tokens a token-level rule drops (a token band, a token criterion)
+  is_traj_masked         fraction of loss tokens in rollouts a rollout-level rule rejects (a trajectory band, ...)
+  is_clipped             fraction of valid rollouts whose weight was truncated (seq_tis: S_j > log C)
   seq_log_ratio          mean of S_j;  geo_log_ratio: mean of S_j / T_j (over valid rollouts)
-  seq_weight             mean applied sequence weight over valid rollouts that keep their gradient
+  seq_weight             mean applied weight (per rollout: over its loss tokens) over valid rollouts that keep
+                         some gradient
+  penalty                (with a penalty term only) its value in the loss
+
+The penalty (prime-rl's KL term) adds coef * sum_t s_t f(l_t) over the loss tokens to the loss, s_t the
+aggregation's normaliser (token-mean: 1/N), so d loss / d trainer_logprobs = -weights * adv_tau * A * s_t +
+coef * f'(l_t) * s_t, with f'(l) = 2 l for squared_log_ratio and rho - 1 for k3. `weights` stays the
+policy-gradient coefficient alone.
 """
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Callable, Iterable
-from functools import cache, partial
+from functools import cache, lru_cache, partial
 
 import torch
 
 from ..types import Batch, Config, EstimatorOutput, Masks
-from . import ESTIMATORS
-from ._common import (
-    AGGREGATIONS,
-    Correction,
-    Ratios,
-    any_per_row,
-    as_float,
-    dot,
-    gated,
-    row_sums,
-    spread,
-    surrogate_loss,
-    token_scale,
-    tokens_of,
-)
+from . import ESTIMATORS, EstimatorSpec
+from ._common import AGGREGATIONS, Correction, Ratios, token_scale
+from ._kernels import any_per_row, as_float, dot, gated, masked_mean, row_sums, spread, surrogate_loss, tokens_of
+from .compose import Composition, Penalty
+from .evaluate import correction
+
+Correctable = str | Composition  # a registry name, a preset key ("verl/bypass_pg_is") or a composition
 
 
 @cache
@@ -42,16 +44,51 @@ def _default_config(cls: type[Config]) -> Config:
     return cls()  # frozen: one instance serves every call
 
 
+def _presets() -> dict:
+    """seqis.presets.PRESETS, imported when first asked (the package imports seqis.estimators itself)."""
+    if importlib.util.find_spec("seqis.presets") is None:
+        return {}
+    from ..presets import PRESETS
+
+    return PRESETS
+
+
+def entry(name: str) -> tuple[EstimatorSpec, Config]:
+    """The registry entry a name or preset key runs, and its default config (a preset's: the framework's)."""
+    if name in ESTIMATORS:
+        spec = ESTIMATORS[name]
+        return spec, _default_config(spec.config)
+    presets = _presets()
+    if name in presets:
+        return presets[name].estimator, presets[name].config
+    known = ", ".join([*ESTIMATORS, *presets])
+    raise ValueError(f"unknown estimator {name!r}; known: {known}")
+
+
 def resolve_config(name: str, cfg: Config | None) -> Config:
     """The config to use: the defaults for None; a config of the wrong class is refused."""
-    if name not in ESTIMATORS:
-        raise ValueError(f"unknown estimator {name!r}; known: {', '.join(ESTIMATORS)}")
-    spec = ESTIMATORS[name]
+    spec, default = entry(name)
     if cfg is None:
-        return _default_config(spec.config)
+        return default
     if not isinstance(cfg, spec.config):
         raise ValueError(f"{name} takes a {spec.config.__name__}, got {type(cfg).__name__}")
     return cfg
+
+
+def resolve(x: Correctable, cfg: Config | None = None) -> Composition:
+    """The composition a registry name or preset key (with cfg, or its defaults) or a Composition stands for."""
+    if isinstance(x, Composition):
+        if cfg is not None:
+            raise ValueError(f"a Composition carries its own knobs: cfg must be None, got {type(cfg).__name__}")
+        return x
+    if not isinstance(x, str):
+        raise ValueError(f"run takes an estimator name, a preset key or a Composition, got {type(x).__name__}")
+    return _composed(entry(x)[0], resolve_config(x, cfg))
+
+
+@lru_cache(maxsize=1024)
+def _composed(spec: EstimatorSpec, cfg: Config) -> Composition:
+    return spec.compose(cfg)
 
 
 def _token_weights(r: Ratios, c: Correction) -> torch.Tensor:
@@ -62,7 +99,7 @@ def _token_weights(r: Ratios, c: Correction) -> torch.Tensor:
     return w if c.seq_weights is None else w.mul_(c.seq_weights[:, None])
 
 
-def _output(r: Ratios, batch: Batch, c: Correction, cfg: Config, agg: str,
+def _output(r: Ratios, batch: Batch, c: Correction, comp: Composition, agg: str,
             again: Callable[[], Correction]) -> EstimatorOutput:
     """Loss, weights, masks, metrics and per-rollout values from a correction.
 
@@ -120,7 +157,7 @@ def _output(r: Ratios, batch: Batch, c: Correction, cfg: Config, agg: str,
     logp = batch.trainer_logprobs.to(r.dtype)  # (B, T) differentiable; padding may hold -inf / NaN
     scale = token_scale(r, n_kept, agg)  # () or (B, 1)
     row = scale.expand(r.length.shape) if scale.dim() == 0 else scale[:, 0]  # (B,)
-    adv = batch.advantages.to(r.dtype) * cfg.adv_tau
+    adv = batch.advantages.to(r.dtype) * comp.adv_tau
     if adv.dim() == 2:  # per-token advantages: part of the token coefficient
         adv_tok, row_adv = torch.where(r.mask, adv, 0.0), -row
     else:
@@ -147,6 +184,12 @@ def _output(r: Ratios, batch: Batch, c: Correction, cfg: Config, agg: str,
             rebuild = lambda: gradient(spread(token_w, mask_f, kept_rows))
             loss = surrogate_loss(logp, r, G=rebuild(), rebuild=rebuild)
 
+    if comp.penalty is not None:
+        value = _penalty(r, batch, comp.penalty, scale)
+        loss = loss + value
+        metrics["penalty"] = value.detach()
+    metrics["seq_weight"] = masked_mean(weight, r.valid & (kept_len > 0))
+
     own = dict(c.masks)
     if c.accepted is not None:  # a rollout gate: the loss tokens of the rollouts it rejects
         own.setdefault("traj_masked", partial(tokens_of, r.mask, ~c.accepted))
@@ -168,32 +211,43 @@ def _output(r: Ratios, batch: Batch, c: Correction, cfg: Config, agg: str,
     return EstimatorOutput(loss=loss, weights=weights, masks=masks, metrics=metrics, rollouts=rollouts)
 
 
-def run(name: str, batch: Batch, cfg: Config | None = None, *, agg: str = "token-mean") -> EstimatorOutput:
-    """Evaluate one estimator on a batch. cfg=None uses the estimator's defaults."""
-    return run_many([(name, cfg)], batch, agg=agg)[name]
+def _penalty(r: Ratios, batch: Batch, p: Penalty, scale: torch.Tensor) -> torch.Tensor:
+    """coef * sum over loss tokens of s_t f(l_t), differentiable in trainer_logprobs (padding selected away:
+    its -inf / NaN never reach the value or the gradient)."""
+    logp = batch.trainer_logprobs.to(r.dtype)
+    l = torch.where(r.mask, logp - batch.inference_logprobs.to(r.dtype), 0.0)  # (B, T)
+    f = l.square() if p.statistic == "squared_log_ratio" else torch.expm1(l) - l
+    return p.coef * (f * scale).sum()
+
+
+def run(x: Correctable, batch: Batch, cfg: Config | None = None, *, agg: str = "token-mean") -> EstimatorOutput:
+    """Evaluate one correction on a batch: a registry name or preset key (cfg=None: its defaults; a cfg
+    overrides them) or a Composition (cfg must be None)."""
+    return run_many([(x, cfg)], batch, agg=agg)[x]
 
 
 def run_many(
-    estimators: Iterable[str | tuple[str, Config | None]] | dict[str, Config | None],
+    estimators: Iterable[Correctable | tuple[Correctable, Config | None]] | dict[Correctable, Config | None],
     batch: Batch,
     *,
     agg: str = "token-mean",
     ratios: Ratios | None = None,
-) -> dict[str, EstimatorOutput]:
-    """Evaluate several estimators on one batch, computing the shared pieces (log-ratios, sums, counts,
-    geometric ratios, k3) once. `estimators` is names, (name, cfg) pairs or a {name: cfg} dict; keys of
-    the result are the names (a name given twice with two configs: the later wins; use `run` per config).
+) -> dict[Correctable, EstimatorOutput]:
+    """Evaluate several corrections on one batch, computing the shared pieces (log-ratios, sums, counts,
+    geometric ratios, k3) once. `estimators` is names, preset keys or Compositions, (x, cfg) pairs, or an
+    {x: cfg} dict; the result is keyed by each x as given (a Composition by itself; an x given twice with two
+    configs: the later wins; use `run` per config).
     """
     items = estimators.items() if isinstance(estimators, dict) else estimators
-    pairs = [(e, None) if isinstance(e, str) else tuple(e) for e in items]
-    configs = [(name, resolve_config(name, cfg)) for name, cfg in pairs]
+    pairs = [(e, None) if isinstance(e, (str, Composition)) else tuple(e) for e in items]
+    comps = [(x, resolve(x, cfg)) for x, cfg in pairs]
     if agg not in AGGREGATIONS:
         raise ValueError(f"agg must be one of {', '.join(AGGREGATIONS)}; got {agg!r}")
     r = ratios if ratios is not None else Ratios.of(batch)
-    if len(configs) > 1:  # build the (B, T) k3 once, for any token-level estimator's kept share (Ratios.k3)
+    if len(comps) > 1:  # build the (B, T) k3 once, for any token-level estimator's kept share (Ratios.k3)
         _ = r.k3
     out = {}
-    for name, cfg in configs:
-        again = partial(ESTIMATORS[name].fn, r, cfg)
-        out[name] = _output(r, batch, again(), cfg, agg, again)
+    for x, comp in comps:
+        again = partial(correction, r, comp)
+        out[x] = _output(r, batch, again(), comp, agg, again)
     return out

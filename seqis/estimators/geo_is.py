@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass
 
 from ..types import Config, knob
-from ._common import Correction, Ratios, capped_exp, clipped_metric, log_of
+from .compose import Composition, Weight
 
 
 @dataclass(frozen=True)
@@ -22,11 +22,5 @@ class GeoISConfig(Config):
                            gt=0.0, ui=(1.0, 10.0), log=True)
 
 
-def geo_is(r: Ratios, cfg: GeoISConfig) -> Correction:
-    w = capped_exp(r.geo_log_ratio, cfg.geo_clip)  # (B,)
-    clipped = r.valid & (r.geo_log_ratio > log_of(cfg.geo_clip))
-    return Correction(
-        seq_weights=w,
-        clipped=clipped,
-        metrics={"is_clipped": clipped_metric(r, clipped)},
-    )
+def compose(cfg: GeoISConfig) -> Composition:
+    return Composition(Weight("geometric", clip=cfg.geo_clip), adv_tau=cfg.adv_tau)  # min(exp(S_j / T_j), C)

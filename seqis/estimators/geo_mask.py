@@ -15,19 +15,8 @@ Source: prime-rl's geometric sequence mask; Li & Liu, "RL collapse" part 3.
 from dataclasses import dataclass
 
 from ..types import Config, knob
-from ._common import (
-    GEO,
-    Correction,
-    Ratios,
-    above_on,
-    band_high,
-    band_low,
-    capped_exp,
-    in_band,
-    log_of,
-    rows_above,
-    tokens_of,
-)
+from ._common import GEO, band_high, band_low
+from .compose import Composition, Criterion, Weight
 
 
 @dataclass(frozen=True)
@@ -38,15 +27,7 @@ class GeoMaskConfig(Config):
                                     gt=0.0, ui=(1.0, 10.0), log=True, optional=True)
 
 
-def geo_mask(r: Ratios, cfg: GeoMaskConfig) -> Correction:
-    gate = r.valid & in_band(r.geo_log_ratio, cfg.geo_mask_low, cfg.geo_mask_high)  # (B,)
-    if cfg.token_clip is None:  # pure filter: weight 1 on the kept rollouts' tokens
-        return Correction(accepted=gate)
-    weights = capped_exp(r.log_ratio, cfg.token_clip)  # (B, T) min(rho_t, C); run() zeroes it off the gate
-    c = log_of(cfg.token_clip)
-    return Correction(
-        weights=weights,
-        accepted=gate,
-        clipped=gate & rows_above(r.log_ratio, r.mask, c),  # (B,)
-        masks={"clipped": lambda: above_on(tokens_of(r.mask, gate), r.log_ratio, c)},  # built if read
-    )
+def compose(cfg: GeoMaskConfig) -> Composition:
+    geometric_gate = Criterion("ratio", "mean", cfg.geo_mask_low, cfg.geo_mask_high)  # exp(S_j / T_j) in band
+    weight = Weight() if cfg.token_clip is None else Weight("token", clip=cfg.token_clip)  # 1 or min(rho_t, C)
+    return Composition(weight, (geometric_gate,), adv_tau=cfg.adv_tau)

@@ -9,10 +9,10 @@ Source: IcePop (Ring-1T, inclusionAI), default band [0.5, 5].
 """
 
 from dataclasses import dataclass
-from functools import partial
 
 from ..types import Config
-from ._common import TOKEN, Correction, Ratios, band_f, band_high, band_low, capped_exp, outside_band
+from ._common import TOKEN, band_high, band_low
+from .compose import Composition, Weight
 
 
 @dataclass(frozen=True)
@@ -21,7 +21,6 @@ class IcePopConfig(Config):
     token_mask_high: float = band_high(5.0, TOKEN)
 
 
-def icepop(r: Ratios, cfg: IcePopConfig) -> Correction:
-    ok = band_f(r.log_ratio, cfg.token_mask_low, cfg.token_mask_high).mul_(r.mask_f)  # (B, T) 0/1
-    token_masked = partial(outside_band, r.mask, r.log_ratio, cfg.token_mask_low, cfg.token_mask_high)
-    return Correction(weights=capped_exp(r.log_ratio), kept=ok, masks={"token_masked": token_masked})
+def compose(cfg: IcePopConfig) -> Composition:
+    band = (cfg.token_mask_low, cfg.token_mask_high)
+    return Composition(Weight("token", band=band), adv_tau=cfg.adv_tau)  # rho_t * 1[lo <= rho_t <= hi]

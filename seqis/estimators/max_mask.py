@@ -12,7 +12,8 @@ Source: verl's rollout-correction helper (veto threshold, seq_max rejection).
 from dataclasses import dataclass
 
 from ..types import Config
-from ._common import TOKEN, Correction, Ratios, any_per_row, band_high, band_low, outside_band
+from ._common import TOKEN, band_high, band_low
+from .compose import Composition, Criterion, Weight
 
 
 @dataclass(frozen=True)
@@ -21,10 +22,7 @@ class MaxMaskConfig(Config):
     token_mask_high: float = band_high(2.0, TOKEN + " (one token outside drops its rollout)")
 
 
-def max_mask(r: Ratios, cfg: MaxMaskConfig) -> Correction:
-    token_out = outside_band(r.mask, r.log_ratio, cfg.token_mask_low, cfg.token_mask_high)  # (B, T)
-    gate = r.valid & ~any_per_row(token_out)  # (B,)
-    return Correction(
-        masks={"token_masked": token_out},
-        accepted=gate,
-    )
+def compose(cfg: MaxMaskConfig) -> Composition:
+    every_token_below = Criterion("ratio", "max", high=cfg.token_mask_high)  # max_t rho_t <= hi
+    every_token_above = Criterion("ratio", "min", low=cfg.token_mask_low)  # min_t rho_t >= lo
+    return Composition(Weight(), (every_token_below, every_token_above), adv_tau=cfg.adv_tau)

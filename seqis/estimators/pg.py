@@ -11,7 +11,7 @@ Source: the baseline every IS correction is measured against.
 from dataclasses import dataclass
 
 from ..types import Config
-from ._common import Correction, Ratios
+from .compose import Composition
 
 
 @dataclass(frozen=True)
@@ -19,5 +19,5 @@ class PGConfig(Config):
     pass
 
 
-def pg(r: Ratios, cfg: PGConfig) -> Correction:
-    return Correction()  # weight 1 on every loss token
+def compose(cfg: PGConfig) -> Composition:
+    return Composition(adv_tau=cfg.adv_tau)  # weight 1 on every loss token

@@ -11,10 +11,9 @@ Source: the cumulative prefix ratio of MinPRO.
 
 import math
 from dataclasses import dataclass
-from functools import partial
 
 from ..types import Config, knob
-from ._common import Correction, Ratios, above_on, capped_exp, log_of, rows_above
+from .compose import Composition, Weight
 
 
 @dataclass(frozen=True)
@@ -23,11 +22,5 @@ class PrefixISConfig(Config):
                               ui=(1.0, 100.0), log=True)
 
 
-def prefix_is(r: Ratios, cfg: PrefixISConfig) -> Correction:
-    prefix = r.log_ratio.cumsum(-1)  # (B, T) padding holds 0, so it adds nothing
-    c = log_of(cfg.prefix_clip)
-    return Correction(
-        weights=capped_exp(prefix, cfg.prefix_clip),  # (B, T)
-        clipped=rows_above(prefix, r.mask, c),  # (B,) off the mask the prefix repeats an earlier value, or 0
-        masks={"clipped": partial(above_on, r.mask, prefix, c)},  # built if read
-    )
+def compose(cfg: PrefixISConfig) -> Composition:
+    return Composition(Weight("prefix", clip=cfg.prefix_clip), adv_tau=cfg.adv_tau)  # min(exp(sum_{s<=t} l_s), C)

@@ -12,7 +12,7 @@ Source: Li & Liu, part 2; Huang, "Is Frontier Asynchronous RL Solved?".
 from dataclasses import dataclass
 
 from ..types import Config
-from ._common import Correction, Ratios, capped_exp, seq_weight_metric
+from .compose import Composition, Weight
 
 
 @dataclass(frozen=True)
@@ -20,6 +20,5 @@ class SeqISConfig(Config):
     pass
 
 
-def seq_is(r: Ratios, cfg: SeqISConfig) -> Correction:
-    w = capped_exp(r.seq_log_ratio)  # (B,)
-    return Correction(seq_weights=w, metrics={"seq_weight": seq_weight_metric(r, w, r.valid)})
+def compose(cfg: SeqISConfig) -> Composition:
+    return Composition(Weight("sequence"), adv_tau=cfg.adv_tau)  # exp S_j (the e^40 cap is every weight's)

@@ -13,7 +13,8 @@ Source: prime-rl's sequence-level IS ablations; Li & Liu, "RL collapse" part 3 (
 from dataclasses import dataclass
 
 from ..types import Config
-from ._common import GEO, Correction, Ratios, band_high, band_low, capped_exp, gated, in_band, seq_weight_metric
+from ._common import GEO, band_high, band_low
+from .compose import Composition, Criterion, Weight
 
 
 @dataclass(frozen=True)
@@ -22,11 +23,6 @@ class SeqMISConfig(Config):
     geo_mask_high: float = band_high(2.0, GEO)
 
 
-def seq_mis(r: Ratios, cfg: SeqMISConfig) -> Correction:
-    gate = r.valid & in_band(r.geo_log_ratio, cfg.geo_mask_low, cfg.geo_mask_high)  # (B,)
-    w = gated(gate, capped_exp(r.seq_log_ratio))  # (B,) product weight inside the gate, 0 outside
-    return Correction(
-        seq_weights=w,
-        accepted=gate,
-        metrics={"seq_weight": seq_weight_metric(r, w, gate)},
-    )
+def compose(cfg: SeqMISConfig) -> Composition:
+    geometric_gate = Criterion("ratio", "mean", cfg.geo_mask_low, cfg.geo_mask_high)  # exp(S_j / T_j) in band
+    return Composition(Weight("sequence"), (geometric_gate,), adv_tau=cfg.adv_tau)  # times exp S_j

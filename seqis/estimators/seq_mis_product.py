@@ -12,7 +12,7 @@ Source: Li & Liu, "RL collapse" part 3.
 from dataclasses import dataclass
 
 from ..types import Config, knob
-from ._common import Correction, Ratios, capped_exp, gated, log_of, seq_weight_metric
+from .compose import Composition, Weight
 
 
 @dataclass(frozen=True)
@@ -21,11 +21,5 @@ class SeqMISProductConfig(Config):
                            ui=(1.0, 100.0), log=True)
 
 
-def seq_mis_product(r: Ratios, cfg: SeqMISProductConfig) -> Correction:
-    gate = r.valid & (r.seq_log_ratio <= log_of(cfg.seq_clip))  # (B,)
-    w = gated(gate, capped_exp(r.seq_log_ratio))  # (B,)
-    return Correction(
-        seq_weights=w,
-        accepted=gate,
-        metrics={"seq_weight": seq_weight_metric(r, w, gate)},
-    )
+def compose(cfg: SeqMISProductConfig) -> Composition:
+    return Composition(Weight("sequence", band=(0.0, cfg.seq_clip)), adv_tau=cfg.adv_tau)  # 1[w_j <= C] * w_j

@@ -12,7 +12,7 @@ Source: Li & Liu, "When Speed Kills Stability" (part 2); prime-rl's sequence-lev
 from dataclasses import dataclass
 
 from ..types import Config, knob
-from ._common import Correction, Ratios, capped_exp, clipped_metric, log_of, seq_weight_metric
+from .compose import Composition, Weight
 
 
 @dataclass(frozen=True)
@@ -21,12 +21,5 @@ class SeqTISConfig(Config):
                            ui=(1.0, 100.0), log=True)
 
 
-def seq_tis(r: Ratios, cfg: SeqTISConfig) -> Correction:
-    S = r.seq_log_ratio  # (B,)
-    w = capped_exp(S, cfg.seq_clip)  # (B,) min(w_j, C)
-    clipped = r.valid & (S > log_of(cfg.seq_clip))  # (B,)
-    return Correction(
-        seq_weights=w,
-        clipped=clipped,
-        metrics={"is_clipped": clipped_metric(r, clipped), "seq_weight": seq_weight_metric(r, w, r.valid)},
-    )
+def compose(cfg: SeqTISConfig) -> Composition:
+    return Composition(Weight("sequence", clip=cfg.seq_clip), adv_tau=cfg.adv_tau)  # min(exp S_j, C)

@@ -9,10 +9,9 @@ Source: Yao et al., "Your Efficient RL Framework Secretly Brings You Off-Policy 
 """
 
 from dataclasses import dataclass
-from functools import partial
 
 from ..types import Config, knob
-from ._common import Correction, Ratios, above_on, capped_exp, log_of, rows_above
+from .compose import Composition, Weight
 
 
 @dataclass(frozen=True)
@@ -21,10 +20,5 @@ class TokenTISConfig(Config):
                              ui=(1.0, 10.0), log=True)
 
 
-def token_tis(r: Ratios, cfg: TokenTISConfig) -> Correction:
-    c = log_of(cfg.token_clip)
-    return Correction(
-        weights=capped_exp(r.log_ratio, cfg.token_clip),  # (B, T)
-        clipped=rows_above(r.log_ratio, r.mask, c),  # (B,)
-        masks={"clipped": partial(above_on, r.mask, r.log_ratio, c)},  # built if read
-    )
+def compose(cfg: TokenTISConfig) -> Composition:
+    return Composition(Weight("token", clip=cfg.token_clip), adv_tau=cfg.adv_tau)  # min(rho_t, C)

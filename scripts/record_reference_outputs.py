@@ -1,0 +1,94 @@
+"""Record every registry estimator's outputs on fixed batches into tests/data/reference_outputs.npz.
+
+Run once on main (8c601da) BEFORE the composable-correction refactor (issue 12), so that test_reference_outputs.py
+can prove the twelve estimators are unchanged to 1e-6 afterwards:
+
+    PYTHONPATH=. python scripts/record_reference_outputs.py tests/data/reference_outputs.npz
+
+Inputs are stored in the file too (the test does not regenerate them). Every batch keeps |l| < 40, so the
+k3 metrics are not affected by the (old) cap at l = 40.
+"""
+
+import math
+import sys
+
+import numpy as np
+import torch
+
+from seqis import AGGREGATIONS, ESTIMATORS, Batch, run
+
+D = torch.float64
+
+# one non-default config per estimator (adv_tau changed too), next to the defaults
+VARIANTS = {
+    "seq_tis": dict(seq_clip=5.0, adv_tau=0.7),
+    "seq_mis": dict(geo_mask_low=0.9, geo_mask_high=1.1, adv_tau=0.7),
+    "geo_mask": dict(geo_mask_low=0.8, geo_mask_high=1.5, token_clip=1.5, adv_tau=0.7),
+    "mis_po": dict(token_mask_low=0.7, token_mask_high=1.3, geo_mask_low=0.9, geo_mask_high=1.2, adv_tau=0.7),
+    "pg": dict(adv_tau=0.7),
+    "seq_is": dict(adv_tau=0.7),
+    "token_tis": dict(token_clip=1.2, adv_tau=0.7),
+    "icepop": dict(token_mask_low=0.8, token_mask_high=1.5, adv_tau=0.7),
+    "seq_mis_product": dict(seq_clip=1.5, adv_tau=0.7),
+    "geo_is": dict(geo_clip=1.5, adv_tau=0.7),
+    "prefix_is": dict(prefix_clip=3.0, adv_tau=0.7),
+    "max_mask": dict(token_mask_low=0.8, token_mask_high=1.25, adv_tau=0.7),
+}
+
+
+def make(B, T, *, seed, scale, pad, per_token_adv, catastrophic=0, dtype=D):
+    g = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(0, T + 1, (B,), generator=g)
+    mask = torch.arange(T)[None, :] < lengths[:, None]
+    inference = -torch.rand(B, T, generator=g, dtype=D) * 3
+    trainer = inference + scale * torch.randn(B, T, generator=g, dtype=D)
+    for k in range(catastrophic):  # a few tokens far out of every band, in a few rollouts
+        trainer[(7 * k) % B, k % T] += 5.0 if k % 2 else -5.0
+    trainer = torch.where(mask, trainer, torch.tensor(pad, dtype=D))
+    inference = torch.where(mask, inference, torch.tensor(math.nan, dtype=D))
+    adv = torch.randn(B, T, generator=g, dtype=D) if per_token_adv else torch.randn(B, generator=g, dtype=D)
+    return trainer.to(dtype), inference.to(dtype), adv.to(dtype), mask
+
+
+BATCHES = {
+    "ragged": make(8, 12, seed=0, scale=0.3, pad=-math.inf, per_token_adv=False),
+    "token_adv": make(8, 12, seed=1, scale=0.05, pad=math.nan, per_token_adv=True),
+    "catastrophic": make(32, 16, seed=2, scale=0.01, pad=0.0, per_token_adv=False, catastrophic=2),
+    "wide": make(8, 12, seed=3, scale=3.0, pad=-math.inf, per_token_adv=False),
+    "float32": make(8, 12, seed=4, scale=0.2, pad=math.nan, per_token_adv=True, dtype=torch.float32),
+}
+
+
+def record() -> dict[str, np.ndarray]:
+    arrays = {}
+    for bname, (tl, il, adv, mask) in BATCHES.items():
+        arrays[f"{bname}/input/trainer_logprobs"] = tl.numpy()
+        arrays[f"{bname}/input/inference_logprobs"] = il.numpy()
+        arrays[f"{bname}/input/advantages"] = adv.numpy()
+        arrays[f"{bname}/input/loss_mask"] = mask.numpy()
+        for name, spec in ESTIMATORS.items():
+            for vname, knobs in (("default", {}), ("variant", VARIANTS[name])):
+                cfg = spec.config(**knobs)
+                key = f"{bname}/{name}/{vname}"
+                for agg in AGGREGATIONS:
+                    t = tl.clone().requires_grad_()
+                    out = run(name, Batch(t, il, adv, mask), cfg, agg=agg)
+                    (g,) = torch.autograd.grad(out.loss, t)
+                    arrays[f"{key}/{agg}/loss"] = out.loss.detach().numpy()
+                    arrays[f"{key}/{agg}/grad"] = g.numpy()
+                    if agg != "token-mean":
+                        continue
+                    arrays[f"{key}/weights"] = out.weights.numpy()
+                    for k, m in out.masks.items():
+                        arrays[f"{key}/mask/{k}"] = m.numpy()
+                    for k, v in out.scalars().items():
+                        arrays[f"{key}/metric/{k}"] = np.array(v)
+                    for k, v in out.rollouts.items():
+                        arrays[f"{key}/rollout/{k}"] = v.detach().numpy()
+    return arrays
+
+
+if __name__ == "__main__":
+    arrays = record()
+    np.savez_compressed(sys.argv[1], **arrays)
+    print(f"{len(arrays)} arrays -> {sys.argv[1]}")

@@ -1,0 +1,362 @@
+"""Every estimator, preset and composition against a plain reference written here from the formulas.
+
+The reference shares no code with seqis: plain float64 python over each rollout's loss tokens (loops,
+math.exp), written from the formula table of DESIGN.md ("Estimators", "Metric definitions") for the twelve
+named estimators, and from the definitions in seqis/estimators/compose.py for compositions (every preset in
+the registry, and hypothesis-drawn custom ones). Compared on hypothesis-drawn ragged batches (empty rollouts,
+prompt tokens inside the loss span, NaN / -inf / finite padding, per-rollout and per-token advantages, some
+exactly 0, log-ratios from 0 to catastrophic) under every aggregation: the weights, the kept mask, the
+autograd gradient and the metrics.
+
+It catches a wrong formula: with geo_is composed as Weight("sequence") (the weight exp(S_j) instead of
+exp(S_j / T_j)) the geo_is cases here fail, while the rest of the suite (properties that compare a fast path
+with another fast path) still passes.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+
+from seqis import AGGREGATIONS, ESTIMATORS, Batch, knobs, run
+from seqis.estimators import Composition, Criterion, Penalty, Weight
+from seqis.estimators.dispatch import entry, resolve
+
+D = torch.float64
+CAP = 40.0  # every weight is at most e^40 (DESIGN: min(w_j, e^40))
+
+# ------------------------------------------------------------------------------------------------------
+# batches
+
+
+@st.composite
+def batches(draw, B_max=6, T_max=10):
+    B, T = draw(st.integers(1, B_max)), draw(st.integers(1, T_max))
+    g = torch.Generator().manual_seed(draw(st.integers(0, 2**16)))
+    scale = draw(st.sampled_from([0.0, 1e-3, 0.05, 0.5, 3.0, 30.0]))
+    lengths = torch.randint(0, T + 1, (B,), generator=g)
+    mask = torch.arange(T)[None, :] < lengths[:, None]  # (B, T)
+    if draw(st.booleans()):
+        mask[:, 0] = False  # a prompt token before the loss tokens
+    inference = -torch.rand(B, T, generator=g, dtype=D) * 3
+    trainer = inference + scale * torch.randn(B, T, generator=g, dtype=D)
+    pad_t = torch.tensor(draw(st.sampled_from([-math.inf, math.nan, 0.0, 5.0])), dtype=D)
+    pad_i = torch.tensor(draw(st.sampled_from([math.nan, -math.inf, 0.0])), dtype=D)
+    shape = (B, T) if draw(st.booleans()) else (B,)
+    adv = torch.randn(shape, generator=g, dtype=D)
+    if draw(st.booleans()):
+        adv = torch.where(torch.rand(shape, generator=g) < 0.25, 0.0, adv)  # some advantages exactly 0
+    return Batch(torch.where(mask, trainer, pad_t).requires_grad_(), torch.where(mask, inference, pad_i), adv, mask)
+
+
+@st.composite
+def configs(draw, name):
+    """Each knob at its default, an end or the middle of its slider range, or open / off."""
+    values = {}
+    for f in knobs(ESTIMATORS[name].config):
+        if f.name == "adv_tau":
+            values[f.name] = draw(st.sampled_from([1.0, 0.5, 2.0]))
+            continue
+        lo, hi = f.metadata["ui"]
+        options = [f.default, lo, hi, math.sqrt(lo * hi)]
+        options += [None] if f.metadata["optional"] else [0.0 if f.metadata["ge"] == 0 else math.inf]
+        values[f.name] = draw(st.sampled_from(options))
+    try:
+        return ESTIMATORS[name].config(**values)
+    except ValueError:  # a band whose low is not below its high
+        assume(False)
+
+
+class Rollout:
+    """One rollout's loss tokens as python floats: positions, log pi, log mu, l, and A per token."""
+
+    def __init__(self, batch: Batch, j: int):
+        self.pos = [t for t, m in enumerate(batch.loss_mask[j].tolist()) if m]
+        tl, il = batch.trainer_logprobs.detach()[j].tolist(), batch.inference_logprobs[j].tolist()
+        self.logp = [tl[t] for t in self.pos]
+        self.logq = [il[t] for t in self.pos]
+        self.l = [p - q for p, q in zip(self.logp, self.logq)]
+        a = batch.advantages[j]
+        self.A = [a.item()] * len(self.pos) if a.dim() == 0 else [a.tolist()[t] for t in self.pos]
+        self.T = len(self.pos)
+        self.S = sum(self.l)
+        self.G = self.S / self.T if self.T else 0.0
+
+
+def w_of(x: float) -> float:
+    """exp(x) with the e^40 cap every weight keeps."""
+    return math.exp(min(x, CAP))
+
+
+def in_band(x: float, lo: float, hi: float) -> bool:
+    """lo <= exp(x) <= hi, for a ratio given as its log x."""
+    return (lo == 0 or x >= math.log(lo)) and (hi == math.inf or x <= math.log(hi))
+
+
+def prefix_sums(xs):
+    out, acc = [], 0.0
+    for x in xs:
+        acc += x
+        out.append(acc)
+    return out
+
+
+# ------------------------------------------------------------------------------------------------------
+# the formula table of DESIGN.md, per rollout: (weights, dropped by a token rule, rejected by a rollout rule,
+# clipped)
+
+
+def formula(name: str, r: Rollout, cfg):
+    T, S, G, l = r.T, r.S, r.G, r.l
+    ones, none = [1.0] * T, [False] * T
+    if name == "pg":  # 1
+        return ones, none, False, False
+    if name == "seq_is":  # min(w_j, e^40)
+        return [w_of(S)] * T, none, False, False
+    if name == "seq_tis":  # min(w_j, C)
+        return [min(w_of(S), cfg.seq_clip)] * T, none, False, S > math.log(cfg.seq_clip)
+    if name == "seq_mis":  # 1[lo <= exp(S/T) <= hi] * min(w_j, e^40)
+        return [w_of(S)] * T, none, not in_band(G, cfg.geo_mask_low, cfg.geo_mask_high), False
+    if name == "geo_mask":  # 1[lo <= exp(S/T) <= hi] * (1, or min(rho_t, token_clip))
+        out = not in_band(G, cfg.geo_mask_low, cfg.geo_mask_high)
+        if cfg.token_clip is None:
+            return ones, none, out, False
+        C = cfg.token_clip
+        return [min(w_of(x), C) for x in l], none, out, not out and any(x > math.log(C) for x in l)
+    if name == "mis_po":  # 1[tlo <= rho_t <= thi] * 1[glo <= exp(S/T) <= ghi]
+        token_out = [not in_band(x, cfg.token_mask_low, cfg.token_mask_high) for x in l]
+        return ones, token_out, not in_band(G, cfg.geo_mask_low, cfg.geo_mask_high), False
+    if name == "token_tis":  # min(rho_t, C)
+        C = cfg.token_clip
+        return [min(w_of(x), C) for x in l], none, False, any(x > math.log(C) for x in l)
+    if name == "icepop":  # rho_t * 1[lo <= rho_t <= hi]
+        token_out = [not in_band(x, cfg.token_mask_low, cfg.token_mask_high) for x in l]
+        return [w_of(x) for x in l], token_out, False, False
+    if name == "seq_mis_product":  # 1[w_j <= C] * w_j
+        return [w_of(S)] * T, none, S > math.log(cfg.seq_clip), False
+    if name == "geo_is":  # min(exp(S/T), C)
+        C = cfg.geo_clip
+        return [min(w_of(G), C)] * T, none, False, G > math.log(C)
+    if name == "prefix_is":  # min(exp(sum of l_s for s <= t), C)
+        C, prefix = cfg.prefix_clip, prefix_sums(l)
+        return [min(w_of(p), C) for p in prefix], none, False, any(p > math.log(C) for p in prefix)
+    if name == "max_mask":  # 1[every token has lo <= rho_t <= hi]
+        return ones, none, not all(in_band(x, cfg.token_mask_low, cfg.token_mask_high) for x in l), False
+    raise KeyError(f"no formula for {name}: add its row here")
+
+
+# ------------------------------------------------------------------------------------------------------
+# a composition (compose.py), per rollout: (weights before self-normalisation, dropped by a token rule,
+# rejected by a rollout rule, clipped, band kept per token (for the self-normalising mean))
+
+SIGN = {None: lambda a: True, "positive": lambda a: a > 0, "negative": lambda a: a < 0,
+        "non-negative": lambda a: a >= 0, "non-positive": lambda a: a <= 0}
+
+
+def stat(name: str, l: float, logp: float, logq: float) -> float:
+    return {"ratio": lambda: l, "k1": lambda: -l, "k2": lambda: l * l / 2, "k3": lambda: math.expm1(l) - l,
+            "prob_diff": lambda: math.exp(logp) - math.exp(logq)}[name]()
+
+
+def passes(c: Criterion, x: float) -> bool:
+    if c.statistic == "ratio":  # x is a log-ratio
+        return in_band(x, c.low or 0.0, math.inf if c.high is None else c.high)
+    return (c.low is None or x >= c.low) and (c.high is None or x <= c.high)
+
+
+def composed(comp: Composition, r: Rollout, per_token_adv: bool):
+    c_ = comp.log_ratio_clamp
+    clamp = (lambda x: x) if c_ is None else (lambda x: max(-c_, min(c_, x)))
+    T, w = r.T, comp.weight
+    token_drop, rollout_out = [False] * T, False
+    # criteria on the clamped per-token log-ratios
+    lc = [clamp(x) for x in r.l]
+    for c in comp.criteria:
+        s = [stat(c.statistic, lc[t], r.logp[t], r.logq[t]) for t in range(T)]
+        if c.agg == "token":
+            fails = [not passes(c, x) for x in s]
+        else:
+            agg = {"sum": sum, "mean": lambda v: sum(v) / len(v), "max": max, "min": min}[c.agg](s) if T else 0.0
+            fails = [not passes(c, agg)] * T
+        if c.agg == "token" or (c.advantage is not None and per_token_adv):
+            token_drop = [d or (f and SIGN[c.advantage](a)) for d, f, a in zip(token_drop, fails, r.A)]
+        elif T and fails[0] and SIGN[c.advantage](r.A[0]):
+            rollout_out = True
+    # the weight, its exponent clamped after aggregating the raw log-ratios
+    x = {"none": None, "token": r.l, "sequence": [r.S] * T, "geometric": [r.G] * T, "prefix": prefix_sums(r.l)}[w.level]
+    if x is None:
+        return [1.0] * T, token_drop, rollout_out, False, [True] * T
+    x = [clamp(v) for v in x]
+    hi = math.inf if w.clip is None else w.clip
+    weights = [min(max(w_of(v), w.clip_low), hi) for v in x]
+    clipped = w.truncated and any(v > math.log(hi) or (w.clip_low > 0 and v < math.log(w.clip_low)) for v in x)
+    band_ok = [True] * T
+    if w.band is not None:
+        band_ok = [in_band(v, *w.band) for v in x]
+        if w.per_rollout:
+            rollout_out |= T > 0 and not band_ok[0]
+        else:
+            token_drop = [d or not ok for d, ok in zip(token_drop, band_ok)]
+    return weights, token_drop, rollout_out, clipped and not rollout_out, band_ok
+
+
+# ------------------------------------------------------------------------------------------------------
+# the output from per-rollout values
+
+
+def reference(batch: Batch, rows: list, agg: str, adv_tau: float = 1.0, penalty: Penalty | None = None,
+              self_normalize: str | None = None):
+    """weights (B, T), kept (B, T), d loss / d trainer_logprobs (B, T) and the metrics."""
+    B, T = batch.shape
+    rollouts = [Rollout(batch, j) for j in range(B)]
+    if self_normalize is not None:  # divide by the mean weight over loss tokens / valid rollouts, before rejection
+        if self_normalize == "token":
+            vals = [w * ok for row in rows for w, ok in zip(row[0], row[4])]
+        else:
+            vals = [row[0][0] * (row[4][0] and True) for row, r in zip(rows, rollouts) if r.T]
+        mean = sum(vals) / max(len(vals), 1)
+        if mean > 1e-8:
+            rows = [([w / mean for w in row[0]], *row[1:]) for row in rows]
+    weights = torch.zeros(B, T, dtype=D)
+    kept = torch.zeros(B, T, dtype=torch.bool)
+    n_tok = sum(r.T for r in rollouts)
+    n_valid = sum(r.T > 0 for r in rollouts)
+    k3_kept = k3_dropped = 0.0
+    n_token_dropped = n_traj = 0
+    applied = {}
+    for j, (r, row) in enumerate(zip(rollouts, rows)):
+        w, token_drop, rollout_out = row[0], row[1], row[2]
+        n_token_dropped += sum(token_drop)
+        n_traj += r.T if rollout_out else 0
+        for i, t in enumerate(r.pos):
+            keep = not (token_drop[i] or rollout_out)
+            kept[j, t] = keep
+            weights[j, t] = w[i] if keep else 0.0
+            k3 = math.expm1(r.l[i]) - r.l[i]
+            k3_kept, k3_dropped = (k3_kept + k3, k3_dropped) if keep else (k3_kept, k3_dropped + k3)
+        if r.T and kept[j].any():
+            applied[j] = float(weights[j].sum()) / r.T
+    n_kept = int(kept.sum())
+    grad = torch.zeros(B, T, dtype=D)
+    pen = 0.0
+    for j, r in enumerate(rollouts):
+        s = {"token-mean": 1 / max(n_tok, 1), "kept-token-mean": 1 / max(n_kept, 1),
+             "seq-mean-token-mean": 1 / (max(r.T, 1) * max(n_valid, 1)), "seq-mean-token-sum": 1 / max(n_valid, 1)}[agg]
+        for i, t in enumerate(r.pos):
+            grad[j, t] = -s * float(weights[j, t]) * adv_tau * r.A[i]
+            if penalty is not None:
+                x = r.l[i]
+                squared = penalty.statistic == "squared_log_ratio"
+                f, df = (x * x, 2 * x) if squared else (math.expm1(x) - x, math.expm1(x))
+                grad[j, t] += s * penalty.coef * df
+                pen += s * penalty.coef * f
+    valid = [r for r in rollouts if r.T]
+    mean = lambda xs: sum(xs) / len(xs) if xs else 0.0  # noqa: E731
+    metrics = {
+        "mismatch_kl": sum(math.expm1(x) - x for r in rollouts for x in r.l) / max(n_tok, 1),
+        "masked_mismatch_kl": k3_dropped / max(n_tok - n_kept, 1),
+        "unmasked_mismatch_kl": k3_kept / max(n_kept, 1),
+        "is_masked": (n_tok - n_kept) / max(n_tok, 1),
+        "is_token_masked": n_token_dropped / max(n_tok, 1),
+        "is_traj_masked": n_traj / max(n_tok, 1),
+        "is_clipped": mean([float(row[3]) for row, r in zip(rows, rollouts) if r.T]),
+        "seq_log_ratio": mean([r.S for r in valid]),
+        "geo_log_ratio": mean([r.G for r in valid]),
+        "seq_weight": mean(list(applied.values())),
+    }
+    if penalty is not None:
+        metrics["penalty"] = pen
+    return weights, kept, grad, metrics
+
+
+def check(out, batch, ref):
+    weights, kept, grad, metrics = ref
+    assert out.masks["kept"].equal(kept), f"kept\n{out.masks['kept']}\nreference\n{kept}"
+    torch.testing.assert_close(out.weights, weights, rtol=1e-9, atol=1e-12, msg="weights")
+    (g,) = torch.autograd.grad(out.loss, batch.trainer_logprobs)
+    torch.testing.assert_close(torch.where(batch.loss_mask, g, 0.0), grad, rtol=1e-9, atol=1e-12, msg="gradient")
+    assert (g[~batch.loss_mask] == 0).all()
+    got = out.scalars()
+    for k, v in metrics.items():  # a difference of k3 sums rounds on the scale of the batch's k3
+        assert got[k] == pytest.approx(v, rel=1e-9, abs=1e-12 * (1 + metrics["mismatch_kl"])), k
+
+
+# ------------------------------------------------------------------------------------------------------
+# the tests
+
+
+@pytest.mark.parametrize("name", list(ESTIMATORS))
+@settings(max_examples=30, deadline=None)
+@given(batch=batches(), data=st.data())
+def test_every_estimator_matches_its_formula(name, batch, data):
+    cfg = data.draw(configs(name))
+    agg = data.draw(st.sampled_from(AGGREGATIONS))
+    out = run(name, batch, cfg, agg=agg)
+    rows = [formula(name, Rollout(batch, j), cfg) for j in range(batch.shape[0])]
+    check(out, batch, reference(batch, rows, agg, cfg.adv_tau))
+
+
+def check_composition(comp: Composition, batch: Batch, agg: str, out=None):
+    per_token_adv = batch.advantages.dim() == 2
+    rows = [composed(comp, Rollout(batch, j), per_token_adv) for j in range(batch.shape[0])]
+    norm = None
+    if comp.weight.self_normalize:
+        norm = "rollout" if comp.weight.per_rollout else "token"
+    out = run(comp, batch, agg=agg) if out is None else out
+    check(out, batch, reference(batch, rows, agg, comp.adv_tau, comp.penalty, norm))
+
+
+def _preset_keys() -> list[str]:
+    from seqis.estimators.dispatch import _presets
+
+    return sorted(_presets())
+
+
+@pytest.mark.parametrize("key", _preset_keys() or [pytest.param("none", marks=pytest.mark.skip("no presets"))])
+@settings(max_examples=15, deadline=None)
+@given(batch=batches(), agg=st.sampled_from(AGGREGATIONS))
+def test_every_preset_matches_its_composition(key, batch, agg):
+    comp = resolve(key)  # the preset's composition at the framework's defaults
+    assert entry(key)[0].compose(entry(key)[1]) == comp
+    check_composition(comp, batch, agg, out=run(key, batch, agg=agg))
+
+
+RATIO_EDGES = [0.5, 0.9, 0.999, 1.0, 1.001, 1.2, 2.0, 5.0]
+STAT_BANDS = {"ratio": None, "k1": [-0.5, -0.05, 0.01, 0.3], "k2": [0.001, 0.05, 0.5], "k3": [0.001, 0.05, 0.5],
+              "prob_diff": [-0.2, -0.01, 0.05, 0.2]}
+
+
+@st.composite
+def criteria(draw):
+    statistic = draw(st.sampled_from(list(STAT_BANDS)))
+    edges = RATIO_EDGES if statistic == "ratio" else STAT_BANDS[statistic]
+    lo, hi = sorted(draw(st.lists(st.sampled_from(edges), min_size=2, max_size=2, unique=True)))
+    side = draw(st.sampled_from(["both", "low", "high"]))
+    return Criterion(statistic, draw(st.sampled_from(["token", "sum", "mean", "max", "min"])),
+                     None if side == "high" else lo, None if side == "low" else hi,
+                     draw(st.sampled_from([None, None, "positive", "negative", "non-negative", "non-positive"])))
+
+
+@st.composite
+def compositions(draw):
+    level = draw(st.sampled_from(["none", "token", "sequence", "geometric", "prefix"]))
+    weight = Weight()
+    if level != "none":
+        clip = draw(st.sampled_from([None, None, 1.5, 3.0, math.inf]))
+        clip_low = draw(st.sampled_from([0.0, 0.0, 0.5]))
+        band = draw(st.sampled_from([None, None, (0.0, 3.0), (0.5, 2.0), (0.8, math.inf)]))
+        assume(clip_low < (math.inf if clip is None else clip))
+        weight = Weight(level, clip, clip_low, band, draw(st.booleans()))
+    penalty = draw(st.sampled_from([None, Penalty(1e-3), Penalty(0.1, "k3")]))
+    return Composition(weight, tuple(draw(st.lists(criteria(), max_size=3))), penalty,
+                       draw(st.sampled_from([None, None, 1.0, 20.0])), draw(st.sampled_from([1.0, 0.7])))
+
+
+@settings(max_examples=300, deadline=None)
+@given(comp=compositions(), batch=batches(), agg=st.sampled_from(AGGREGATIONS))
+def test_any_composition_matches_its_definition(comp, batch, agg):
+    check_composition(comp, batch, agg)
