@@ -13,13 +13,26 @@ trajectories (mis_po); reference estimators (pg, seq_is, token_tis, ...) are the
 """
 
 from .diagnostics import diagnostics
-from .estimators import AGGREGATIONS, ESTIMATORS, SEED_ESTIMATORS, EstimatorSpec, run, run_many
+from .estimators import (
+    AGGREGATIONS,
+    ESTIMATORS,
+    SEED_ESTIMATORS,
+    Composition,
+    Criterion,
+    EstimatorSpec,
+    Penalty,
+    Weight,
+    run,
+    run_many,
+)
 from .types import Batch, Config, EstimatorOutput, Knobs, knob, knobs
 
 __all__ = [
     "AGGREGATIONS",
     "Batch",
+    "Composition",
     "Config",
+    "Criterion",
     "ESTIMATORS",
     "EstimatorOutput",
     "EstimatorSpec",
@@ -28,6 +41,8 @@ __all__ = [
     "Knobs",
     "knob",
     "knobs",
+    "Penalty",
     "run",
     "run_many",
+    "Weight",
 ]

@@ -22,6 +22,7 @@ import torch
 
 from . import theory
 from .estimators._common import Ratios
+from .estimators.dispatch import resolve
 from .types import EstimatorOutput
 
 # log10 weight bins shared by every estimator so histograms overlay: 1e-3 .. 1e3, plus two overflow bins
@@ -168,24 +169,35 @@ def rollout_row(x: torch.Tensor, mask: torch.Tensor, j: int) -> tuple[torch.Tens
     return pos, x[j, pos]
 
 
-def theory_rollouts(name: str, cfg, s: float, lengths) -> dict[str, float]:
+def theory_rollouts(x, cfg, s: float, lengths) -> dict[str, float]:
     """Closed-form expectations under valid-IS Gaussian noise of scale s (seqis.theory), averaged over the
-    batch's rollout lengths: "rollouts_kept_frac" for a rollout gate, "clipped_frac" for a truncation.
-    Empty for an estimator with neither (or a knob the closed forms do not cover)."""
+    batch's rollout lengths, read from the correction's composition (x: a name, a preset key or a Composition;
+    cfg its config or None): "rollouts_kept_frac" when one rollout-level band on the ratio (geometric, product,
+    or every token's) decides which rollouts go, "clipped_frac" when a sequence weight is truncated. Empty when
+    the closed forms do not cover the composition (several rollout rules, other statistics, sign conditions)."""
     T = np.asarray(lengths, dtype=np.float64)
     T = T[T > 0]
-    if T.size == 0:
+    comp = resolve(x, cfg)
+    if T.size == 0 or any(c.advantage is not None for c in comp.criteria):
         return {}
-    if name in ("seq_mis", "geo_mask", "mis_po"):
-        return {"rollouts_kept_frac": float(np.mean(theory.geo_band_acceptance(T, s, cfg.geo_mask_low,
-                                                                               cfg.geo_mask_high)))}
-    if name == "seq_mis_product":
-        return {"rollouts_kept_frac": float(np.mean(theory.product_band_acceptance(T, s, 0.0, cfg.seq_clip)))}
-    if name == "max_mask":
-        return {"rollouts_kept_frac": float(np.mean(theory.max_band_acceptance(T, s, cfg.token_mask_low,
-                                                                               cfg.token_mask_high)))}
-    if name == "seq_tis":
-        return {"clipped_frac": float(np.mean(1.0 - theory.product_band_acceptance(T, s, 0.0, cfg.seq_clip)))}
+    w = comp.weight
+    bands = [(c.agg, c.low or 0.0, math.inf if c.high is None else c.high) for c in comp.criteria
+             if c.agg != "token" and c.statistic == "ratio"]
+    if len(bands) != len([c for c in comp.criteria if c.agg != "token"]):
+        return {}  # a rollout rule on k1 / k2 / k3 / prob_diff: no closed form here
+    every = [b for b in bands if b[0] in ("max", "min")]
+    if every:  # max_t rho_t <= hi and min_t rho_t >= lo together: every token in [lo, hi]
+        bands = [b for b in bands if b[0] not in ("max", "min")]
+        bands.append(("every", max(b[1] for b in every), min(b[2] for b in every)))
+    if w.level == "sequence" and w.band is not None:
+        bands.append(("sum", *w.band))
+    if len(bands) == 1:
+        kind, lo, hi = bands[0]
+        accept = {"mean": theory.geo_band_acceptance, "sum": theory.product_band_acceptance,
+                  "every": theory.max_band_acceptance}[kind]
+        return {"rollouts_kept_frac": float(np.mean(accept(T, s, lo, hi)))}
+    if not bands and w.level == "sequence" and w.clip is not None and w.clip_low == 0:
+        return {"clipped_frac": float(np.mean(1.0 - theory.product_band_acceptance(T, s, 0.0, w.clip)))}
     return {}
 
 

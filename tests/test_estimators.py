@@ -563,13 +563,13 @@ def test_mis_po_sparse_and_dense_forms_agree(agg, batch, data):
     cfg = data.draw(configs("mis_po"))
     per_token_adv = batch.advantages.dim() == 2
     got = {}
-    for share, field in [(1.0, "kept_rows"), (-1.0, "kept")]:
+    for share, field in [(1.0, "kept_rows"), (-1.0, "keep")]:
         r = Ratios.of(batch, sparse_share=share)
         c = ESTIMATORS["mis_po"].fn(r, cfg)
         assert getattr(c, field) is not None, field
         got[field] = _everything(run_many([("mis_po", cfg)], batch, agg=agg, ratios=r)["mis_po"], batch,
                                  per_token_adv)
-    assert_same_everything(got["kept_rows"], got["kept"])
+    assert_same_everything(got["kept_rows"], got["keep"])
 
 
 def assert_same_everything(a, b):
@@ -622,7 +622,7 @@ def _sequence_level(name):
     from seqis.estimators import Ratios
 
     c = ESTIMATORS[name].fn(Ratios.of(make_batch()), ESTIMATORS[name].config())
-    return c.weights is None and c.kept is None
+    return not c.per_token
 
 
 @pytest.mark.parametrize("name", [n for n in NAMES if _sequence_level(n)])

@@ -258,3 +258,22 @@ def test_bitchain_closed_forms_against_direct_simulation():
     ):
         per_rollout = est.mean(-1)  # (n,) average over the exchangeable tokens
         assert within(float(per_rollout.mean()), closed, float(per_rollout.std()) / math.sqrt(n))
+
+
+def test_explore_reads_the_closed_form_from_the_composition_not_the_name():
+    from seqis import ESTIMATORS, Composition, Criterion, Weight
+    from seqis.summaries import theory_rollouts
+
+    T, s = [64, 256, 0], 0.05
+    geo = float(np.mean(theory.geo_band_acceptance(np.array([64.0, 256.0]), s, 0.5, 2.0)))
+    assert theory_rollouts("seq_mis", None, s, T) == pytest.approx({"rollouts_kept_frac": geo})
+    same_gate = Composition(Weight("token", clip=2.0), (Criterion("ratio", "mean", 0.5, 2.0),))  # a custom one
+    assert theory_rollouts(same_gate, None, s, T) == pytest.approx({"rollouts_kept_frac": geo})
+    cfg = ESTIMATORS["seq_tis"].config(seq_clip=3.0)
+    clipped = float(np.mean(1 - theory.product_band_acceptance(np.array([64.0, 256.0]), s, 0.0, 3.0)))
+    assert theory_rollouts("seq_tis", cfg, s, T) == pytest.approx({"clipped_frac": clipped})
+    every = float(np.mean(theory.max_band_acceptance(np.array([64.0, 256.0]), s, 0.5, 2.0)))
+    assert theory_rollouts("max_mask", None, s, T) == pytest.approx({"rollouts_kept_frac": every})
+    assert theory_rollouts(Composition(criteria=(Criterion("k3", "mean", high=0.01),)), None, s, T) == {}
+    two_gates = Composition(criteria=(Criterion("ratio", "mean", 0.5, 2.0), Criterion("ratio", "sum", 0.5, 2.0)))
+    assert theory_rollouts(two_gates, None, s, T) == {}

@@ -35,7 +35,7 @@ def table(device: str, quick: bool, malloc: str) -> dict[str, tuple[float, float
     for name in ESTIMATORS:
         row(f"{name} (seed)" if name in SEED_ESTIMATORS else name, lambda n=name: step(n, batch))
     # this batch has no token outside mis_po's token band; a real one may have a catastrophic token in many
-    # rollouts, and then mis_po takes its dense form (Correction.kept) instead of the sparse one
+    # rollouts, and then mis_po takes its dense form (Correction.keep) instead of the sparse one
     spiked = with_catastrophic_tokens(batch, every=4)
     row("mis_po, a catastrophic token in 1 of 4 rollouts", lambda: step("mis_po", spiked))
     all_names = list(ESTIMATORS)

@@ -166,37 +166,42 @@ class Ratios:
 
 @dataclass(eq=False)
 class Correction:
-    """What an estimator function returns; run() turns it into a loss, metrics and per-rollout values.
+    """What a composition does to one batch (evaluate.py); dispatch.py turns it into the output. Two forms:
 
-    The weight on a token is given one of three ways (before adv_tau * A):
-    seq_weights  (B,) one finite weight for all of a rollout's tokens (sequence-level estimators), or
-    weights      (B, T) a finite weight per token, a tensor of its own (run() zeroes it in place), or
-    neither      weight 1 on every kept token (pure filters).
-    kept         (B, T) float, 1.0 on the loss tokens whose gradient survives and 0.0 elsewhere (padding
-                 included), when a token-level rule drops some; run() may return it as the weights
-    kept_len     (B,) the sum of kept over each rollout, when the estimator has it already
-    accepted     (B,) bool rollout gate: kept = loss mask & accepted (when `kept` is not given); run()
-                 makes the "traj_masked" mask of the rejected rollouts' loss tokens from it
-                 With neither, every loss token is kept (a weight that underflows to 0 is not dropped).
-    kept_rows    (rows (R,), kept (R, T) 0/1 floats): the sparse form of a token rule that drops loss tokens in
-                 only a few rollouts (rows_outside): their kept masks; every other rollout keeps all its loss
-                 tokens. The rest of the correction stays per-rollout (seq_weights, accepted), so the loss
-                 needs no (B, T) tensor in the forward. Never with weights or kept.
-    clipped      (B,) bool, the rollouts whose sequence weight was truncated
-    masks        its own (B, T) bool masks ("clipped", "token_masked", "traj_masked", ...), each a tensor
-                 or a function that builds it (called only if somebody reads the mask: seqis.types.Masks)
-    metrics      its own metrics (beyond the common ones run() computes for everyone)
+    rows    (keep and token_weights None): every kept token of rollout j weighs row_weight_j; the kept tokens
+            are the loss tokens of the rollouts `gate` accepts, except in the few rows of `kept_rows`, which
+            carry their own kept masks (a token filter's sparse form). Loss and metrics are per-rollout sums:
+            no (B, T) tensor in the forward.
+    tokens  (keep or token_weights set): keep (B, T) 0/1 floats, the kept loss tokens with the gate applied
+            (None: the loss tokens of the gated rollouts), times token_weights (B, T) (None: 1) and row_weight.
+            Both are the correction's own tensors: run() turns them into the gradient in place, and rebuilds
+            the weights and kept mask from a fresh evaluation when they are read.
+
+    row_weight  (B,) one finite weight per rollout (None: 1)
+    gate        (B,) bool, the rollouts the rollout-level rules accept (None: every one); its rejects make the
+                "traj_masked" mask
+    kept_rows   rows form only: (rows (R,), their (R, T) 0/1 kept masks)
+    kept_len    (B,) kept tokens per rollout, when a token rule drops some (else run() counts them)
+    clipped     (B,) bool, the rollouts whose weight was truncated (None: no truncation)
+    masks       its own (B, T) bool masks ("clipped", "token_masked"), each a tensor or a function that builds
+                it (called only if somebody reads the mask: seqis.types.Masks)
+    metrics     its own metrics (beyond the common ones run() computes for everyone)
     """
 
-    seq_weights: torch.Tensor | None = None
-    weights: torch.Tensor | None = None
-    kept: torch.Tensor | None = None
-    kept_len: torch.Tensor | None = None
-    accepted: torch.Tensor | None = None
+    row_weight: torch.Tensor | None = None
+    gate: torch.Tensor | None = None
     kept_rows: KeptRows | None = None
+    token_weights: torch.Tensor | None = None
+    keep: torch.Tensor | None = None
+    kept_len: torch.Tensor | None = None
     clipped: torch.Tensor | None = None
     masks: dict[str, torch.Tensor | Callable[[], torch.Tensor]] = field(default_factory=dict)
     metrics: dict[str, torch.Tensor] = field(default_factory=dict)
+
+    @property
+    def per_token(self) -> bool:
+        """The tokens form (a (B, T) keep or weight tensor) rather than the rows form."""
+        return self.keep is not None or self.token_weights is not None
 
 
 def clipped_metric(r: Ratios, clipped: torch.Tensor) -> torch.Tensor:

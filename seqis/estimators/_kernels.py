@@ -134,7 +134,7 @@ def band_filter(x: torch.Tensor, mask_f: torch.Tensor, low: float, high: float, 
                 share: float = SPARSE_ROW_SHARE):
     """The loss tokens with low <= exp(x) <= high, in whichever form is cheaper:
     ("sparse", rows (R,), keep (R, T) 0/1 floats of those rows): every other row keeps all its loss tokens
-    (when shortcuts are on and few rows have a token outside), or ("dense", keep (B, T) 0/1 floats).
+    (when shortcuts are on and few rows have a token outside), or ("dense", None, keep (B, T) 0/1 floats).
     Either way keep is 1.0 on kept loss tokens and 0.0 elsewhere, padding included (x finite, 0 on padding)."""
     rows = rows_outside(x, low, high, share) if shortcuts else None
     if rows is not None:

@@ -46,7 +46,7 @@ def _default_config(cls: type[Config]) -> Config:
 
 def _presets() -> dict:
     """seqis.presets.PRESETS, imported when first asked (the package imports seqis.estimators itself)."""
-    if importlib.util.find_spec("seqis.presets") is None:
+    if importlib.util.find_spec("..presets", __package__) is None:
         return {}
     from ..presets import PRESETS
 
@@ -93,53 +93,53 @@ def _composed(spec: EstimatorSpec, cfg: Config) -> Composition:
 
 def _token_weights(r: Ratios, c: Correction) -> torch.Tensor:
     """A token-level correction's (B, T) weights before adv_tau * A, built in place on its own tensors."""
-    w = c.kept if c.weights is None else c.weights.mul_(c.kept if c.kept is not None else r.mask_f)
-    if c.kept is None and c.accepted is not None:  # a rollout gate on token weights (geo_mask's hybrid)
-        w.mul_(as_float(c.accepted, r.dtype)[:, None])
-    return w if c.seq_weights is None else w.mul_(c.seq_weights[:, None])
+    w = c.keep if c.token_weights is None else c.token_weights.mul_(c.keep if c.keep is not None else r.mask_f)
+    if c.keep is None and c.gate is not None:  # a rollout gate on token weights (geo_mask's hybrid)
+        w.mul_(as_float(c.gate, r.dtype)[:, None])
+    return w if c.row_weight is None else w.mul_(c.row_weight[:, None])
 
 
 def _output(r: Ratios, batch: Batch, c: Correction, comp: Composition, agg: str,
             again: Callable[[], Correction]) -> EstimatorOutput:
     """Loss, weights, masks, metrics and per-rollout values from a correction.
 
-    Sequence-level corrections (seq_weights, a rollout gate) never touch a (B, T) float tensor for the
-    loss: their loss and metrics are per-rollout sums. A token-level correction's own (B, T) tensor
-    becomes the gradient in place, so its weights and kept mask, when somebody reads them, come from
-    `again()`, the estimator evaluated anew. Every (B, T) tensor derived from log-ratios is finite, so
+    A correction in the rows form (row weights, a rollout gate, sparse kept rows) never touches a (B, T)
+    float tensor for the loss: its loss and metrics are per-rollout sums. A tokens-form correction's own
+    (B, T) tensor becomes the gradient in place, so its weights and kept mask, when somebody reads them,
+    come from `again()`, the composition evaluated anew. Every (B, T) tensor derived from log-ratios is finite, so
     masking them by multiplying with the 0/1 mask is safe; trainer_logprobs may hold -inf / NaN on
     padding and only enters the loss through the Ratios' cleaned copy. On the CPU a fresh (B, T) tensor
     costs about as much as the arithmetic on it: this function makes at most one.
     """
-    token_level = c.weights is not None or c.kept is not None
+    token_level = c.per_token
 
     @cache
     def rebuilt() -> tuple[torch.Tensor, torch.Tensor | None]:  # a token-level output's weights and kept mask,
         c2 = again()  # from one fresh evaluation, made when either is first read
-        kept_mask = c2.kept.bool() if c2.kept is not None else None
+        kept_mask = c2.keep.bool() if c2.keep is not None else None
         return _token_weights(r, c2), kept_mask
 
     # which tokens keep a gradient, per rollout
     kept_rows = c.kept_rows
     mask_f = r.mask_f  # closures hold it, not the Ratios: a sequence-level output lets their (B, T) tensors go
-    if c.kept is not None:
-        kept_len = c.kept_len if c.kept_len is not None else c.kept.sum(-1)  # (B,)
+    if c.keep is not None:
+        kept_len = c.kept_len if c.kept_len is not None else c.keep.sum(-1)  # (B,)
         kept = lambda: rebuilt()[1]
     elif kept_rows is not None:  # the sparse form: all loss tokens but in a few rows, times the gate
-        gate = c.accepted if c.accepted is not None else r.valid
+        gate = c.gate if c.gate is not None else r.valid
         kept_len = c.kept_len if c.kept_len is not None else gated(gate, row_sums(r.length, kept_rows))
         kept = lambda: spread(as_float(gate, mask_f.dtype), mask_f, kept_rows).bool()
-    elif c.accepted is not None:
-        kept_len = gated(c.accepted, r.length)
-        kept = partial(tokens_of, r.mask, c.accepted)
+    elif c.gate is not None:
+        kept_len = gated(c.gate, r.length)
+        kept = partial(tokens_of, r.mask, c.gate)
     else:
         kept_len, kept = r.length, r.mask
-    accepted = c.accepted if c.accepted is not None else kept_len > 0  # (B,)
+    accepted = c.gate if c.gate is not None else kept_len > 0  # (B,)
     n_tok, n_kept = r.n_tokens, kept_len.sum()
 
     # common metrics: mismatch KL split into dropped / kept tokens (read `kept` before the loss takes it)
-    if c.kept is not None:
-        k3_kept = dot(r.k3, c.kept)
+    if c.keep is not None:
+        k3_kept = dot(r.k3, c.keep)
     else:
         k3_kept = gated(accepted, row_sums(r.k3_rollout, kept_rows, r.k3_of)).sum()
     common = r.batch_metrics
@@ -169,13 +169,13 @@ def _output(r: Ratios, batch: Batch, c: Correction, comp: Composition, agg: str,
     length = r.length.clamp(min=1)
     if token_level:
         w = _token_weights(r, c)
-        weight = kept_len / length if w is c.kept and c.seq_weights is None else w.sum(-1) / length
+        weight = kept_len / length if w is c.keep and c.row_weight is None else w.sum(-1) / length
         weights = lambda: rebuilt()[0]
         rebuild = lambda: gradient(_token_weights(r, again()))
         loss = surrogate_loss(logp, r, G=gradient(w), rebuild=rebuild)
     else:
-        seq_w = c.seq_weights if c.seq_weights is not None else torch.ones_like(r.length)
-        token_w = gated(accepted, seq_w) if c.accepted is not None else seq_w  # (B,) on each kept token
+        seq_w = c.row_weight if c.row_weight is not None else torch.ones_like(r.length)
+        token_w = gated(accepted, seq_w) if c.gate is not None else seq_w  # (B,) on each kept token
         weight = token_w if kept_rows is None else token_w * kept_len / length  # mean over the loss tokens
         weights = lambda: spread(token_w, mask_f, kept_rows)
         if adv_tok is None:  # one coefficient per rollout: no (B, T) tensor in the forward
@@ -191,8 +191,8 @@ def _output(r: Ratios, batch: Batch, c: Correction, comp: Composition, agg: str,
     metrics["seq_weight"] = masked_mean(weight, r.valid & (kept_len > 0))
 
     own = dict(c.masks)
-    if c.accepted is not None:  # a rollout gate: the loss tokens of the rollouts it rejects
-        own.setdefault("traj_masked", partial(tokens_of, r.mask, ~c.accepted))
+    if c.gate is not None:  # a rollout gate: the loss tokens of the rollouts it rejects
+        own.setdefault("traj_masked", partial(tokens_of, r.mask, ~c.gate))
     if c.clipped is not None:
         clipped = c.clipped & r.valid
         own.setdefault("clipped", partial(tokens_of, r.mask, clipped))

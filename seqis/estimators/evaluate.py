@@ -169,7 +169,7 @@ def _rollout_weight(r: Ratios, w: Weight, clamp, gate, rules, tripped) -> Correc
     if gate is not None:
         weight = gated(gate, weight)
         clipped = clipped & gate if clipped is not None else None
-    return _filtered(r, gate, rules, tripped, {}, seq_weights=weight, clipped=clipped)
+    return _filtered(r, gate, rules, tripped, {}, row_weight=weight, clipped=clipped)
 
 
 def _token_weight(r: Ratios, w: Weight, clamp, gate, rules, tripped) -> Correction:
@@ -195,7 +195,7 @@ def _token_weight(r: Ratios, w: Weight, clamp, gate, rules, tripped) -> Correcti
         applied = weights * (band if band is not None else r.mask_f)
         mean = applied.sum() / r.n_tokens.clamp(min=1)
         weights.div_(torch.where(mean > 1e-8, mean, 1.0))
-    return _filtered(r, gate, rules, tripped, masks, weights=weights, clipped=clipped, band=band)
+    return _filtered(r, gate, rules, tripped, masks, token_weights=weights, clipped=clipped, band=band)
 
 
 def _clipped_tokens(mask, gate, x, w: Weight) -> torch.Tensor:
@@ -220,9 +220,10 @@ def _union(parts) -> torch.Tensor:
 # the gate and the token rules together
 
 
-def _filtered(r: Ratios, gate, rules, tripped, masks, *, seq_weights=None, weights=None, clipped=None,
+def _filtered(r: Ratios, gate, rules, tripped, masks, *, row_weight=None, token_weights=None, clipped=None,
               band=None) -> Correction:
-    """The Correction: kept = the loss tokens of the gated rollouts that every token rule keeps."""
+    """The Correction: kept = the loss tokens of the gated rollouts that every token rule (and the weight's
+    band) keeps; in the rows form when no token is dropped or the kernel finds the drops in few rows."""
     n_tok = r.n_tokens.clamp(min=1)
     zero = n_tok.new_zeros(())
     metrics = {"is_clipped": clipped_metric(r, clipped) if clipped is not None else zero,
@@ -233,35 +234,35 @@ def _filtered(r: Ratios, gate, rules, tripped, masks, *, seq_weights=None, weigh
     elif tripped:
         masks["token_masked"] = partial(_union, tripped)
     form = {}
-    keeps = [band] if band is not None else []
-    if rules or keeps:
-        sparse = None
-        if not keeps and weights is None and len(rules) == 1 and rules[0][2] is None:
-            rc, c, _ = rules[0]
-            if c.statistic == "ratio" and c.agg == "token":  # a plain ratio band: let the kernel pick the form
-                kind, rows, keep = band_filter(rc.log_ratio, r.mask_f, *_edges(c), shortcuts=r.shortcuts,
-                                               share=r.sparse_share)
-                if kind == "sparse":
-                    sparse = rows, keep
-                else:
-                    keeps.append(keep)
-            else:
-                keeps.append(_keep(rc, c, None))
-        else:
-            keeps += [_keep(rc, c, cond) for rc, c, cond in rules]
-        if sparse is not None:
-            rows, keep = sparse
+    kind, rows, keep = _token_keep(r, rules, band, rows_form=token_weights is None)
+    if kind is not None:
+        if kind == "sparse":  # every rollout keeps all its loss tokens but a few rows
             kept_len = r.length.index_copy(0, rows, keep.sum(-1))  # (B,)
-            form = dict(kept_rows=sparse)
+            form = dict(kept_rows=(rows, keep))
         else:
-            keep = keeps[0]
-            for k in keeps[1:]:
-                keep.mul_(k)
             kept_len = keep.sum(-1)  # (B,) before the gate
             if gate is not None:
                 keep.mul_(as_float(gate, r.dtype)[:, None])
-            form = dict(kept=keep)
+            form = dict(keep=keep)
         metrics["is_token_masked"] = (r.n_tokens - kept_len.sum()) / n_tok
         form["kept_len"] = gated(gate, kept_len) if gate is not None else kept_len
-    return Correction(seq_weights=seq_weights, weights=weights, accepted=gate, clipped=clipped, masks=masks,
+    return Correction(row_weight=row_weight, token_weights=token_weights, gate=gate, clipped=clipped, masks=masks,
                       metrics=metrics, **form)
+
+
+def _token_keep(r: Ratios, rules, band, *, rows_form: bool):
+    """(kind, rows, keep): the loss tokens every token rule keeps, as ("dense", None, (B, T) 0/1) or, for a
+    lone plain ratio band when the correction may stay in the rows form, as the kernel's choice (sparse:
+    ("sparse", rows, their (R, T) keep)); (None, None, None) without token rules."""
+    keeps = [band] if band is not None else []
+    if not rules and not keeps:
+        return None, None, None
+    if rows_form and not keeps and len(rules) == 1:
+        rc, c, cond = rules[0]
+        if cond is None and c.statistic == "ratio" and c.agg == "token":
+            return band_filter(rc.log_ratio, r.mask_f, *_edges(c), shortcuts=r.shortcuts, share=r.sparse_share)
+    keeps += [_keep(rc, c, cond) for rc, c, cond in rules]
+    keep = keeps[0]
+    for k in keeps[1:]:
+        keep.mul_(k)
+    return "dense", None, keep
