@@ -3,6 +3,8 @@ belongs to `make bench`, not to tests on a shared machine)."""
 
 import re
 
+import pytest
+
 from seqis import ESTIMATORS, SEED_ESTIMATORS
 from seqis.bench import main, sections
 
@@ -31,3 +33,12 @@ def test_repeated_estimators_section_ends_with_a_median_and_range_per_row(capsys
     compare = out.split("glibc malloc defaults against freed memory kept")[1]
     ratios = re.findall(r"^\| (.+?) \| [\d.]+ \| [\d.]+ \| ([\d.]+) \|$", compare, re.M)
     assert {label for label, _ in ratios} >= set(labels) and all(float(r) > 0 for _, r in ratios)
+
+
+def test_training_section_prints_its_time_and_ratio(capsys):
+    main(["--only", "train", "--quick"])
+    out = capsys.readouterr().out
+    (row,) = re.findall(r"^\| cpu \| 200 \| 32 \| ([\d.]+) \| [\d,]+ \| ([\d.]+) \| ([\d.]+) \| (.+) \|$", out, re.M)
+    seconds, floor, ratio = map(float, row[:3])
+    assert seconds > 0 and floor > 0 and ratio == pytest.approx(seconds / floor, rel=0.1)
+    assert all(0 <= float(v) <= 1 for v in row[3].split(", "))

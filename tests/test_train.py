@@ -323,3 +323,36 @@ def test_bad_faults_and_toys_are_refused():
         train(BitChain(20, 10, 0.5, 0.5), "seq_is", steps=1, lr=1.0, lag=0, batch_size=None)
     with pytest.raises(ValueError, match="BitChain or a TabularAR"):
         train("chain", "seq_is", steps=1, lr=1.0, lag=0, batch_size=4)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# the sweeps and the published numbers
+
+
+def test_published_sweeps_are_slices_of_the_lag_figure():
+    """The horizon sweep's H = 1024 points are figure 1's B = 2048, K = 500; the batch sweep is its K = 500
+    column (so both used lag 500), to the figure's 4 digits."""
+    from seqis.lab import huang2026 as h
+
+    col = h.LAGS.index(500)
+    for label in ("Sequence IS", "Token IS", "GeoMean IS"):
+        assert h.HORIZON[label][1024] == pytest.approx(h.LAG[label][h.BATCHES.index(2048)][col], abs=1.5e-4)
+    seq = [row[col] for row in h.LAG["Sequence IS"]]
+    assert np.allclose(h.BATCH["Sequence IS"], seq, atol=1.5e-4)
+    df = h.frame()
+    assert set(df["figure"]) == {"horizon", "batch", "lag"} and len(df) == 12 + 50 + 150
+    assert set(h.ESTIMATOR_OF) >= set(h.HORIZON) | set(h.BATCH)
+
+
+def test_sweep_rows_and_summary():
+    from seqis.lab import train_sweeps
+
+    small = train_sweeps.SweepSettings(horizon=16, lr=3.0, steps=4, batch_size=8, seeds=2, values=(0, 2))
+    df = train_sweeps.sweep("lag", small)
+    assert len(df) == 3 * 2 * 2 and set(df["x"]) == {0, 2} and df["final_J"].between(0, 1).all()
+    s = train_sweeps.summary(df)
+    assert len(s) == 6 and (s["low"] <= s["mean"]).all() and (s["mean"] <= s["high"]).all()
+    by_b = train_sweeps.sweep("batch", small.with_(values=(4, 8), estimators=("Sequence IS",)))
+    assert sorted(set(by_b["x"])) == [4, 8]
+    with pytest.raises(ValueError, match="what must be one of"):
+        train_sweeps.sweep("depth", small)

@@ -1,0 +1,118 @@
+"""Plotly figures for the Training page: learning curves with a band over seeds, the diagnostics over
+updates, and the sweeps as small multiples beside Huang's published points. No streamlit, no tensors."""
+
+from __future__ import annotations
+
+import pandas as pd
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+# Huang's colours for his three estimators; the rest cycle through a qualitative palette
+FIXED = {"Sequence IS": "#1F6FEB", "Token IS": "#6B7280", "GeoMean IS": "#111111", "Sequence TIS 0-2": "#DC2626",
+         "Sequence TIS 0-8": "#D97706", "Sequence TIS 0-32": "#16A34A", "Sequence TIS 0-128": "#7C3AED"}
+PALETTE = ["#0F9D8A", "#C05A00", "#9467BD", "#8C564B", "#E377C2", "#BCBD22", "#17BECF", "#2E8B57", "#B22222",
+           "#4682B4", "#FF7F0E", "#1F77B4"]
+DASHED = {"GeoMean IS"}
+_MARGIN = dict(l=10, r=10, t=50, b=10)
+
+
+def colors(labels) -> dict[str, str]:
+    """A stable colour per label: Huang's for his estimators, then the palette in order."""
+    out, i = {}, 0
+    for label in labels:
+        if label in FIXED:
+            out[label] = FIXED[label]
+        else:
+            out[label] = PALETTE[i % len(PALETTE)]
+            i += 1
+    return out
+
+
+def _rgba(hex_color: str, alpha: float) -> str:
+    h = hex_color.lstrip("#")
+    r, g, b = (int(h[i : i + 2], 16) for i in (0, 2, 4))
+    return f"rgba({r},{g},{b},{alpha})"
+
+
+def _layout(fig: go.Figure, title: str, height: int) -> go.Figure:
+    fig.update_layout(title=dict(text=title, x=0, xanchor="left", font=dict(size=15)), height=height,
+                      margin=_MARGIN, hovermode="x unified",
+                      legend=dict(orientation="h", yanchor="top", y=-0.15, xanchor="left", x=0))
+    return fig
+
+
+def _band_traces(fig, df: pd.DataFrame, palette: dict, *, row=None, col=None, showlegend=True):
+    where = {} if row is None else dict(row=row, col=col)
+    for label, d in df.groupby("estimator", sort=False):
+        c = palette[label]
+        fig.add_trace(go.Scatter(x=d["update"], y=d["high"], mode="lines", line=dict(width=0), hoverinfo="skip",
+                                 showlegend=False, legendgroup=label), **where)
+        fig.add_trace(go.Scatter(x=d["update"], y=d["low"], mode="lines", line=dict(width=0), fill="tonexty",
+                                 fillcolor=_rgba(c, 0.18), hoverinfo="skip", showlegend=False, legendgroup=label),
+                      **where)
+        fig.add_trace(go.Scatter(x=d["update"], y=d["mean"], mode="lines", name=label, legendgroup=label,
+                                 showlegend=showlegend,
+                                 line=dict(color=c, width=2.2, dash="dash" if label in DASHED else "solid"),
+                                 hovertemplate=f"{label}: %{{y:.4g}}<extra></extra>"), **where)
+
+
+def learning_curves(J: pd.DataFrame, *, title: str, J0: float) -> go.Figure:
+    """Exact J against updates: the mean over seeds and a band from the lowest to the highest seed."""
+    fig = go.Figure()
+    _band_traces(fig, J, colors(J["estimator"].unique()))
+    fig.add_hline(y=J0, line=dict(color="#999999", dash="dot", width=1), annotation_text="J at the start",
+                  annotation_position="bottom right")
+    fig.update_yaxes(title="exact J = P(success)", range=[-0.02, 1.02])
+    fig.update_xaxes(title="update")
+    return _layout(fig, title, 440)
+
+
+def diagnostics(grad_norm: pd.DataFrame, kept: pd.DataFrame, cosine: pd.DataFrame) -> go.Figure:
+    """‖g‖ (log scale: a collapse is a spike), the kept fraction and cos(g, ∇J) against updates."""
+    fig = make_subplots(rows=1, cols=3, horizontal_spacing=0.07,
+                        subplot_titles=("‖g‖ of the update (log)", "fraction of tokens kept", "cos(g, exact ∇J)"))
+    palette = colors(grad_norm["estimator"].unique())
+    for col, df in enumerate((grad_norm, kept, cosine), start=1):
+        _band_traces(fig, df, palette, row=1, col=col, showlegend=col == 1)
+        fig.update_xaxes(title="update", row=1, col=col)
+    fig.update_yaxes(type="log", row=1, col=1)
+    fig.update_yaxes(range=[-0.02, 1.02], row=1, col=2)
+    fig.update_yaxes(range=[-1.02, 1.02], row=1, col=3)
+    return _layout(fig, "What drove each update", 360)
+
+
+SWEEP_AXES = {"horizon": ("horizon H", True), "lag": ("lag K (updates stale)", False),
+              "batch": ("batch size B", True)}
+
+
+def sweeps(panels: dict[str, dict]) -> go.Figure:
+    """Small multiples: our final J (mean ± 2 s.e. over seeds) per sweep on the top row, Huang's published
+    J at step 7,000 below, one column per sweep."""
+    whats = [w for w in SWEEP_AXES if w in panels]
+    titles = [f"ours: J vs {SWEEP_AXES[w][0]}" for w in whats] + [f"Huang 2026: J vs {SWEEP_AXES[w][0]}"
+                                                                  for w in whats]
+    fig = make_subplots(rows=2, cols=len(whats), subplot_titles=titles, vertical_spacing=0.16,
+                        horizontal_spacing=0.06)
+    labels = [e for w in whats for e in panels[w]["ours"]["estimator"].unique()]
+    palette, seen = colors(dict.fromkeys(labels)), set()
+    for col, what in enumerate(whats, start=1):
+        ours, pub = panels[what]["ours"], panels[what]["published"]
+        for label, d in ours.groupby("estimator", sort=False):
+            dash = "dash" if label in DASHED else "solid"
+            fig.add_trace(go.Scatter(x=d["x"], y=d["mean"], mode="lines+markers", name=label, legendgroup=label,
+                                     showlegend=label not in seen, line=dict(color=palette[label], dash=dash),
+                                     error_y=dict(type="data", array=2 * d["sem"], visible=True),
+                                     hovertemplate=f"{label}: %{{y:.3f}} at %{{x}}<extra></extra>"), row=1, col=col)
+            seen.add(label)
+        for label, d in pub.groupby("estimator", sort=False):
+            fig.add_trace(go.Scatter(x=d["x"], y=d["J"], mode="lines+markers", name=label, legendgroup=label,
+                                     showlegend=False, line=dict(color=palette.get(label, "#999999"),
+                                                                 dash="dash" if label in DASHED else "solid"),
+                                     hovertemplate=f"{label} (published): %{{y:.4f}} at %{{x}}<extra></extra>"),
+                          row=2, col=col)
+        for row in (1, 2):
+            fig.update_xaxes(title=SWEEP_AXES[what][0], type="log" if SWEEP_AXES[what][1] else "linear",
+                             row=row, col=col)
+            fig.update_yaxes(range=[-0.02, 1.02], row=row, col=col)
+    fig.update_layout(hovermode="closest")
+    return _layout(fig, "Huang's sweeps: final J, ours at CPU scale (top) and published (bottom)", 640)
