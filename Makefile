@@ -16,6 +16,8 @@ $(BIN)/.ready: pyproject.toml
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q $(TORCH)
 	$(BIN)/pip install -q -e ".[app,test,ray]"
+	# the [compare] extra (verl, for tests/test_presets_verl.py) without its heavy dependencies; skips if offline
+	$(BIN)/pip install -q --no-deps "verl==0.9.1" || echo "verl unavailable: tests/test_presets_verl.py will skip"
 	touch $@
 
 venv: $(BIN)/.ready

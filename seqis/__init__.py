@@ -10,6 +10,7 @@ trajectories (mis_po); reference estimators (pg, seq_is, token_tis, ...) are the
     from seqis import Batch, ESTIMATORS, run, diagnostics
     out = run("seq_tis", batch, ESTIMATORS["seq_tis"].config(seq_clip=3.0))
     out.loss.backward()            # d loss / d trainer_logprobs = -out.weights * adv_tau * A / N
+    out = run("verl/bypass_pg_geo_rs", batch)   # every framework's shipped correction: seqis.PRESETS
 """
 
 from .diagnostics import diagnostics
@@ -25,6 +26,7 @@ from .estimators import (
     run,
     run_many,
 )
+from .presets import PRESETS
 from .types import Batch, Config, EstimatorOutput, Knobs, knob, knobs
 
 __all__ = [
@@ -36,6 +38,7 @@ __all__ = [
     "ESTIMATORS",
     "EstimatorOutput",
     "EstimatorSpec",
+    "PRESETS",
     "SEED_ESTIMATORS",
     "diagnostics",
     "Knobs",

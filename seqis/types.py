@@ -29,15 +29,19 @@ def knob(
     optional: bool = False,
     choices: tuple | None = None,
     finite: bool = False,
+    band: bool = True,
 ) -> Any:
     """A config field whose metadata says how to validate it and how to draw it.
 
     gt / ge: the value must be greater than / at least this (math.inf is allowed, for clips and band
     edges, unless finite=True).
     ui: the slider's range; log: draw the slider on a log scale; optional: None is a valid value
-    (it switches the feature off, e.g. geo_mask's token_clip); choices: a categorical knob (a select box).
+    (it switches the feature off, e.g. geo_mask's token_clip); choices: a categorical knob (a select box);
+    band=False on an X_low knob: X_low / X_high are not a band's edges (prime-rl's dppo_mask_low is the size
+    of a downward step), so low need not be below high.
     """
-    meta = dict(help=help, gt=gt, ge=ge, ui=ui, log=log, optional=optional, choices=choices, finite=finite)
+    meta = dict(help=help, gt=gt, ge=ge, ui=ui, log=log, optional=optional, choices=choices, finite=finite,
+                band=band)
     return field(default=default, metadata=meta)
 
 
@@ -75,10 +79,12 @@ class Knobs:
                 raise ValueError(f"{f.name} must be >= {m['ge']}, got {v}")
             if v == -math.inf or (m["finite"] and v == math.inf):
                 raise ValueError(f"{f.name} must be finite{'' if m['finite'] else ' or +inf'}, got {v}")
-        names = {f.name for f in knobs(self)}
-        for name in sorted(names):
-            if name.endswith("_low") and (hi := name[: -len("_low")] + "_high") in names:
+        fields = {f.name: f for f in knobs(self)}
+        for name in sorted(fields):
+            if name.endswith("_low") and (hi := name[: -len("_low")] + "_high") in fields:
                 lo_v, hi_v = getattr(self, name), getattr(self, hi)
+                if lo_v is None or hi_v is None or not fields[name].metadata["band"]:
+                    continue  # an open side, or not a band
                 if not lo_v < hi_v:
                     raise ValueError(f"{name} must be below {hi}, got {lo_v} >= {hi_v}")
 

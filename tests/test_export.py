@@ -1,127 +1,128 @@
-"""seqis.export: prime-rl TOML and verl YAML snippets say the same thing as the seqis config.
+"""seqis.export: each framework's settings derived from a composition, and a clear refusal where it has none.
 
-The verl checks re-derive verl's rejection rule (its k1 statistic is -l = log(mu / pi), kept when it lies
-in [log lower, log upper]) and compare it with seqis's band on l, token by token.
+A preset exported to its own framework gives back the knob values it was made from (TRL, NeMo-RL, SkyRL, AReaL,
+prime-rl: the same key names), exactly. verl's snippets are also run through verl's own code in
+test_presets_verl.py. Compositions the framework cannot express say why.
 """
+
+from __future__ import annotations
 
 import math
 
 import pytest
-import torch
 
 try:
     import tomllib  # Python 3.11+
 except ModuleNotFoundError:  # Python 3.10
     tomllib = pytest.importorskip("tomli")
 
-from seqis import ESTIMATORS
-from seqis.estimators._kernels import in_band
-from seqis.export import prime_rl_mapping, prime_rl_toml, verl_mapping, verl_yaml
+from seqis import ESTIMATORS, PRESETS
+from seqis.estimators.compose import Composition, Criterion, Penalty, Weight
+from seqis.export import EXPORTERS, export, export_all
+from seqis.export._format import fmt
+
+SAME_NAMES = ("trl", "nemo-rl", "skyrl", "areal", "prime-rl")  # frameworks whose config keys the presets mirror
 
 
-def _yaml(text: str) -> dict[str, str]:
-    """The `algorithm.rollout_correction` block of a snippet as {key: raw value} (our snippets are flat
-    two-space YAML; no YAML library needed)."""
-    out, inside = {}, False
-    for line in text.splitlines():
-        if line.startswith("#") or not line.strip():
-            continue
-        if line == "  rollout_correction:":
-            inside = True
-            continue
-        if inside and line.startswith("    "):
-            key, _, value = line.strip().partition(": ")
-            out[key] = value
-        elif not line.startswith("    "):
-            inside = False
-    return out
+def _settings(key: str):
+    comp = PRESETS[key].compose()
+    return EXPORTERS[PRESETS[key].export_framework].settings(comp)
 
 
-def _verl_k1_keeps(stat_l: torch.Tensor, spec: str) -> torch.Tensor:
-    """verl keeps a k1 statistic -l when log(lower) <= -l <= log(upper)."""
-    lower, upper = (float(x) for x in spec.split("_"))
-    k1 = -stat_l
-    return (k1 >= math.log(lower)) & (k1 <= math.log(upper))
+@pytest.mark.parametrize("key", [k for k in PRESETS if PRESETS[k].export_framework in EXPORTERS])
+def test_a_preset_exports_exactly_to_its_own_framework(key):
+    """Exactly, except the seed's ablations in pre-March-2026 prime-rl, which weighed every kept token by rho_t
+    (geo_mask, mis_po weigh 1) and capped log w at 10 (seq_mis's weight is untruncated): a NOTE says so."""
+    p = PRESETS[key]
+    snip = export(key, p.export_framework)
+    assert snip.expressible, snip.text
+    assert snip.text.startswith(f"# seqis {key}") and snip.filename.startswith(key.replace("/", "_"))
+    if p.estimator not in ESTIMATORS.values():
+        assert snip.exact and "NOTE" not in snip.text, snip.text
+    else:
+        assert snip.exact == ("NOTE" not in snip.text)
 
 
-@pytest.mark.parametrize("name", list(ESTIMATORS))
-def test_every_estimator_exports_valid_toml_and_yaml(name):
-    toml = prime_rl_toml(name)
-    table = tomllib.loads(toml.text)["loss"]
-    assert table["ratio_type"] in ("token", "sequence")
-    assert table["adv_tau"] == 1.0 and table["kl_tau"] == 0.0
-    assert table["token_mask_low"] < table["token_mask_high"] and table["geo_mask_low"] < table["geo_mask_high"]
-    y = verl_yaml(name)
-    keys = _yaml(y.text)
-    assert keys["bypass_mode"] == "true" and keys["loss_type"] == "reinforce"
-    assert keys["rollout_is"] in ("null", "token", "sequence")
-    for snip in (toml, y):  # the header names the estimator and its knobs; an approximation says why
-        assert snip.text.startswith(f"# seqis {name}")
-        assert snip.exact == ("# NOTE:" not in snip.text)
-        assert snip.filename.startswith(name)
+@pytest.mark.parametrize("key", [k for k in PRESETS if PRESETS[k].export_framework in SAME_NAMES])
+def test_the_exported_keys_are_the_presets_knob_values(key):
+    cfg = PRESETS[key].config.as_dict()
+    for dotted, value in _settings(key).keys.items():
+        name = dotted.rsplit(".", 1)[-1]
+        if name in cfg and cfg[name] is not None:
+            assert value == pytest.approx(cfg[name]) if isinstance(value, float) else value == cfg[name], name
 
 
-def test_seq_tis_maps_exactly():
-    cfg = ESTIMATORS["seq_tis"].config(seq_clip=3.0, adv_tau=0.5)
-    table = tomllib.loads(prime_rl_toml("seq_tis", cfg).text)["loss"]
-    assert table["ratio_type"] == "sequence" and table["sequence_clip_high"] == 3.0 and table["adv_tau"] == 0.5
-    assert table["geo_mask_high"] == math.inf and table["token_mask_low"] == 0.0  # bands switched off
-    assert prime_rl_mapping("seq_tis", cfg).exact
-    keys = _yaml(verl_yaml("seq_tis", cfg).text)
-    assert keys["rollout_is"] == "sequence" and float(keys["rollout_is_threshold"]) == 3.0
-    assert keys["rollout_rs"] == "null"
-    assert not verl_mapping("seq_tis", cfg).exact  # adv_tau = 0.5 has no verl key
-    assert "adv_tau=0.5 has no verl key" in verl_yaml("seq_tis", cfg).text
+@pytest.mark.parametrize("x", [*ESTIMATORS, *PRESETS])
+def test_every_snippet_is_text_that_says_what_it_is(x):
+    for framework, snip in export_all(x).items():
+        assert snip.text.startswith(f"# seqis {x}")
+        assert snip.exact <= snip.expressible
+        if not snip.expressible:
+            assert f"# cannot express in {framework}: " in snip.text
+        if snip.exact:
+            assert "NOTE:" not in snip.text
 
 
-def test_geo_mask_prime_rl_says_it_weighs_tokens_differently():
-    m = prime_rl_mapping("geo_mask")
-    assert m.keys["geo_mask_low"] == 0.5 and m.keys["geo_mask_high"] == 2.0 and not m.exact
-    assert "weighs it 1" in m.notes[0]
-    clip = prime_rl_mapping("geo_mask", ESTIMATORS["geo_mask"].config(token_clip=2.0))
-    assert "token_clip=2.0 has no prime-rl key" in clip.notes[0]
-    v = verl_mapping("geo_mask", ESTIMATORS["geo_mask"].config(token_clip=2.0))
-    assert v.exact and v.keys["rollout_is"] == "token" and v.keys["rollout_is_threshold"] == 2.0
+def test_legacy_prime_rl_writes_the_seed_estimators_bands():
+    table = tomllib.loads(export("mis_po", "prime-rl-legacy").text)["loss"]
+    assert table["token_mask_low"] == 0.5 and table["token_mask_high"] == 2.0
+    assert table["geo_mask_low"] == 0.996 and table["geo_mask_high"] == 1.001 and table["ratio_type"] == "token"
+    seq = tomllib.loads(export("seq_tis", "prime-rl-legacy").text)["loss"]
+    assert seq["ratio_type"] == "sequence" and seq["sequence_clip_high"] == 2.0 and seq["geo_mask_high"] == math.inf
+    assert export("seq_tis", "prime-rl-legacy").exact
 
 
-@pytest.mark.parametrize("lo, hi", [(0.5, 2.0), (0.996, 1.001), (0.1, 10.0), (0.9, 1.05)])
-def test_verl_k1_bands_keep_exactly_the_seqis_band(lo, hi):
-    # log-ratios spread over the band's edges, plus the edges' neighbours in float64
-    l = torch.cat([torch.linspace(-3, 3, 20001, dtype=torch.float64),
-                   torch.tensor([math.log(lo), math.log(hi)], dtype=torch.float64) * (1 + torch.tensor([-1e-9, 1e-9],
-                                                                                          dtype=torch.float64))])
-    cfg = ESTIMATORS["mis_po"].config(token_mask_low=lo, token_mask_high=hi, geo_mask_low=lo, geo_mask_high=hi)
-    keys = _yaml(verl_yaml("mis_po", cfg).text)
-    assert keys["rollout_rs"] == '"token_k1,seq_mean_k1"'
-    token_spec, geo_spec = keys["rollout_rs_threshold"].strip('"').split(",")
-    assert torch.equal(_verl_k1_keeps(l, token_spec), in_band(l, lo, hi))
-    assert torch.equal(_verl_k1_keeps(l, geo_spec), in_band(l, lo, hi))
+def test_prime_rl_toml_parses_and_round_trips_the_default_loss():
+    table = tomllib.loads(export("prime-rl/default", "prime-rl").text)["trainer"]["loss"]
+    assert table == dict(type="default", dppo_mask_low=0.2, dppo_mask_high=0.2, adv_tau=1.0, kl_tau=0.001)
+    ipo = tomllib.loads(export("prime-rl/ipo", "prime-rl").text)["trainer"]["loss"]
+    assert ipo["type"] == "ipo" and ipo["ipo_threshold"] == 0.1
 
 
-def test_seq_mis_product_keeps_w_at_most_C():
-    cfg = ESTIMATORS["seq_mis_product"].config(seq_clip=4.0)
-    keys = _yaml(verl_yaml("seq_mis_product", cfg).text)
-    assert keys["rollout_rs"] == "seq_sum_k1"
-    S = torch.linspace(-80, 5, 8501, dtype=torch.float64)  # summed log-ratios
-    assert torch.equal(_verl_k1_keeps(S, keys["rollout_rs_threshold"].strip('"')), S <= math.log(4.0))
+def test_verl_k1_band_is_written_on_mu_over_pi():
+    # a band [0.5, 2] on the geometric ratio pi/mu is verl's seq_mean_k1 band [1/2, 1/0.5] on mu/pi
+    comp = Composition(Weight("none"), (Criterion("ratio", "mean", low=0.5, high=4.0),))
+    text = export(comp, "verl").text
+    assert 'rollout_rs: seq_mean_k1' in text and 'rollout_rs_threshold: "0.25_2.0"' in text
+    assert "NOTE: verl clamps log-ratios at +-20" in text  # expressible, not exact
 
 
-def test_icepop_and_max_mask():
-    keys = _yaml(verl_yaml("icepop").text)
-    assert keys["rollout_is"] == "token" and keys["rollout_is_threshold"] == '"0.5_5.0"'
-    m = verl_mapping("max_mask")  # the default band [0.5, 2] is symmetric in log space: exact
-    assert m.exact and m.keys["rollout_rs"] == "seq_max_k2"
-    assert m.keys["rollout_rs_threshold"] == pytest.approx(0.5 * math.log(2.0) ** 2)
-    skew = verl_mapping("max_mask", ESTIMATORS["max_mask"].config(token_mask_low=0.2))
-    assert not skew.exact and "symmetrically" in skew.notes[0]
+def test_verl_max_mask_is_seq_max_k2_when_the_band_is_symmetric_in_log_space():
+    sym = export("max_mask", "verl", ESTIMATORS["max_mask"].config(token_mask_low=0.5, token_mask_high=2.0))
+    assert sym.expressible and "seq_max_k2" in sym.text
+    assert f"rollout_rs_threshold: {fmt(0.5 * math.log(2.0) ** 2)}" in sym.text  # |l| <= log 2
+    asym = export("max_mask", "verl", ESTIMATORS["max_mask"].config(token_mask_low=0.5, token_mask_high=3.0))
+    assert not asym.expressible and "symmetric" in asym.text
 
 
-def test_estimators_without_an_equivalent_say_so():
-    for name in ("geo_is", "prefix_is"):
-        assert "no verl rollout_correction equivalent" in verl_yaml(name).text
-        assert "no prime-rl LossConfig equivalent" in prime_rl_toml(name).text
+@pytest.mark.parametrize("framework,reason", [
+    ("verl", "penalty"), ("trl", "reference model"), ("skyrl", "reference model"), ("nemo-rl", "reference"),
+    ("areal", "reference"), ("openrlhf", "reference"), ("slime", "reference")])
+def test_a_penalty_against_the_sampler_is_refused_with_its_reason(framework, reason):
+    snip = export("prime-rl/default", framework)
+    assert not snip.expressible and reason in snip.text
 
 
-def test_unknown_estimator_is_refused():
-    with pytest.raises(ValueError, match="unknown estimator 'nope'"):
-        prime_rl_toml("nope")
+def test_what_prime_rl_cannot_express_points_to_its_custom_loss():
+    snip = export("seq_tis", "prime-rl")
+    assert not snip.expressible and 'type = "custom"' in snip.text
+
+
+def test_sign_conditioned_rejection_is_refused_where_a_framework_has_none():
+    opsm = Composition(Weight("token", clip=2.0), (Criterion("k1", "mean", high=0.5, advantage="negative"),))
+    assert not export(opsm, "verl").expressible and "advantage" in export(opsm, "verl").text
+    assert export(opsm, "trl").expressible  # TRL's OPSM
+    assert not export(Composition(Weight("token"), penalty=Penalty(0.1, "k3")), "prime-rl").expressible
+
+
+def test_openrlhf_two_sided_clamp_has_no_verl_or_skyrl_key():
+    for framework in ("verl", "skyrl"):
+        snip = export("openrlhf/tis", framework)
+        assert not snip.expressible and "above only" in snip.text
+
+
+def test_adv_tau_has_no_key_outside_prime_rl():
+    cfg = PRESETS["trl/token_truncate"].config.replace(adv_tau=0.5)
+    snip = export("trl/token_truncate", "trl", cfg)
+    assert snip.expressible and not snip.exact and "adv_tau=0.5 has no key" in snip.text
+    assert export("prime-rl/default", "prime-rl", PRESETS["prime-rl/default"].config.replace(adv_tau=0.5)).exact

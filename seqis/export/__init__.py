@@ -1,0 +1,76 @@
+"""A correction's settings in each framework's own config language, derived from its composition.
+
+    from seqis.export import export, export_all
+    print(export("seq_tis", "verl").text)                      # a registry name, a preset key or a Composition
+    snippets = export_all("trl/sequence_mask")                  # framework -> Snippet
+
+Each exporter (one file per framework) reads the composition's parts (its weight, criteria, penalty, clamp) and
+maps them onto the framework's keys, never on the correction's name. What a framework cannot express comes back
+as a Snippet with expressible=False whose text says why; what it expresses with a difference (its own log-ratio
+clamp, a knob it lacks) is expressible with exact=False and the difference in a NOTE line. Pure Python.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..estimators.compose import Composition
+from ..estimators.dispatch import entry, resolve
+from ..types import Config
+from . import areal, nemo_rl, openrlhf, prime_rl, prime_rl_legacy, skyrl, slime, trl, verl
+from ._format import CannotExpress, Settings
+
+EXPORTERS = {"prime-rl": prime_rl, "prime-rl-legacy": prime_rl_legacy, "verl": verl,
+             "trl": trl, "nemo-rl": nemo_rl, "slime": slime, "skyrl": skyrl,
+             "areal": areal, "openrlhf": openrlhf}
+
+
+@dataclass(frozen=True)
+class Snippet:
+    framework: str
+    text: str  # the config text, comments included; or a comment saying why it cannot be expressed
+    expressible: bool  # the framework has settings for every part
+    exact: bool  # expressible, and the framework computes the same weights (no NOTE lines)
+    filename: str  # a file name for a download
+
+
+def describe(x: str | Composition, cfg: Config | None = None) -> str:
+    """'seq_tis: seq_clip=2.0, adv_tau=1.0' (a composition: its own description)."""
+    if isinstance(x, Composition):
+        return f"custom: {x.describe()}"
+    knobs = ", ".join(f"{k}={v}" for k, v in (entry(x)[1] if cfg is None else cfg).as_dict().items())
+    return f"{x}: {knobs}" if knobs else x
+
+
+def export(x: str | Composition, framework: str, cfg: Config | None = None) -> Snippet:
+    comp = resolve(x, cfg)
+    exporter = EXPORTERS[framework]
+    stem = "custom" if isinstance(x, Composition) else x.replace("/", "_")
+    try:
+        s: Settings = exporter.settings(comp)
+    except CannotExpress as why:
+        text = f"# seqis {describe(x, cfg)}\n# cannot express in {framework}: {why}\n"
+        return Snippet(framework, text, False, False, f"{stem}.{exporter.SUFFIX}")
+    comments = [f"seqis {describe(x, cfg)}", *exporter.HEADER, *(f"NOTE: {n}" for n in s.notes)]
+    files = [line for name, lines in s.files.items() for line in (f"# --- {name} ---", *lines)]
+    text = "\n".join([*(f"# {c}" for c in comments), *exporter.write(s), *files]) + "\n"
+    return Snippet(framework, text, True, not s.notes, f"{stem}.{exporter.SUFFIX}")
+
+
+def export_all(x: str | Composition, cfg: Config | None = None) -> dict[str, Snippet]:
+    return {framework: export(x, framework, cfg) for framework in EXPORTERS}
+
+
+def prime_rl_toml(x: str | Composition, cfg: Config | None = None) -> Snippet:
+    """prime-rl's current [trainer.loss] when it can express the correction, else the pre-March-2026 [loss]
+    table the seed's ablations ran on (its header says which)."""
+    current = export(x, "prime-rl", cfg)
+    return current if current.expressible else export(x, "prime-rl-legacy", cfg)
+
+
+def verl_yaml(x: str | Composition, cfg: Config | None = None) -> Snippet:
+    return export(x, "verl", cfg)
+
+
+__all__ = ["EXPORTERS", "CannotExpress", "Snippet", "describe", "export", "export_all",
+           "prime_rl_toml", "verl_yaml"]

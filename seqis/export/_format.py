@@ -1,0 +1,83 @@
+"""What every exporter shares: the Settings it returns, the refusal it raises, and the text formats (YAML, TOML,
+command-line flags, Python keyword arguments) a framework's settings are written in. Pure Python."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class CannotExpress(ValueError):
+    """The framework has no setting for some part of the composition; the message says which and why."""
+
+
+@dataclass
+class Settings:
+    """A framework's settings for one composition: key -> value, and notes on what does not carry over exactly
+    (a quirk the framework adds, a knob it lacks); no notes means exact."""
+
+    keys: dict[str, Any]
+    notes: list[str] = field(default_factory=list)
+    files: dict[str, list[str]] = field(default_factory=dict)  # a side file the keys point to: name -> its lines
+
+
+def fmt(x: float) -> str:
+    """A float to 15 significant digits: 1/1.001 keeps its band edge, 1 - 0.8 prints as 0.2."""
+    return repr(float(f"{float(x):.15g}"))
+
+
+def literal(v: Any, *, inf: str, null: str, true: str = "true", false: str = "false", quote: bool) -> str:
+    if v is None:
+        return null
+    if isinstance(v, bool):
+        return true if v else false
+    if isinstance(v, str):
+        return f'"{v}"' if quote or not v.replace("-", "_").replace(".", "_").isidentifier() else v
+    if isinstance(v, float) and math.isinf(v):
+        return inf if v > 0 else "-" + inf
+    return fmt(v) if isinstance(v, float) else str(v)
+
+
+def yaml(keys: dict[str, Any]) -> list[str]:
+    """Nested two-space YAML from dotted keys ("algorithm.rollout_correction.rollout_is"), in key order."""
+    lines: list[str] = []
+    opened: list[str] = []
+    for dotted, v in keys.items():
+        *path, name = dotted.split(".")
+        common = 0
+        while common < min(len(path), len(opened)) and path[common] == opened[common]:
+            common += 1
+        lines += [f"{'  ' * i}{p}:" for i, p in enumerate(path) if i >= common]
+        opened = path
+        lines.append(f"{'  ' * len(path)}{name}: {literal(v, inf='.inf', null='null', quote=False)}")
+    return lines
+
+
+def toml(table: str, keys: dict[str, Any]) -> list[str]:
+    return [f"[{table}]", *(f"{k} = {literal(v, inf='inf', null='nan', quote=True)}" for k, v in keys.items()
+                            if v is not None)]
+
+
+def flags(keys: dict[str, Any]) -> list[str]:
+    """Command-line flags: True -> a bare switch, False / None -> left out, a tuple -> several values."""
+    out = []
+    for k, v in keys.items():
+        if v is True:
+            out.append(k)
+        elif v is not None and v is not False:
+            vals = v if isinstance(v, tuple) else (v,)
+            out.append(k + " " + " ".join(literal(x, inf="inf", null="", quote=False) for x in vals))
+    return [" \\\n  ".join(out)]
+
+
+def python_kwargs(call: str, keys: dict[str, Any]) -> list[str]:
+    inf = 'float("inf")'
+    args = [f"    {k}={literal(v, inf=inf, null='None', true='True', false='False', quote=True)},"
+            for k, v in keys.items()]
+    return [f"{call}(", *args, ")"]
+
+
+def adv_tau_note(adv_tau: float, notes: list[str]) -> None:
+    if adv_tau != 1.0:
+        notes.append(f"adv_tau={adv_tau} has no key here: scale the advantages instead")

@@ -1,0 +1,58 @@
+"""A composition as AReaL's `actor.rejection_sampling` (with actor.use_decoupled_loss: true).
+
+level token: the weight rho_t, masked (mask) or clamped (clamp) by a bound on the metric; level sequence with the
+ratio metric: the geometric mean exp(S/T) is every token's weight. Metrics: ratio, kl_k1 (+l), kl_k2 (l^2 / 2).
+"""
+
+from __future__ import annotations
+
+import math
+
+from ..estimators.compose import Composition
+from ._format import CannotExpress, Settings, adv_tau_note, yaml
+from ._parts import is_plain
+
+HEADER = ["AReaL actor rejection sampling (decoupled loss)"]
+SUFFIX = "areal.yaml"
+_NO = "AReaL's rejection sampling is one bound on one metric with a token or geometric weight"
+
+
+def _rule(comp: Composition) -> dict:
+    w, crit = comp.weight, comp.criteria
+    level = {"token": "token", "geometric": "sequence"}.get(w.level)
+    if level is None or w.band is not None or w.self_normalize or len(crit) > 1:
+        raise CannotExpress(f"{_NO} (this weight: {w.level})")
+    if not crit:  # clamp: the weight bounded to [lower or 0, upper]
+        if math.isinf(w.upper):
+            raise CannotExpress(f"{_NO}: an untouched weight has no AReaL setting")
+        return dict(level=level, action="clamp", metric="ratio", agg="mean", upper=w.upper,
+                    lower=w.clip_low or None)
+    c = crit[0]
+    if not is_plain(w, w.level) or c.advantage is not None or c.high is None and c.statistic != "k1":
+        raise CannotExpress(f"{_NO} (a mask with an untouched weight and an upper bound)")
+    level, agg = ("token", "mean") if c.agg == "token" else ("sequence", c.agg)
+    if w.level != ("geometric" if level == "sequence" and c.statistic == "ratio" else "token"):
+        raise CannotExpress(f"{_NO} (its weight is the geometric ratio exactly when a rollout's ratio is bounded)")
+    if c.statistic == "ratio" and c.agg in ("token", "sum", "mean", "max"):
+        return dict(level=level, action="mask", metric="ratio", agg=agg, upper=c.high, lower=c.low)
+    if c.statistic == "k2" and c.agg in ("token", "sum", "mean", "max"):
+        return dict(level=level, action="mask", metric="kl_k2", agg=agg, upper=c.high, lower=c.low)
+    if c.statistic == "k1" and c.agg in ("token", "sum", "mean", "min") and c.low is not None:  # AReaL's k1 is +l
+        return dict(level=level, action="mask", metric="kl_k1", agg="max" if c.agg == "min" else agg,
+                    upper=-c.low, lower=None if c.high is None else -c.high)
+    raise CannotExpress(f"{_NO} (not {c.statistic} {c.agg})")
+
+
+def settings(comp: Composition) -> Settings:
+    if comp.penalty is not None:
+        raise CannotExpress("AReaL's KL term is to a reference model, not the sampler")
+    notes: list[str] = []
+    if comp.log_ratio_clamp is not None:
+        notes.append(f"AReaL clamps no log-ratio (this correction: +-{comp.log_ratio_clamp})")
+    adv_tau_note(comp.adv_tau, notes)
+    keys = {"actor.use_decoupled_loss": True, **{f"actor.rejection_sampling.{k}": v for k, v in _rule(comp).items()}}
+    return Settings(keys, notes)
+
+
+def write(s: Settings) -> list[str]:
+    return yaml(s.keys)

@@ -1,0 +1,80 @@
+"""A composition as slime command-line flags: --use-tis (vanilla TIS or IcePop), the MIS example's
+--custom-config-path YAML, or --use-opsm with --use-rollout-logprobs (PPO-clip on pi/mu).
+"""
+
+from __future__ import annotations
+
+import math
+
+from ..estimators.compose import Composition, Criterion
+from ._format import CannotExpress, Settings, adv_tau_note, flags, yaml
+from ._parts import is_plain, split_ppo_clip
+
+HEADER = ["slime training flags"]
+SUFFIX = "slime.sh"
+_ICEPOP = "slime.backends.megatron_utils.loss.icepop_function"
+_MIS = "examples.train_infer_mismatch_helper.mis.compute_mis_weights_with_cp"
+_AGG_LEVEL = {"token": "token", "sum": "sequence", "mean": "geometric"}  # a ratio criterion's agg -> slime level
+
+
+def _opsm(comp: Composition) -> Settings | None:
+    ppo, rest = split_ppo_clip(comp)
+    if ppo is None or len(rest) != 1:
+        return None
+    c = rest[0]
+    if (c.statistic, c.agg, c.advantage, c.low) != ("k1", "mean", "negative", None) or c.high is None:
+        return None
+    return Settings({"--use-rollout-logprobs": True, "--use-opsm": True, "--opsm-delta": c.high,
+                     "--eps-clip": ppo.eps_low, "--eps-clip-high": ppo.eps_high, "--eps-clip-c": ppo.clip_c})
+
+
+def _mis(comp: Composition) -> Settings:
+    """The MIS example's YAML (written into the flags' comment) for a weight with ratio rejections."""
+    w, rs, veto = comp.weight, [], None
+    for c in comp.criteria:
+        if c.statistic == "ratio" and c.agg == "min" and c.high is None and c.advantage is None:
+            veto = c.low
+        elif c.statistic == "ratio" and c.agg in _AGG_LEVEL and c.advantage is None:
+            rs.append(c)
+        else:
+            raise CannotExpress("slime's MIS rejects by ratio bands (token / sequence / geometric) and a per-token "
+                                f"veto only, not {c.statistic} {c.agg}")
+    if len(rs) > 1 or w.level not in ("token", "sequence", "geometric") or w.band is not None:
+        raise CannotExpress("slime's MIS takes one weight level (truncated or clipped) and one RS band")
+    mode = "clip" if w.clip_low > 0 else "truncate"
+    if math.isinf(w.upper) and w.clip_low == 0:
+        raise CannotExpress("slime's MIS always bounds its weight (truncate, clip or mask)")
+    r: Criterion | None = rs[0] if rs else None
+    cfg = dict(use_tis=True, use_rs=r is not None or veto is not None, tis_level=w.level, tis_mode=mode,
+               tis_lower_bound=w.clip_low or None, tis_upper_bound=w.upper,
+               rs_level=_AGG_LEVEL[r.agg] if r else w.level, rs_lower_bound=r.low if r else None,
+               rs_upper_bound=r.high if r else None, rs_veto_threshold=veto, tis_batch_normalize=w.self_normalize)
+    return Settings({"--use-tis": True, "--custom-tis-function-path": _MIS, "--custom-config-path": "mis.yaml"},
+                    files={"mis.yaml": yaml(cfg)})
+
+
+def settings(comp: Composition) -> Settings:
+    if comp.penalty is not None:
+        raise CannotExpress("slime's KL loss is to a reference model, not the sampler")
+    w, notes = comp.weight, []
+    if (s := _opsm(comp)) is not None:
+        pass
+    elif comp.criteria or w.self_normalize or w.level != "token":
+        s = _mis(comp)
+    elif w.band is not None and math.isinf(w.upper) and w.clip_low == 0:
+        s = Settings({"--use-tis": True, "--custom-tis-function-path": _ICEPOP, "--tis-clip-low": w.band[0],
+                      "--tis-clip": w.band[1]})
+    elif w.band is None and not is_plain(w, "token"):
+        s = Settings({"--use-tis": True, "--tis-clip": w.upper, "--tis-clip-low": w.clip_low})
+    else:
+        raise CannotExpress("slime's --use-tis bounds the token ratio (clamp or IcePop band)")
+    uses_mis = "--custom-config-path" in s.keys
+    if comp.log_ratio_clamp != (20.0 if uses_mis else None):
+        notes.append(f"slime {'clamps at +-20' if uses_mis else 'clamps no log-ratio'} here (this correction: "
+                     f"{comp.log_ratio_clamp})")
+    adv_tau_note(comp.adv_tau, notes)
+    return Settings(s.keys, notes, s.files)
+
+
+def write(s: Settings) -> list[str]:
+    return flags(s.keys)

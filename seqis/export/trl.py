@@ -1,0 +1,45 @@
+"""A composition as TRL `GRPOConfig` arguments (vLLM importance-sampling correction and OPSM).
+
+vllm_importance_sampling_mode: token_ / sequence_ x truncate (clamp to [clip_min, clip_max]) / mask (zero
+outside); off_policy_mask_threshold: drop rollouts with A < 0 and mean(-l) above it. TRL clamps no log-ratio.
+"""
+
+from __future__ import annotations
+
+import math
+
+from ..estimators.compose import Composition
+from ._format import CannotExpress, Settings, adv_tau_note, python_kwargs
+
+HEADER = ["TRL GRPOConfig arguments (use_vllm=True)"]
+SUFFIX = "trl.py"
+
+
+def settings(comp: Composition) -> Settings:
+    w, notes = comp.weight, []
+    if comp.penalty is not None:
+        raise CannotExpress("TRL's KL term (beta) is to a reference model, not the sampler")
+    if w.level not in ("none", "token", "sequence"):
+        raise CannotExpress(f"TRL's vLLM IS ratio is token or sequence level, not {w.level}")
+    if w.self_normalize:
+        raise CannotExpress("TRL does not normalise the IS ratio by its batch mean")
+    keys: dict = dict(vllm_importance_sampling_correction=w.level != "none")
+    if w.level != "none":
+        if w.band is not None and (not math.isinf(w.upper) or w.clip_low > 0):
+            raise CannotExpress("TRL's IS ratio is truncated or masked, not both")
+        lo, hi = w.band if w.band is not None else (w.clip_low, w.upper)
+        keys.update(vllm_importance_sampling_mode=f"{w.level}_{'mask' if w.band is not None else 'truncate'}",
+                    vllm_importance_sampling_clip_max=None if math.isinf(hi) else hi,
+                    vllm_importance_sampling_clip_min=lo or None)
+    for c in comp.criteria:
+        if (c.statistic, c.agg, c.advantage, c.low) != ("k1", "mean", "negative", None) or c.high is None:
+            raise CannotExpress("TRL's only rejection is OPSM (A < 0 and mean(-l) above a threshold)")
+        keys["off_policy_mask_threshold"] = c.high
+    if comp.log_ratio_clamp is not None:
+        notes.append(f"TRL clamps no log-ratio (this correction: +-{comp.log_ratio_clamp})")
+    adv_tau_note(comp.adv_tau, notes)
+    return Settings(keys, notes)
+
+
+def write(s: Settings) -> list[str]:
+    return python_kwargs("GRPOConfig", s.keys)

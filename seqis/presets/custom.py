@@ -1,0 +1,95 @@
+"""A correction built from the mechanism's parts: one knob per part, so the app draws its widgets like any config.
+
+    weight      level (none / token / sequence / geometric / prefix), truncated at clip (and raised to clip_low),
+                or masked to [band_low, band_high]; optionally divided by its batch mean
+    rule 1, 2   a rejection criterion each: statistic (ratio / k1 / k2 / k3 / prob_diff), aggregation over the
+                rollout (token / sum / mean / max / min), an inclusive band, an optional advantage sign
+    penalty     coef * f(l_t) on every loss token (f = l^2 or k3);  clamp: log-ratios clamped to +-clamp first
+
+The default is a geometric gate [0.5, 2] with token weights truncated at 2 (verl's geo RS + token TIS, wider).
+It is PRESETS["custom/composition"] (framework "custom", not a framework's): `run("custom/composition", batch,
+cfg)` like any preset, so the app's picker and widgets need nothing else.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from ..estimators.compose import (
+    ADVANTAGE_SIGNS,
+    AGGREGATES,
+    PENALTIES,
+    STATISTICS,
+    WEIGHT_LEVELS,
+    Composition,
+    Criterion,
+    Penalty,
+    Weight,
+)
+from ..types import Config, knob
+from ._preset import Preset, framework_estimator
+
+RULES = (None, *STATISTICS)  # a rule's statistic, None = no rule
+SIGNS = (None, *ADVANTAGE_SIGNS)
+_EDGE = dict(optional=True, ui=(-2.0, 4.0))  # a rule's band edge: ratio units, or the statistic's own
+_STAT = "the statistic (None = no rule)"
+_AGG = "per token, or over the rollout's loss tokens"
+_SIGN = "only drop tokens whose advantage has this sign"
+
+
+@dataclass(frozen=True)
+class CustomConfig(Config):
+    weight_level: str = knob("token", "The IS weight: 1, rho_t, exp(S), exp(S/T) or the prefix ratio.",
+                             choices=WEIGHT_LEVELS)
+    weight_clip: float = knob(2.0, "Truncate the weight at this (inf = no truncation).", gt=0.0, ui=(1.0, 100.0),
+                              log=True)
+    weight_clip_low: float = knob(0.0, "Raise the weight to at least this (0 = none).", ge=0.0, ui=(0.0, 1.0))
+    weight_band_low: float | None = knob(None, "Drop where the weight is below this (None = no band).",
+                                         optional=True, ge=0.0, ui=(0.0, 1.0))
+    weight_band_high: float | None = knob(None, "Drop where the weight is above this (None = no band).",
+                                          optional=True, gt=0.0, ui=(1.0, 100.0), log=True)
+    weight_self_normalize: bool = knob(False, "Divide the weight by its batch mean.", choices=(False, True))
+    rule1_statistic: str | None = knob("ratio", f"Rule 1: {_STAT}.", optional=True, choices=RULES)
+    rule1_agg: str = knob("mean", f"Rule 1: {_AGG}.", choices=AGGREGATES)
+    rule1_low: float | None = knob(0.5, "Rule 1: keep when the statistic is >= this (None = open).", **_EDGE)
+    rule1_high: float | None = knob(2.0, "Rule 1: keep when the statistic is <= this (None = open).", **_EDGE)
+    rule1_advantage: str | None = knob(None, f"Rule 1: {_SIGN}.", optional=True, choices=SIGNS)
+    rule2_statistic: str | None = knob(None, f"Rule 2: {_STAT}.", optional=True, choices=RULES)
+    rule2_agg: str = knob("token", f"Rule 2: {_AGG}.", choices=AGGREGATES)
+    rule2_low: float | None = knob(None, "Rule 2: keep when the statistic is >= this (None = open).", **_EDGE)
+    rule2_high: float | None = knob(None, "Rule 2: keep when the statistic is <= this (None = open).", **_EDGE)
+    rule2_advantage: str | None = knob(None, f"Rule 2: {_SIGN}.", optional=True, choices=SIGNS)
+    penalty_coef: float = knob(0.0, "Add coef * f(l_t) on every loss token (0 = none).", ge=0.0, ui=(0.0, 0.1))
+    penalty_statistic: str = knob("squared_log_ratio", "f: l^2 (prime-rl's KL) or k3 = rho - 1 - l.",
+                                  choices=PENALTIES)
+    log_ratio_clamp: float | None = knob(None, "Clamp log-ratios to [-c, c] first (verl: 20).", optional=True,
+                                         gt=0.0, ui=(1.0, 40.0))
+
+    def __post_init__(self):
+        super().__post_init__()
+        compose(self)  # the parts validate themselves: a bad combination is refused naming the part
+
+def _criterion(cfg: CustomConfig, n: int) -> Criterion | None:
+    statistic = getattr(cfg, f"rule{n}_statistic")
+    if statistic is None:
+        return None
+    return Criterion(statistic, getattr(cfg, f"rule{n}_agg"), low=getattr(cfg, f"rule{n}_low"),
+                     high=getattr(cfg, f"rule{n}_high"), advantage=getattr(cfg, f"rule{n}_advantage"))
+
+
+def compose(cfg: CustomConfig) -> Composition:
+    lo, hi = cfg.weight_band_low, cfg.weight_band_high
+    band = None if lo is None and hi is None else (lo or 0.0, math.inf if hi is None else hi)
+    weight = Weight() if cfg.weight_level == "none" else Weight(  # weight 1 takes no clip, band or normalisation
+        cfg.weight_level, clip=cfg.weight_clip, clip_low=cfg.weight_clip_low, band=band,
+        self_normalize=cfg.weight_self_normalize)
+    criteria = tuple(c for c in (_criterion(cfg, 1), _criterion(cfg, 2)) if c is not None)
+    penalty = Penalty(cfg.penalty_coef, cfg.penalty_statistic) if cfg.penalty_coef > 0 else None
+    return Composition(weight, criteria, penalty=penalty, log_ratio_clamp=cfg.log_ratio_clamp, adv_tau=cfg.adv_tau)
+
+
+CUSTOM = Preset("custom/composition", "A correction built from the mechanism's parts: a weight, two rules, a "
+                "penalty.", "seqis: seqis/presets/custom.py", framework_estimator(
+                    "custom", compose, CustomConfig, "A custom composition."), CustomConfig())
+PRESETS = [CUSTOM]

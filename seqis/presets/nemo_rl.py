@@ -1,0 +1,87 @@
+"""NeMo-RL's truncated importance sampling in ClippedPGLossFn (loss_fn.truncated_importance_sampling_type).
+
+    IS weight   rho_t = nan_to_num(exp(l_t), posinf=0)  (needs use_importance_sampling_correction: true)
+    tis         clamp(rho_t, ratio_min or 0, ratio)
+    icepop      rho_t * 1[ratio_min <= rho_t <= ratio]
+    seq-mask-tis  rho_t * 1[ratio_min <= exp(S_j/T_j) <= ratio]  (raw token ratios: no truncation despite the name)
+
+NeMo-RL sets no default bounds (both None; it asserts they are given). Used here: tis 2.0 (most example recipes,
+e.g. examples/configs/recipes/llm/*dapo*; docs/guides/prorlv2.md shows 5.0), icepop 0.5..5.0 and seq-mask-tis
+0.999..1.002 (docs/guides/prorlv2.md and the code comments' "ref bounds"). Quirk not kept: a ratio that overflows
+float32 (l > 88.7) becomes weight 0 in NeMo-RL, even under "tis"; seqis caps it at e^40 before the clip.
+The token-level loss averages over every valid token (zeroed ones included): token-mean.
+Source: NVIDIA-NeMo/RL, nemo_rl/algorithms/loss/loss_functions.py (ClippedPGLossFn).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..estimators.compose import Composition, Criterion, Weight
+from ..types import Config, knob
+from ._preset import Preset, framework_estimator
+
+
+@dataclass(frozen=True)
+class NemoRLConfig(Config):
+    """loss_fn keys; NeMo-RL's names."""
+
+    use_importance_sampling_correction: bool = knob(True, "Multiply the loss by the IS weight pi/mu.",
+                                                    choices=(True, False))
+    truncated_importance_sampling_type: str | None = knob(
+        None, "tis (clamp), icepop (token band), seq-mask-tis (geometric band, raw token weights).", optional=True,
+        choices=(None, "tis", "icepop", "seq-mask-tis"))
+    truncated_importance_sampling_ratio: float | None = knob(None, "Upper bound.", optional=True, gt=0.0,
+                                                             ui=(1.0, 10.0), log=True)
+    truncated_importance_sampling_ratio_min: float | None = knob(None, "Lower bound (tis: defaults to 0).",
+                                                                 optional=True, ge=0.0, ui=(0.0, 1.0))
+
+    def __post_init__(self):
+        super().__post_init__()
+        kind, hi, lo = (self.truncated_importance_sampling_type, self.truncated_importance_sampling_ratio,
+                        self.truncated_importance_sampling_ratio_min)
+        if kind is None:
+            return
+        if not self.use_importance_sampling_correction:
+            raise ValueError("truncated_importance_sampling_type needs use_importance_sampling_correction: true")
+        if hi is None:
+            raise ValueError("truncated_importance_sampling_ratio must be set (NeMo-RL asserts it is positive)")
+        if lo is not None and lo > hi:
+            raise ValueError("truncated_importance_sampling_ratio_min must be <= truncated_importance_sampling_ratio")
+        if kind != "tis" and lo is None:
+            raise ValueError(f"truncated_importance_sampling_ratio_min must be set for {kind}")
+
+
+def compose(cfg: NemoRLConfig) -> Composition:
+    kind, hi, lo = (cfg.truncated_importance_sampling_type, cfg.truncated_importance_sampling_ratio,
+                    cfg.truncated_importance_sampling_ratio_min)
+    criteria = ()
+    if not cfg.use_importance_sampling_correction:
+        weight = Weight("none")
+    elif kind is None:
+        weight = Weight("token")
+    elif kind == "tis":
+        weight = Weight("token", clip=hi, clip_low=lo or 0.0)
+    elif kind == "icepop":
+        weight = Weight("token", band=(lo, hi))
+    else:  # seq-mask-tis: geometric-mean gate, raw token weights
+        weight, criteria = Weight("token"), (Criterion("ratio", "mean", low=lo, high=hi),)
+    return Composition(weight, criteria, adv_tau=cfg.adv_tau)
+
+
+ESTIMATOR = framework_estimator("nemo-rl", compose, NemoRLConfig, "NeMo-RL ClippedPGLossFn's truncated IS.")
+SOURCE = "NVIDIA-NeMo/RL: nemo_rl/algorithms/loss/loss_functions.py (ClippedPGLossFn)"
+_TIS = dict(truncated_importance_sampling_type="tis", truncated_importance_sampling_ratio=2.0)
+_ICEPOP = dict(truncated_importance_sampling_type="icepop", truncated_importance_sampling_ratio=5.0,
+               truncated_importance_sampling_ratio_min=0.5)
+_SEQ = dict(truncated_importance_sampling_type="seq-mask-tis", truncated_importance_sampling_ratio=1.002,
+            truncated_importance_sampling_ratio_min=0.999)
+
+PRESETS = [
+    Preset("nemo-rl/tis", "Token TIS clamp(rho_t, 0, 2); NeMo-RL has no default bound: 2 is what most of its "
+           "example recipes use (prorlv2 docs: 5).", SOURCE, ESTIMATOR, NemoRLConfig(**_TIS)),
+    Preset("nemo-rl/icepop", "IcePop rho_t * 1[0.5 <= rho_t <= 5]; bounds from NeMo-RL's prorlv2 guide (no code "
+           "default).", SOURCE, ESTIMATOR, NemoRLConfig(**_ICEPOP)),
+    Preset("nemo-rl/seq-mask-tis", "rho_t (untruncated, despite the name) on rollouts with 0.999 <= exp(S/T) <= "
+           "1.002, else 0; bounds from NeMo-RL's prorlv2 guide.", SOURCE, ESTIMATOR, NemoRLConfig(**_SEQ)),
+]

@@ -1,0 +1,86 @@
+"""TRL's GRPOTrainer vLLM importance-sampling correction and its off-policy sequence mask (OPSM).
+
+    ratio       token_*: rho_t = exp(l_t);  sequence_*: exp(S_j)  (no clamp: exp(S) may overflow to inf)
+    truncate    clamp(ratio, min=clip_min, max=clip_max)
+    mask        ratio * 1[clip_min <= ratio <= clip_max] (a missing side is open; completion_mask unchanged)
+    OPSM        keep a rollout when A >= 0 or mean_t(mu_t - pi_t) in log space, i.e. mean(-l), is <= delta
+
+Defaults in the code: correction on, mode "sequence_mask", clip_max 3.0, clip_min None (the config docstring calls
+token_truncate the default: the code says sequence_mask). OPSM has no default threshold; TRL's docs
+(paper_index.md) and tests use 0.5. The default loss ("dapo") normalises by every completion token (token-mean),
+and pi_theta / pi_old is 1 at the first minibatch, so the IS ratio is the correction.
+Source: huggingface/trl, trl/trainer/grpo_trainer.py (_generate_and_score_completions, get_off_policy_mask),
+trl/trainer/grpo_config.py.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from ..estimators.compose import Composition, Criterion, Weight
+from ..types import Config, knob
+from ._preset import Preset, framework_estimator
+
+MODES = ("token_truncate", "token_mask", "sequence_truncate", "sequence_mask")
+
+
+@dataclass(frozen=True)
+class TRLConfig(Config):
+    """GRPOConfig arguments; TRL's names."""
+
+    vllm_importance_sampling_correction: bool = knob(True, "Apply the vLLM IS correction at all.",
+                                                     choices=(True, False))
+    vllm_importance_sampling_mode: str = knob("sequence_mask", "Granularity (token / sequence) and constraint "
+                                              "(truncate / mask) of the IS ratio.", choices=MODES)
+    vllm_importance_sampling_clip_max: float | None = knob(3.0, "C_max: truncate at / mask above this.",
+                                                           optional=True, gt=0.0, ui=(1.0, 10.0), log=True)
+    vllm_importance_sampling_clip_min: float | None = knob(None, "C_min: truncate at / mask below this.",
+                                                           optional=True, ge=0.0, ui=(0.0, 1.0))
+    off_policy_mask_threshold: float | None = knob(None, "OPSM delta: drop a rollout with A < 0 whose mean "
+                                                   "log(mu/pi) exceeds it; None = off.", optional=True, gt=0.0,
+                                                   ui=(0.01, 2.0), log=True)
+
+    def __post_init__(self):
+        super().__post_init__()
+        lo, hi = self.vllm_importance_sampling_clip_min, self.vllm_importance_sampling_clip_max
+        if lo is not None and hi is not None and lo >= hi:
+            raise ValueError(f"vllm_importance_sampling_clip_min ({lo}) must be less than "
+                             f"vllm_importance_sampling_clip_max ({hi})")
+        if self.vllm_importance_sampling_mode.endswith("truncate") and lo is None and hi is None:
+            raise ValueError("set vllm_importance_sampling_clip_min or _clip_max for a *_truncate mode")
+
+
+def compose(cfg: TRLConfig) -> Composition:
+    lo, hi = cfg.vllm_importance_sampling_clip_min, cfg.vllm_importance_sampling_clip_max
+    level, constraint = cfg.vllm_importance_sampling_mode.split("_")
+    if not cfg.vllm_importance_sampling_correction:
+        weight = Weight("none")
+    elif constraint == "truncate":
+        weight = Weight(level, clip=math.inf if hi is None else hi, clip_low=lo or 0.0)
+    else:
+        weight = Weight(level, band=(lo or 0.0, math.inf if hi is None else hi))
+    criteria = ()
+    if cfg.off_policy_mask_threshold is not None:  # kept when A >= 0 or mean(-l) <= delta
+        criteria = (Criterion("k1", "mean", high=cfg.off_policy_mask_threshold, advantage="negative"),)
+    return Composition(weight, criteria, adv_tau=cfg.adv_tau)
+
+
+ESTIMATOR = framework_estimator("trl", compose, TRLConfig, "TRL GRPOTrainer's vLLM IS correction and OPSM.")
+SOURCE = "huggingface/trl: trl/trainer/grpo_trainer.py"
+_NO_CLAMP = "no log-ratio clamp"
+
+PRESETS = [
+    Preset("trl/token_truncate", f"Token TIS min(rho_t, 3) ({_NO_CLAMP}).", SOURCE,
+           ESTIMATOR, TRLConfig(vllm_importance_sampling_mode="token_truncate")),
+    Preset("trl/token_mask", "Token MIS: rho_t where rho_t <= 3, else 0 (one-sided: clip_min is None).", SOURCE,
+           ESTIMATOR, TRLConfig(vllm_importance_sampling_mode="token_mask")),
+    Preset("trl/sequence_truncate", f"Sequence TIS min(exp(S), 3) ({_NO_CLAMP}).", SOURCE,
+           ESTIMATOR, TRLConfig(vllm_importance_sampling_mode="sequence_truncate")),
+    Preset("trl/sequence_mask", "TRL's default: exp(S) where exp(S) <= 3, else 0 (one-sided; the config "
+           "docstring names token_truncate as the default, the code uses sequence_mask).", SOURCE,
+           ESTIMATOR, TRLConfig()),
+    Preset("trl/opsm", "OPSM (DeepSeek-V3.2) delta 0.5 (no code default; TRL's docs and tests use 0.5): drop "
+           "rollouts with A < 0 and mean(-l) > 0.5, on top of the default sequence_mask IS.",
+           f"{SOURCE} (get_off_policy_mask)", ESTIMATOR, TRLConfig(off_policy_mask_threshold=0.5)),
+]

@@ -1,0 +1,274 @@
+"""PRESETS: every key of the design, each runs and keeps the output contract, and each framework's preset computes
+what that framework's code computes, on small batches worked out by hand from the code (arithmetic in comments;
+the code each case follows is named in the preset's .source and module docstring). verl's presets are also run
+against verl's own helper in test_presets_verl.py.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from seqis import ESTIMATORS, PRESETS, Batch, run, run_many
+from seqis.presets import FRAMEWORKS, presets_of
+
+DESIGN_KEYS = [
+    *(f"verl/{k}" for k in (
+        "decoupled_token_is", "decoupled_seq_is", "decoupled_seq_is_rs", "decoupled_geo_rs",
+        "decoupled_geo_rs_seq_tis", "decoupled_geo_rs_token_tis", "decoupled_k3_rs", "decoupled_k3_rs_seq_tis",
+        "decoupled_k3_rs_token_tis", "decoupled_token_icepop", "bypass_ppo_clip", "bypass_ppo_clip_geo_rs",
+        "bypass_ppo_clip_k3_rs", "bypass_pg_is", "bypass_pg_token_icepop", "bypass_pg_geo_rs",
+        "bypass_pg_geo_rs_seq_tis", "bypass_pg_geo_rs_token_tis", "disabled")),
+    "trl/token_truncate", "trl/token_mask", "trl/sequence_truncate", "trl/sequence_mask", "trl/opsm",
+    "nemo-rl/tis", "nemo-rl/icepop", "nemo-rl/seq-mask-tis",
+    "prime-rl/default", "prime-rl/ipo", "prime-rl/seq_tis", "prime-rl/seq_mis", "prime-rl/geo_mask",
+    "prime-rl/mis_po",
+]
+LOG_MU = math.log(0.5)  # every token's sampler probability is 1/2 in the hand-made batches
+
+
+def batch_of(rows: list[list[float]], adv: list[float]) -> Batch:
+    """Rollouts with the given log-ratios l (ragged: rows padded with NaN), mu = 1/2 on every token."""
+    T = max(len(r) for r in rows)
+    l = torch.tensor([r + [math.nan] * (T - len(r)) for r in rows], dtype=torch.float64)
+    mask = ~torch.isnan(l)
+    mu = torch.full_like(l, LOG_MU)
+    return Batch(trainer_logprobs=(mu + l.nan_to_num(0.0)).requires_grad_(True), inference_logprobs=mu,
+                 advantages=torch.tensor(adv, dtype=torch.float64), loss_mask=mask)
+
+
+def check(key: str, rows, adv, weights, kept, cfg=None):
+    out = run(key, batch_of(rows, adv), cfg)
+    T = max(len(r) for r in rows)
+    want_w = torch.tensor([w + [0.0] * (T - len(w)) for w in weights], dtype=torch.float64)
+    want_k = torch.tensor([k + [False] * (T - len(k)) for k in kept])
+    torch.testing.assert_close(out.weights.to(torch.float64), want_w, rtol=1e-9, atol=1e-12)
+    assert torch.equal(out.masks["kept"].cpu(), want_k)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------------
+# the registry
+
+
+def test_every_design_key_is_a_preset_and_every_framework_has_presets():
+    assert set(DESIGN_KEYS) <= set(PRESETS)
+    for framework in ("verl", "trl", "nemo-rl", "prime-rl", "slime", "skyrl", "areal", "openrlhf", "custom"):
+        assert presets_of(framework), framework
+    assert list(FRAMEWORKS) == sorted({p.framework for p in PRESETS.values()}, key=list(FRAMEWORKS).index)
+
+
+@pytest.mark.parametrize("key", list(PRESETS))
+def test_a_preset_describes_itself(key):
+    p = PRESETS[key]
+    assert p.key == key == f"{p.framework}/{p.name}"
+    assert p.summary and "\n" not in p.summary
+    repo, _, path = p.source.partition(": ")
+    assert "/" in repo or repo == "seqis", p.source
+    assert ".py" in path, p.source
+    assert isinstance(p.config, p.estimator.config)
+
+
+@pytest.mark.parametrize("key", list(PRESETS))
+def test_every_preset_runs_and_keeps_the_output_contract(key):
+    g = torch.Generator().manual_seed(0)
+    B, T = 5, 7
+    mu = -torch.rand(B, T, generator=g, dtype=torch.float64) - 0.1
+    mask = torch.arange(T)[None] < torch.tensor([7, 3, 1, 5, 0])[:, None]
+    batch = Batch(trainer_logprobs=(mu + 0.05 * torch.randn(B, T, generator=g, dtype=torch.float64))
+                  .requires_grad_(True), inference_logprobs=mu, advantages=torch.randn(B, generator=g,
+                  dtype=torch.float64), loss_mask=mask)
+    out = run(key, batch)
+    assert out.weights.shape == (B, T) and not out.weights.requires_grad
+    assert out.masks["kept"].shape == (B, T) and not (out.masks["kept"] & ~mask).any()
+    for name in ("mismatch_kl", "is_masked", "masked_mismatch_kl", "unmasked_mismatch_kl"):
+        assert math.isfinite(float(out.metrics[name])), name
+    out.loss.backward()
+    assert torch.isfinite(batch.trainer_logprobs.grad).all()
+
+
+def test_a_preset_runs_like_its_composition_and_cfg_overrides_its_knobs():
+    batch = batch_of([[0.1, 0.2], [-0.3]], [1.0, -1.0])
+    comp = PRESETS["trl/token_truncate"].compose()
+    torch.testing.assert_close(run("trl/token_truncate", batch).weights, run(comp, batch).weights)
+    cfg = PRESETS["trl/token_truncate"].config.replace(vllm_importance_sampling_clip_max=1.15)
+    w = run("trl/token_truncate", batch, cfg).weights  # min(rho, 1.15): e^0.1 = 1.105 stays, e^0.2 = 1.221 -> 1.15
+    torch.testing.assert_close(w[0], torch.tensor([math.exp(0.1), 1.15], dtype=torch.float64))
+    with pytest.raises(ValueError, match="SeqTISConfig|TRLConfig"):
+        run("trl/token_truncate", batch, ESTIMATORS["seq_tis"].config())
+    many = run_many(["trl/sequence_mask", "seq_tis", "verl/disabled"], batch)
+    assert set(many) == {"trl/sequence_mask", "seq_tis", "verl/disabled"}
+
+
+def test_prime_rl_seed_presets_are_the_registry_estimators():
+    for name in ("seq_tis", "seq_mis", "geo_mask", "mis_po"):
+        p = PRESETS[f"prime-rl/{name}"]
+        assert p.estimator is ESTIMATORS[name] and p.config == ESTIMATORS[name].config()
+
+
+def test_invalid_framework_settings_are_refused_naming_the_knob():
+    with pytest.raises(ValueError, match="rollout_rs_threshold"):
+        PRESETS["verl/decoupled_geo_rs"].config.replace(rollout_rs_threshold=None)
+    with pytest.raises(ValueError, match="vllm_importance_sampling_clip_min"):
+        PRESETS["trl/token_mask"].config.replace(vllm_importance_sampling_clip_min=4.0)
+    with pytest.raises(ValueError, match="truncated_importance_sampling_ratio_min"):
+        PRESETS["nemo-rl/icepop"].config.replace(truncated_importance_sampling_ratio_min=None)
+    with pytest.raises(ValueError, match="tis_batch_normalize"):
+        PRESETS["slime/mis"].config.replace(tis_level="geometric")
+    with pytest.raises(ValueError, match="clamp"):
+        PRESETS["areal/sequence_truncate"].config.replace(agg="max")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# verl (rollout_corr_helper.py): the +-20 clamp and k1 on -l
+
+
+def test_verl_geo_rs_is_a_band_on_minus_s_over_t():
+    # k1 = -S/T kept in [log 0.999, log 1.001] = [-0.0010005, 0.0009995]:
+    #   geo 1.0010005: -S/T = -0.00099950 >= -0.0010005 -> kept (the docs' [0.999, 1.001] would drop it)
+    #   geo 0.9990005: -S/T = +0.00100000 >  0.0009995  -> dropped (the docs' band would keep it)
+    a, b = math.log(1.0010005), math.log(0.9990005)
+    check("verl/decoupled_geo_rs", [[a, a], [b, b, b]], [1.0, 1.0], [[1.0, 1.0], [0.0] * 3],
+          [[True, True], [False] * 3])
+
+
+def test_verl_k1_string_0p5_1p5_keeps_rho_in_two_thirds_to_two():
+    # seq_sum_k1 "0.5_1.5": log 0.5 <= -S <= log 1.5  <=>  exp(S) in [1/1.5, 2] = [0.667, 2]
+    cfg = PRESETS["verl/decoupled_seq_is_rs"].config.replace(rollout_rs_threshold=1.5, rollout_rs_threshold_lower=0.5)
+    rows = [[math.log(1.9)], [math.log(0.6)], [math.log(0.7)]]  # 1.9 kept (weight min(1.9, 2)); 0.6 < 0.667 dropped
+    check("verl/decoupled_seq_is_rs", rows, [1.0] * 3, [[1.9], [0.0], [0.7]], [[True], [False], [True]], cfg)
+
+
+def test_verl_sequence_weight_clamps_the_summed_log_ratio_at_20():
+    # S = 25 (raw sum): exp(clamp(25, -20, 20)) = e^20, then min(e^20, 1e12) = e^20 = 4.85e8 (not e^25)
+    cfg = PRESETS["verl/decoupled_seq_is"].config.replace(rollout_is_threshold=1e12)
+    check("verl/decoupled_seq_is", [[12.0, 13.0]], [1.0], [[math.exp(20)] * 2], [[True, True]], cfg)
+
+
+def test_verl_bypass_ppo_clip_keeps_the_unclipped_side_only():
+    # r = pi/mu; A > 0 keeps r <= 1.2 (1.3 dropped, 0.5 kept: weight 0.5); A < 0 keeps 0.8 <= r <= 3
+    # (0.7 dropped, 3.5 dropped by the dual clip, 2.0 kept: weight 2)
+    rows = [[math.log(1.3), math.log(0.5)], [math.log(0.7), math.log(3.5), math.log(2.0)]]
+    check("verl/bypass_ppo_clip", rows, [1.0, -1.0], [[0.0, 0.5], [0.0, 0.0, 2.0]],
+          [[False, True], [False, False, True]])
+
+
+# ---------------------------------------------------------------------------------------------------------
+# TRL (grpo_trainer.py)
+
+
+def test_trl_sequence_mask_is_one_sided_at_three():
+    # exp(S) masked outside [-inf, 3]: 2.9 kept, 3.1 zeroed, 0.01 kept (clip_min None: no lower side)
+    rows = [[math.log(2.9)], [math.log(3.1)], [math.log(0.1), math.log(0.1)]]
+    check("trl/sequence_mask", rows, [1.0] * 3, [[2.9], [0.0], [0.01, 0.01]], [[True], [False], [True, True]])
+
+
+def test_trl_opsm_drops_negative_advantage_rollouts_far_from_the_sampler():
+    # l = -0.6 on both tokens: mean(-l) = 0.6 > 0.5; exp(S) = e^-1.2 = 0.301 <= 3 (sequence_mask keeps it)
+    # A = +1 keeps it (A >= 0), A = -1 drops it; A = -1 with l = -0.4 (mean 0.4 <= 0.5) keeps it: e^-0.8
+    rows = [[-0.6, -0.6], [-0.6, -0.6], [-0.4, -0.4]]
+    w = math.exp(-1.2)
+    check("trl/opsm", rows, [1.0, -1.0, -1.0], [[w, w], [0.0, 0.0], [math.exp(-0.8)] * 2],
+          [[True, True], [False, False], [True, True]])
+
+
+# ---------------------------------------------------------------------------------------------------------
+# NeMo-RL (loss_functions.py)
+
+
+def test_nemo_rl_seq_mask_tis_keeps_raw_token_ratios_inside_the_geometric_band():
+    # rollout 1: S/T = (0.001 - 0.0005)/2 = 0.00025, exp = 1.00025 in [0.999, 1.002]: weights e^0.001, e^-0.0005
+    # rollout 2: S/T = 0.005, exp = 1.005 > 1.002: dropped
+    check("nemo-rl/seq-mask-tis", [[0.001, -0.0005], [0.01, 0.0]], [1.0, 1.0],
+          [[math.exp(0.001), math.exp(-0.0005)], [0.0, 0.0]], [[True, True], [False, False]])
+
+
+def test_nemo_rl_tis_clamps_at_two():
+    check("nemo-rl/tis", [[math.log(3.0), math.log(0.3)]], [1.0], [[2.0, 0.3]], [[True, True]])
+
+
+# ---------------------------------------------------------------------------------------------------------
+# prime-rl (loss.py)
+
+
+def test_prime_rl_default_masks_by_probability_difference_on_the_advantage_side_and_adds_kl():
+    # mu = 0.5. pi = 0.75 (pd = +0.25, rho = 1.5): A > 0 -> pd > 0.2 dropped; A < 0 -> low test (pd < -0.2?) no,
+    # kept, weight 1.5. pi = 0.25 (pd = -0.25, rho = 0.5): A < 0 dropped; A = 0 takes the low test: dropped;
+    # A > 0 kept, weight 0.5.
+    up, down = math.log(1.5), math.log(0.5)
+    rows = [[up], [up], [down], [down], [down]]
+    out = check("prime-rl/default", rows, [1.0, -1.0, -1.0, 0.0, 1.0], [[0.0], [1.5], [0.0], [0.0], [0.5]],
+                [[False], [True], [False], [False], [True]])
+    # the gradient: -w A / N + 2 kl_tau l / N on every loss token, N = 5
+    b = batch_of(rows, [1.0, -1.0, -1.0, 0.0, 1.0])
+    run("prime-rl/default", b).loss.backward()
+    A = torch.tensor([1.0, -1.0, -1.0, 0.0, 1.0], dtype=torch.float64)
+    l = torch.tensor([up, up, down, down, down], dtype=torch.float64)
+    w = torch.tensor([0.0, 1.5, 0.0, 0.0, 0.5], dtype=torch.float64)
+    torch.testing.assert_close(b.trainer_logprobs.grad[:, 0], (-w * A + 2e-3 * l) / 5)
+    assert float(out.metrics["is_masked"]) == pytest.approx(3 / 5)
+
+
+def test_prime_rl_ipo_drops_tokens_whose_probability_moved_more_than_a_tenth():
+    # mu = 0.5: pi = 0.58 (pd 0.08, kept, rho 1.16), pi = 0.62 (pd 0.12, dropped), pi = 0.45 (pd -0.05, rho 0.9)
+    rows = [[math.log(1.16), math.log(1.24), math.log(0.9)]]
+    check("prime-rl/ipo", rows, [1.0], [[1.16, 0.0, 0.9]], [[True, False, True]])
+
+
+# ---------------------------------------------------------------------------------------------------------
+# slime (loss.py, ppo_utils.py, the MIS example)
+
+
+def test_slime_mis_truncates_normalises_over_every_loss_token_rejects_and_vetoes():
+    # rollout 1: rho = 1.5, 3, 0.4 -> truncated at 2: 1.5, 2, 0.4; RS band [0.5, 2] keeps the first only
+    # rollout 2: rho = 1, 5e-5 -> truncated 1, 5e-5; 5e-5 < 1e-4 vetoes the whole rollout
+    # batch mean over all 5 loss tokens of the truncated weights: (1.5 + 2 + 0.4 + 1 + 5e-5) / 5 = 0.98001
+    rows = [[math.log(1.5), math.log(3.0), math.log(0.4)], [0.0, math.log(5e-5)]]
+    mean = (1.5 + 2 + 0.4 + 1 + 5e-5) / 5
+    check("slime/mis", rows, [1.0, 1.0], [[1.5 / mean, 0.0, 0.0], [0.0, 0.0]], [[True, False, False], [False, False]])
+
+
+def test_slime_opsm_drops_negative_advantage_rollouts_past_delta_and_clips_the_ppo_ratio():
+    # rollout 1, A > 0: r = 1.3 > 1.2 clipped (dropped), r = 0.9 kept (weight 0.9)
+    # rollout 2, A < 0: mean(-l) = -(log 1.1 + log 1.0)/2 = -0.048 <= 1e-4 kept; r = 1.1 >= 0.8: weight 1.1, 1.0
+    # rollout 3, A < 0: mean(-l) = (0.10536 + 0.0010005) / 2 = 0.0532 > 1e-4: dropped
+    rows = [[math.log(1.3), math.log(0.9)], [math.log(1.1), 0.0], [math.log(0.9), math.log(0.999)]]
+    check("slime/opsm", rows, [1.0, -1.0, -1.0], [[0.0, 0.9], [1.1, 1.0], [0.0, 0.0]],
+          [[False, True], [True, True], [False, False]])
+
+
+def test_slime_tis_and_icepop():
+    rows = [[math.log(3.0), math.log(0.3)]]
+    check("slime/tis", rows, [1.0], [[2.0, 0.3]], [[True, True]])  # clamp(rho, 0, 2)
+    check("slime/icepop", rows, [1.0], [[0.0, 0.3]], [[False, True]])  # rho * 1[0 <= rho <= 2]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# SkyRL, AReaL, OpenRLHF
+
+
+def test_skyrl_outlier_mask_drops_a_rollout_with_any_token_ratio_above_100():
+    check("skyrl/outlier_token_mask", [[math.log(200.0), 0.0], [math.log(50.0), math.log(2e-4)]], [1.0, 1.0],
+          [[0.0, 0.0], [1.0, 1.0]], [[False, False], [True, True]])
+
+
+def test_skyrl_sequence_tis_caps_the_product_at_five():
+    check("skyrl/sequence_tis", [[math.log(2.0), math.log(3.0)], [math.log(2.0)]], [1.0, 1.0],
+          [[5.0, 5.0], [2.0]], [[True, True], [True]])  # min(6, 5) = 5; min(2, 5) = 2
+
+
+def test_areal_sequence_mask_weighs_every_token_by_the_geometric_mean():
+    # geo = sqrt(2 * 8) = 4 <= 5: both tokens weigh 4; geo = 6 > 5: dropped
+    check("areal/sequence_mask", [[math.log(2.0), math.log(8.0)], [math.log(6.0), math.log(6.0)]], [1.0, 1.0],
+          [[4.0, 4.0], [0.0, 0.0]], [[True, True], [False, False]])
+
+
+def test_openrlhf_tis_clamps_both_sides():
+    check("openrlhf/tis", [[math.log(0.1), math.log(7.0), 0.0]], [1.0], [[0.5, 5.0, 1.0]], [[True] * 3])
+
+
+def test_openrlhf_seq_mask_tis_keeps_raw_ratios():
+    # geo = sqrt(6 * 0.5) = 1.73 in [0.5, 5]: raw 6 and 0.5 (not clamped at 5 as the code comment says)
+    check("openrlhf/seq-mask-tis", [[math.log(6.0), math.log(0.5)]], [1.0], [[6.0, 0.5]], [[True, True]])
