@@ -68,3 +68,17 @@ def test_catastrophic_preset():
     assert at.sidebar.selectbox(key="ex.scenario").value == "catastrophic"
     assert at.multiselect(key="ex.est").value == ["geo_mask", "mis_po", "max_mask"]
     assert at.query_params["ex.scenario"] == "catastrophic"
+
+
+def test_presets_are_listed_by_framework_with_their_source_and_quirks():
+    from seqis.presets import FRAMEWORKS, PRESETS
+
+    at = learn()
+    titles = [e.proto.label for e in at.expander]
+    for framework in FRAMEWORKS:
+        assert any(t.startswith(f"**{framework}**") for t in titles), framework
+    tables = " ".join(m.value for m in at.markdown)
+    for p in PRESETS.values():
+        assert f"`{p.name}`" in tables and p.source in tables
+    assert "ZeroDivisionError" in tables  # verl's IcePop quirk, named in its row
+    assert any("rollout_corr_helper.py" in c.value for c in at.code)  # verl's module docstring: the formulas

@@ -11,6 +11,7 @@ from ui.presets import presets_for
 from ui.state import query, set_view
 
 from seqis import ESTIMATORS, SEED_ESTIMATORS
+from seqis.presets import FRAMEWORKS, presets_of
 from seqis.types import knobs
 
 EXPLORE = "views/explore.py"
@@ -22,6 +23,17 @@ def _default(v) -> str:
     if isinstance(v, float) and math.isinf(v):
         return "∞"
     return f"{v:g}" if isinstance(v, float) else str(v)
+
+
+def framework_presets(framework: str) -> None:
+    """One framework's shipped corrections: what its code computes (its module docstring), then one row per
+    preset with its quirks and the file it reproduces."""
+    presets = presets_of(framework)
+    with st.expander(f"**{framework}** · {len(presets)} preset{'s' * (len(presets) > 1)}"):
+        st.code(FRAMEWORKS[framework].__doc__.strip(), language=None, wrap_lines=True)
+        rows = [f"| `{p.name}` | {p.summary.replace('|', '/')} | `{p.source.replace('|', '/')}` |"
+                for p in presets.values()]
+        st.markdown("\n".join(["| preset | what the code computes (quirks) | source |", "|---|---|---|", *rows]))
 
 
 def card(name: str) -> None:
@@ -68,3 +80,13 @@ cols = st.columns(2, gap="medium")
 for i, name in enumerate(refs):
     with cols[i % 2]:
         card(name)
+
+st.subheader("What the frameworks ship")
+st.markdown(
+    "Every framework's shipped correction is a preset `framework/name` (`seqis.PRESETS`), run wherever an "
+    "estimator name goes. Each reproduces what the framework's **code** computes at its default knob values, "
+    "quirks included; where the code and its docs differ, the row says so. All of them are one mechanism: an "
+    "IS weight, chained rejection rules, an optional penalty."
+)
+for framework in FRAMEWORKS:
+    framework_presets(framework)
