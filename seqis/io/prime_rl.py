@@ -43,7 +43,7 @@ from .columns import BatchFormatError
 SCHEMA_VERSIONS = (1,)  # the versions this reader knows (prime-rl has written 1 since the export began)
 LOGPROB_TOLERANCE = 1e-6  # a log-prob above this on a loss token is refused (as load_batch does)
 RANK_FILE = re.compile(r"^rank_(\d+)\.jsonl$")
-_BLOCK = 1 << 22  # pyarrow's JSON block; a line longer than this is read with one block for the file
+_BLOCK = 1 << 22  # pyarrow JSON block; a line longer than this is read with one block for the file
 
 
 def _schema(extras: bool):
@@ -80,21 +80,42 @@ def rank_files(folder: Path) -> list[Path]:
 # one file: bytes -> a table of the needed fields, with each row's line number
 
 
-def _complete_part(data: bytes, tolerate_truncated: bool, notes: list[str]) -> int:
+def _bytes(source: bytes | Path, end: int | None = None) -> bytes:
+    data = source if isinstance(source, bytes) else source.read_bytes()
+    return data if end is None else data[:end]
+
+
+def _size(source: bytes | Path) -> int:
+    return len(source) if isinstance(source, bytes) else source.stat().st_size
+
+
+def _tail(source: bytes | Path, n: int) -> bytes:
+    if isinstance(source, bytes):
+        return source[-n:]
+    with open(source, "rb") as f:
+        f.seek(max(0, _size(source) - n))
+        return f.read()
+
+
+def _complete_part(source: bytes | Path, tolerate_truncated: bool, notes: list[str]) -> int:
     """Where the file's complete lines end: a last line without its newline that is not whole JSON is a
-    record still being written (refused, or skipped with a note)."""
-    if not data or data.endswith(b"\n"):
-        return len(data)
-    cut = data.rfind(b"\n") + 1
-    tail = data[cut:]
-    if not tail.strip():
-        return len(data)
+    record still being written (refused, or skipped with a note). A file is read from its end only."""
+    size = _size(source)
+    tail = _tail(source, 1 << 20)
+    if not tail or tail.endswith(b"\n"):
+        return size
+    if b"\n" not in tail and len(tail) < size:  # a last line over 1 MB: look at the whole file
+        tail = _bytes(source)
+    cut = size - len(tail) + tail.rfind(b"\n") + 1
+    rest = tail[tail.rfind(b"\n") + 1:]
+    if not rest.strip():
+        return size
     try:
-        json.loads(tail)
-        return len(data)
+        json.loads(rest)
+        return size
     except (ValueError, RecursionError):
         pass
-    line = data.count(b"\n", 0, cut) + 1
+    line = _count_newlines(source, cut) + 1
     msg = f"line {line}: truncated JSON line (a file still being written?)"
     if not tolerate_truncated:
         raise BatchFormatError(msg + "; loading its step folder skips such a line")
@@ -102,23 +123,43 @@ def _complete_part(data: bytes, tolerate_truncated: bool, notes: list[str]) -> i
     return cut
 
 
-def _line_numbers(data: bytes, end: int, n_rows: int) -> np.ndarray:
+def _count_newlines(source: bytes | Path, end: int) -> int:
+    if isinstance(source, bytes):
+        return source.count(b"\n", 0, end)
+    n = 0
+    with open(source, "rb") as f:  # in chunks: the file never sits in memory whole
+        while end > 0 and (chunk := f.read(min(end, 1 << 22))):
+            n += chunk.count(b"\n")
+            end -= len(chunk)
+    return n
+
+
+def _last_byte(source: bytes | Path, end: int) -> bytes:
+    if isinstance(source, bytes):
+        return source[end - 1:end]
+    with open(source, "rb") as f:
+        f.seek(end - 1)
+        return f.read(1)
+
+
+def _line_numbers(source: bytes | Path, end: int, n_rows: int) -> np.ndarray:
     """1-based line number of each record (blank lines are not records)."""
-    n_lines = data.count(b"\n", 0, end) + (0 if end == 0 or data[end - 1:end] == b"\n" else 1)
+    n_lines = _count_newlines(source, end) + (end > 0 and _last_byte(source, end) != b"\n")
     if n_rows == n_lines:
         return np.arange(1, n_rows + 1)
-    return np.array([i + 1 for i, line in enumerate(data[:end].split(b"\n")) if line.strip()][:n_rows])
+    lines = _bytes(source, end).split(b"\n")
+    return np.array([i + 1 for i, line in enumerate(lines) if line.strip()][:n_rows])
 
 
 def _kind_of(v) -> str:
     return "null" if v is None else type(v).__name__
 
 
-def _bad_line(data: bytes, end: int, schema) -> BatchFormatError | None:
+def _bad_line(source: bytes | Path, end: int, schema) -> BatchFormatError | None:
     """The first line pyarrow could not read, named (a slow second pass, only after a failure)."""
     import pyarrow as pa
 
-    for i, line in enumerate(data[:end].split(b"\n")):
+    for i, line in enumerate(_bytes(source, end).split(b"\n")):
         if not line.strip():
             continue
         where = f"line {i + 1}"
@@ -150,21 +191,27 @@ def _bad_line(data: bytes, end: int, schema) -> BatchFormatError | None:
     return None
 
 
-def _parse(data: bytes, end: int, extras: bool):
+def _parse(source: bytes | Path, end: int, extras: bool):
+    """The needed fields of the first `end` bytes; a whole file on disk is streamed, never held in memory."""
     import pyarrow as pa
     import pyarrow.json as pj
 
     schema = _schema(extras)
-    buf = pa.py_buffer(data).slice(0, end)
+    whole_file = isinstance(source, Path) and end == _size(source)
+    data = None if whole_file else pa.py_buffer(_bytes(source, end))
     parse = pj.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore")
     for block in (_BLOCK, max(_BLOCK, end + 1)):
         try:
-            return pj.read_json(pa.BufferReader(buf), read_options=pj.ReadOptions(block_size=block),
-                                parse_options=parse)
+            # one thread (the scan's engines run one step per core) and the system allocator: the parser's
+            # scratch memory goes back (pyarrow's default mimalloc and its threads kept 3x as much resident
+            # on a 16 MB step, and were slower: measured with seqis/bench/runs.py's probe)
+            return pj.read_json(str(source) if whole_file else pa.BufferReader(data),
+                                read_options=pj.ReadOptions(block_size=block, use_threads=False), parse_options=parse,
+                                memory_pool=pa.system_memory_pool())
         except pa.ArrowInvalid as e:
             if "straddl" in str(e) and block < end + 1:
                 continue  # a line longer than a block: read the file as one block
-            bad = _bad_line(data, end, schema)
+            bad = _bad_line(source, end, schema)
             raise bad or BatchFormatError(f"unreadable as JSON lines ({e})") from None
     raise AssertionError("unreachable")
 
@@ -297,14 +344,14 @@ def _first_number(x: np.ndarray) -> float | None:
     return float(x[finite[0]]) if finite.size else None
 
 
-def _records(data: bytes, extras: bool, tolerate_truncated: bool, notes: list[str]) -> _Records | None:
-    """One file's bytes as records (None: no records); errors and notes name lines, not the file."""
-    end = _complete_part(data, tolerate_truncated, notes)
-    table = _parse(data, end, extras)
+def _records(source: bytes | Path, extras: bool, tolerate_truncated: bool, notes: list[str]) -> _Records | None:
+    """One file (its bytes, or its path) as records (None: no records); errors and notes name lines."""
+    end = _complete_part(source, tolerate_truncated, notes)
+    table = _parse(source, end, extras)
     if table.num_rows == 0:
         notes.append("no records")
         return None
-    return _Records(table, _line_numbers(data, end, table.num_rows), extras)
+    return _Records(table, _line_numbers(source, end, table.num_rows), extras)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -374,7 +421,7 @@ def read_prime_rl_files(paths, *, extras: bool = True, tolerate_truncated: bool 
     for p in paths:
         file_notes: list[str] = []
         try:
-            r = _records(p.read_bytes(), extras, tolerate_truncated, file_notes)
+            r = _records(p, extras, tolerate_truncated, file_notes)
         except BatchFormatError as e:
             raise BatchFormatError(f"{p.name}: {e}") from None
         except OSError as e:

@@ -29,13 +29,25 @@ def default_workers() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
+def _context():
+    """fork where the platform has it and CUDA is not initialised (a forked child cannot use the parent's
+    CUDA context): workers start at once, the modules already imported; else spawn (fresh interpreters)."""
+    import multiprocessing
+
+    import torch
+
+    if "fork" in multiprocessing.get_all_start_methods() and not torch.cuda.is_initialized():
+        return get_context("fork")
+    return get_context("spawn")
+
+
 def run_local(tasks: list[StepFiles], settings: ScanSettings, workers: int | None = None) -> Iterator[dict]:
     workers = min(workers or default_workers(), len(tasks))
     if workers <= 1:
         for task in tasks:
             yield scan_step(task, settings)
         return
-    with ProcessPoolExecutor(workers, mp_context=get_context("spawn")) as pool:
+    with ProcessPoolExecutor(workers, mp_context=_context()) as pool:
         todo, running = iter(tasks), set()
         while True:
             for task in todo:
