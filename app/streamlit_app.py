@@ -1,7 +1,7 @@
 """seqis explorer: `streamlit run app`.
 
 The frame: page config, the sidebar's device line, and routing (st.navigation) to the pages in views/.
-Pages read widgets, get data through the cached bridges in ui/, and hand results to ui/charts.py.
+Pages read widgets, get data through the cached bridges in ui/, and hand results to the chart modules in ui/.
 """
 
 import sys
@@ -13,7 +13,7 @@ if str(_ROOT) not in sys.path:
     sys.path.insert(0, str(_ROOT))
 
 import streamlit as st  # noqa: E402
-from ui.data import device_label  # noqa: E402
+from ui.device import device_label  # noqa: E402
 
 from seqis.allocator import keep_freed_memory  # noqa: E402
 

@@ -122,25 +122,23 @@ def test_upload_loads_and_a_bad_one_keeps_the_previous_batch(tmp_path):
     path = tmp_path / "tiny.npz"
     save_batch(make_batch("gaussian", n_rollouts=24, max_len=48, seed=3), path)
     at = explore(**{"ex.source": "upload"})
-    uploader = at.sidebar.file_uploader[0]
-    assert ".npz" in uploader.allowed_type and ".parquet" in uploader.allowed_type
-    uploader.upload("tiny.npz", path.read_bytes()).run()
+    at.file_uploader[0].upload("tiny.npz", path.read_bytes()).run()
     assert not at.exception and not at.error
     captions = " ".join(c.value for c in at.sidebar.caption)
     assert "upload tiny.npz: **24 rollouts" in captions
     assert list(at.dataframe[0].value.columns) == list(SEED_ESTIMATORS)
 
-    at.sidebar.file_uploader[0].upload("broken.parquet", b"this is not parquet").run()
+    at.file_uploader[0].upload("broken.parquet", b"this is not parquet").run()
     assert not at.exception
     assert any("broken.parquet" in e.value and "parquet" in e.value for e in at.error)
-    captions = " ".join(c.value for c in at.sidebar.caption)
+    captions = " ".join(c.value for c in at.caption)
     assert "Showing the previous batch: upload tiny.npz" in captions
 
 
 def test_upload_bridge_takes_bytes_with_a_name(tmp_path):
     _apptest()
     sys.path.insert(0, str(Path(APP).parent))
-    from ui import data
+    from ui import explore_data as data
 
     path = tmp_path / "b.npz"
     save_batch(make_batch("gaussian", n_rollouts=8, max_len=16, seed=1), path)
@@ -178,17 +176,56 @@ def test_an_example_asset_loads(tmp_path, monkeypatch):
     save_batch(make_batch("gaussian", n_rollouts=16, max_len=32, seed=5), path)
     monkeypatch.setattr(seqis.io, "list_assets", lambda: [path])
     at = explore(**{"ex.source": "asset"})
-    assert at.sidebar.selectbox(key="ex.asset").value == "example.npz"
+    assert at.selectbox(key="ex.asset").value == "example.npz"
     assert "asset example.npz: **16 rollouts" in " ".join(c.value for c in at.sidebar.caption)
 
 
-def test_figures_render_as_png_or_say_why():
+def _png_renderer_present() -> bool:
+    sys.path.insert(0, str(Path(APP).parent))
+    from ui.png import browser_path
+
+    try:
+        import kaleido  # noqa: F401
+    except ImportError:
+        return False
+    return browser_path() is not None
+
+
+def test_figures_render_as_png():
+    """With kaleido and a chromium present the zip must come (a rendering failure fails this test); without
+    them the page must say why."""
     at = explore(**{"ex.sc.gaussian.n_rollouts": "16", "ex.sc.gaussian.max_len": "32", "ex.est": "seq_tis"})
     next(b for b in at.button if b.label == "Render PNGs").click().run()
     assert not at.exception
     labels = [b.proto.label for b in at.get("download_button")]
-    if not any("PNGs (zip)" in lab for lab in labels):  # no kaleido or no chromium here: a clear note instead
+    if _png_renderer_present():
+        assert "Download 5 PNGs (zip)" in labels, [e.value for e in at.error]
+    else:
         assert any("camera icon" in e.value for e in at.error)
+
+
+def test_to_png_gives_png_bytes_and_leaves_the_environment_alone(monkeypatch):
+    if not _png_renderer_present():
+        pytest.skip("kaleido or chromium missing")
+    import os
+
+    import plotly.graph_objects as go
+    from ui.png import to_png
+
+    monkeypatch.delenv("BROWSER_PATH", raising=False)
+    before = dict(os.environ)
+    pngs = to_png({"a": go.Figure(go.Scatter(x=[0, 1], y=[1, 0]), layout=dict(height=200))}, width=300, scale=1)
+    assert pngs["a"].startswith(b"\x89PNG") and len(pngs["a"]) > 1000
+    assert dict(os.environ) == before
+
+
+def test_to_png_raises_when_the_browser_cannot_start():
+    sys.path.insert(0, str(Path(APP).parent))
+    import plotly.graph_objects as go
+    from ui.png import to_png
+
+    with pytest.raises(RuntimeError):
+        to_png({"a": go.Figure()}, browser="/nonexistent/chromium")
 
 
 def test_a_batch_too_large_for_the_device_is_refused():
@@ -218,3 +255,64 @@ def test_explore_summaries_match_between_cpu_and_cuda():
         assert eg.keys() == ec.keys()
         for k in ec:
             assert eg[k] == pytest.approx(ec[k], rel=1e-4, abs=1e-6), (name, k)
+
+
+def _renamed_parquet(tmp_path) -> tuple[bytes, int]:
+    """A small batch saved with column names the loader does not know."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    b = make_batch("gaussian", n_rollouts=12, max_len=40, seed=2)
+    rows = [b.loss_mask[j].nonzero().flatten().tolist() for j in range(12)]
+    table = pa.table({
+        "policy_lp": [b.trainer_logprobs[j, r].tolist() for j, r in enumerate(rows)],
+        "sampler_lp": [b.inference_logprobs[j, r].tolist() for j, r in enumerate(rows)],
+        "adv": b.advantages.tolist(),
+    })
+    path = tmp_path / "odd.parquet"
+    pq.write_table(table, path)
+    return path.read_bytes(), 12
+
+
+def test_an_upload_with_other_column_names_is_mapped_in_the_page(tmp_path):
+    raw, B = _renamed_parquet(tmp_path)
+    at = explore(**{"ex.source": "upload"})
+    at.file_uploader[0].upload("odd.parquet", raw).run()
+    assert not at.exception
+    assert any("no trainer logprobs column" in e.value and "policy_lp" in e.value for e in at.error)
+    at.selectbox(key="ex.map.trainer_logprobs").set_value("policy_lp")
+    at.selectbox(key="ex.map.inference_logprobs").set_value("sampler_lp")
+    at.selectbox(key="ex.map.advantages").set_value("adv").run()
+    assert not at.exception and not at.error  # the error is gone once the file loads
+    assert f"upload odd.parquet: **{B} rollouts" in " ".join(c.value for c in at.sidebar.caption)
+
+
+def test_a_pickle_is_refused_with_a_message_where_the_user_looks():
+    at = explore(**{"ex.source": "upload"})
+    at.file_uploader[0].upload("batch.pkl", b"\x80\x04K\x01.").run()
+    assert not at.exception
+    assert any("batch.pkl" in e.value and "pickle" in e.value and "refused" in e.value for e in at.error)
+
+
+def test_a_shared_link_to_an_upload_asks_for_the_file_again():
+    at = explore(**{"ex.source": "upload", "ex.file": "mine.parquet"})
+    assert any("mine.parquet" in i.value and "upload the file again" in i.value for i in at.info)
+
+
+def test_changing_the_batch_resets_the_rollout_pick(tmp_path):
+    at = explore()
+    at.number_input(key="ex.rollout").set_value(5).run()
+    assert at.number_input(key="ex.rollout").value == 5
+    at.sidebar.number_input(key="ex.seed").set_value(3).run()  # a new batch
+    assert not at.exception
+    assert "ex.rollout" not in at.query_params  # back to its default (the new batch's longest rollout)
+
+
+def test_rollouts_can_be_coloured_by_metadata():
+    at = explore()
+    options = at.selectbox(key="ex.color").options
+    assert "group_id" in options and "reward" in options
+    at.selectbox(key="ex.color").set_value("reward").run()
+    assert not at.exception
+    fig = at.get("plotly_chart")[0].proto.spec
+    assert "reward = %{text}" in fig

@@ -14,7 +14,6 @@ import socket
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -44,26 +43,12 @@ def _free_port() -> int:
 
 @pytest.fixture(scope="module")
 def server():
+    from seqis.bench.browser import start_server
+
     port = _free_port()
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    cmd = [sys.executable, "-m", "streamlit", "run", str(ROOT / "app"), "--server.port", str(port),
-           "--server.address", "127.0.0.1", "--server.headless", "true", "--browser.gatherUsageStats", "false"]
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
+    proc, _ = start_server(ROOT, port, sys.executable)
     try:
-        deadline = time.time() + 60
-        while time.time() < deadline:
-            if proc.poll() is not None:
-                raise RuntimeError(f"streamlit exited: {proc.stdout.read().decode(errors='replace')[-2000:]}")
-            try:
-                with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                time.sleep(0.3)
-        else:
-            raise RuntimeError("streamlit did not answer /_stcore/health within 60 s")
-        yield url
+        yield f"http://127.0.0.1:{port}"
     finally:
         proc.terminate()
         try:

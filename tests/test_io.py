@@ -541,3 +541,14 @@ def test_assets_load_and_are_documented():
     assert verl, "one asset uses verl's column names"
     long = [load_batch(p) for p in assets if "long" in p.name]
     assert long and long[0].loss_mask.sum(-1).max() >= 16000
+
+
+def test_column_names_lists_a_files_names_without_building_a_batch(tmp_path):
+    from seqis.io import column_names
+
+    path = tmp_path / "b.npz"
+    save_batch(make_batch("gaussian", n_rollouts=4, max_len=32, seed=0), path, columns=VERL_NAMES)
+    names = column_names(path)
+    assert {"old_log_probs", "rollout_log_probs", "response_mask", "advantages"} <= set(names)
+    with pytest.raises(BatchFormatError):
+        column_names(tmp_path / "missing.parquet")

@@ -15,37 +15,10 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from seqis import ESTIMATORS
-
-from .charts import color as estimator_color
-
-# every estimator keeps the colour it has on the other pages; other series get these
-ESTIMATOR_COLORS = {name: estimator_color(name) for name in ESTIMATORS}
-_EXTRA = ["#111111", "#6B4C9A", "#C05A00", "#2E8B57", "#B22222", "#4682B4"]
+from .style import alpha, series_color, titled
 
 MOMENT_COLORS = ("#1F77B4", "#9467BD", "#BCBD22")  # seq_tis mean, seq_tis variance, seq_mis_product mass
 SE_BARS = 2.0  # error bars are +-2 standard errors
-_MARGIN = dict(l=10, r=10, t=50, b=10)
-
-
-def color_for(series: str, i: int = 0) -> str:
-    """The estimator's colour if `series` names (or starts with) a registry estimator, else a fallback."""
-    for name, c in ESTIMATOR_COLORS.items():
-        if series == name or series.startswith(name + " "):
-            return c
-    return _EXTRA[i % len(_EXTRA)]
-
-
-def _layout(fig: go.Figure, title: str, *, height: int = 420, legend_below: bool = True) -> go.Figure:
-    fig.update_layout(
-        title=dict(text=title, x=0, xanchor="left", font=dict(size=15)),
-        height=height,
-        margin=_MARGIN,
-        hovermode="closest",
-    )
-    if legend_below:
-        fig.update_layout(legend=dict(orientation="h", yanchor="top", y=-0.18, xanchor="left", x=0))
-    return fig
 
 
 def _pow2_ticks(values: Sequence[float], step: int = 2) -> list[int]:
@@ -82,7 +55,7 @@ def lines_and_points(
             names += [n for n in df[series].unique() if n not in names]
     fig = go.Figure()
     for i, name in enumerate(names):
-        c = (colors or {}).get(name) or color_for(str(name), i)
+        c = (colors or {}).get(name) or series_color(str(name), i)
         shown = False
         if theory is not None and (t := theory[theory[series] == name]).shape[0]:
             fig.add_trace(go.Scatter(
@@ -105,7 +78,7 @@ def lines_and_points(
         fig.update_yaxes(type="log", exponentformat="power", dtick=1)
     fig.update_xaxes(title=x_title or x)
     fig.update_yaxes(title=y_title or y)
-    return _layout(fig, title, height=height)
+    return titled(fig, title, height=height)
 
 
 def acceptance_vs_length(theory: pd.DataFrame, sim: pd.DataFrame, *, title: str, colors=None,
@@ -219,7 +192,7 @@ def catastrophic_strip(df: pd.DataFrame, thresholds: dict[str, list[tuple[str, f
     fig.update_xaxes(title="rollout length T", row=2, col=1)
     # rows top to bottom in the given order (a reversed range), a free strip on top for the labels
     fig.update_yaxes(tickvals=list(range(n)), ticktext=labels, range=[n - 0.4, -1.6], showgrid=False)
-    fig = _layout(fig, "", height=170 + 2 * 30 * (n + 1))
+    fig = titled(fig, "", height=170 + 2 * 30 * (n + 1))
     fig.update_layout(margin=dict(l=10, r=10, t=30, b=10),
                       legend=dict(orientation="h", yanchor="top", y=-0.12, xanchor="left", x=0))
     return fig
@@ -281,7 +254,7 @@ def bias_variance_sweep(df: pd.DataFrame, *, knob: str, estimator: str, log_x: b
     off = d[~np.isfinite(d["value"].to_numpy(float))]
     lines = [(f"{knob} = ∞: MSE", row.mse, "#111111") for row in off.itertuples()]
     if reference is not None:
-        lines += [(f"{row.estimator} MSE", row.mse, color_for(row.estimator, i))
+        lines += [(f"{row.estimator} MSE", row.mse, series_color(row.estimator, i))
                   for i, row in enumerate(reference.itertuples()) if row.estimator != estimator]
     for text, y, c in _merge_close(lines):
         fig.add_hline(y=y, line=dict(color=c, dash="dot", width=1.5))
@@ -290,7 +263,7 @@ def bias_variance_sweep(df: pd.DataFrame, *, knob: str, estimator: str, log_x: b
     fig.update_yaxes(type="log", exponentformat="power", dtick=1, title="squared error of the gradient")
     fig.update_xaxes(type="log" if log_x else "linear", title=f"{estimator} · {knob}",
                      tickvals=list(finite["value"]), ticktext=[f"{v:.3g}" for v in finite["value"]])
-    return _layout(fig, f"{estimator}: bias², variance and MSE vs {knob}")
+    return titled(fig, f"{estimator}: bias², variance and MSE vs {knob}")
 
 
 def _merge_close(lines: list[tuple[str, float, str]], decades: float = 0.12) -> list[tuple[str, float, str]]:
@@ -311,7 +284,7 @@ def sweep_by_estimator(df: pd.DataFrame, *, x_title: str, log_x: bool = True) ->
     fig = make_subplots(rows=1, cols=3, subplot_titles=[q[1] for q in _QUANTITIES], horizontal_spacing=0.07)
     for i, (name, d) in enumerate(df.groupby("estimator", sort=False)):
         d = d.sort_values("value")
-        c = color_for(name, i)
+        c = series_color(name, i)
         for j, (col, qname, _) in enumerate(_QUANTITIES, start=1):
             fig.add_trace(go.Scatter(
                 x=d["value"], y=d[col], mode="lines+markers", name=name, legendgroup=name, showlegend=j == 1,
@@ -326,7 +299,7 @@ def sweep_by_estimator(df: pd.DataFrame, *, x_title: str, log_x: bool = True) ->
         fig.update_xaxes(tickvals=sorted(df["value"].unique()))
     for a in fig.layout.annotations:
         a.update(font=dict(size=13))
-    return _layout(fig, f"bias², variance and MSE vs {x_title}", height=400)
+    return titled(fig, f"bias², variance and MSE vs {x_title}", height=400)
 
 
 def batch_size_frontier(points: pd.DataFrame, lines: pd.DataFrame | None = None, *,
@@ -354,10 +327,10 @@ def gradient_vectors(true: Sequence[float], estimates: dict[str, tuple[Sequence[
     pos = list(range(len(true)))
     text = list(labels) if labels is not None else [str(i) for i in pos]
     for i, (name, (mean, se)) in enumerate(estimates.items()):
-        c = color_for(name, i)
+        c = series_color(name, i)
         upper = [m + SE_BARS * s for m, s in zip(mean, se, strict=True)]
         lower = [m - SE_BARS * s for m, s in zip(mean, se, strict=True)]
-        fig.add_trace(go.Scatter(x=pos + pos[::-1], y=upper + lower[::-1], fill="toself", fillcolor=_alpha(c, 0.15),
+        fig.add_trace(go.Scatter(x=pos + pos[::-1], y=upper + lower[::-1], fill="toself", fillcolor=alpha(c, 0.15),
                                  line=dict(width=0), hoverinfo="skip", legendgroup=name, showlegend=False))
         fig.add_trace(go.Scatter(x=pos, y=list(mean), mode="lines+markers", name=name, legendgroup=name,
                                  line=dict(color=c, width=1.6), marker=dict(size=4), customdata=text,
@@ -373,7 +346,7 @@ def gradient_vectors(true: Sequence[float], estimates: dict[str, tuple[Sequence[
                              hovertemplate="%{customdata}<br>true %{y:.4g}<extra></extra>"))
     fig.update_xaxes(title=x_title)
     fig.update_yaxes(title="dJ / dθ")
-    return _layout(fig, title)
+    return titled(fig, title)
 
 
 def error_bars_summary(df: pd.DataFrame, *, zero_mse: float | None = None) -> go.Figure:
@@ -389,7 +362,7 @@ def error_bars_summary(df: pd.DataFrame, *, zero_mse: float | None = None) -> go
     fig.update_layout(barmode="group")
     fig.update_yaxes(type="log", exponentformat="power", dtick=1, title="squared error of the gradient")
     _zero_line(fig, zero_mse)
-    return _layout(fig, "Where each estimator's error comes from")
+    return titled(fig, "Where each estimator's error comes from")
 
 
 def _zero_line(fig: go.Figure, zero_mse: float | None) -> None:
@@ -400,9 +373,3 @@ def _zero_line(fig: go.Figure, zero_mse: float | None) -> None:
         fig.add_hline(y=zero_mse, line=style)
         fig.add_trace(go.Scatter(x=[None], y=[None], mode="lines", line=style, name="MSE of answering 0: ‖∇J‖²",
                                  hoverinfo="skip"))
-
-
-def _alpha(color: str, a: float) -> str:
-    h = color.lstrip("#")
-    r, g, b = (int(h[i:i + 2], 16) for i in (0, 2, 4))
-    return f"rgba({r},{g},{b},{a})"

@@ -5,6 +5,8 @@ query parameter of the same key, else from the value it had earlier in this sess
 switches), else the default; each rerun writes the current value back into the URL (a value equal to
 its default is left out, so links stay short). Keys are prefixed per page ("ex.", "bv.", "lt.") so
 pages never share widget state. `set_view` sets a whole view at once (Learn's presets).
+
+Also every session-state key shared between pages: BATCH_KEY (the batch Explore shows; `current_batch`).
 """
 
 from __future__ import annotations
@@ -123,3 +125,38 @@ def set_view(params: dict[str, Any], *, reset: str | None = None) -> None:
 def query(params: dict[str, Any]) -> dict[str, str]:
     """A view as query parameters (for st.switch_page(..., query_params=...))."""
     return {k: dump(v) for k, v in params.items()}
+
+
+def forget(key: str) -> None:
+    """Drop a view value everywhere (widget state, this session's memory, the URL), so its widget starts
+    from its default on the next draw: batch-dependent state when the batch changes."""
+    for store in (st.session_state, _kept(), st.query_params):
+        if key in store:
+            del store[key]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# the batch shared between pages
+
+BATCH_KEY = "batch.current"  # (explore_data.Source, payload bytes or None): the batch Explore shows
+
+
+def current_batch():
+    """The (Source, payload) Explore holds, or None before Explore has shown a batch. Build it with
+    ui.explore_data.load_batch(src, _payload=payload)."""
+    return st.session_state.get(BATCH_KEY)
+
+
+def hold_batch(src, payload: bytes | None) -> bool:
+    """Make (src, payload) the shared batch; True when it replaces a different one."""
+    before = st.session_state.get(BATCH_KEY)
+    st.session_state[BATCH_KEY] = (src, payload)
+    return before is not None and before[0] != src
+
+
+def fragment_rerun() -> bool:
+    """Whether this script run reruns fragments only (not the whole page)."""
+    from streamlit.runtime.scriptrunner import get_script_run_ctx
+
+    ctx = get_script_run_ctx()
+    return bool(ctx is not None and ctx.fragment_ids_this_run)

@@ -2,13 +2,14 @@
 bias² and variance; sweep a knob, the toy's horizon or its sampler's lag, or the batch size.
 
 Every setting lives in sidebar forms (nothing reruns the Monte Carlo until "Run") bound to the URL under
-"bv."; results are memoised by their inputs in ui/lab_data.py, and a run shows a progress bar.
+"bv."; results are memoised by their inputs (ui/lab_data.py through ui/memo.py), and a run shows a progress bar.
 """
 
 import streamlit as st
 from ui import lab_charts as charts
 from ui import lab_data
-from ui.data import device
+from ui.device import device
+from ui.memo import ProgressSlot
 from ui.state import bound
 from ui.widgets import knob_widgets
 
@@ -106,7 +107,7 @@ st.caption(f"`{info['repr']}` · {info['dim']} parameters · J = E_π[reward] = 
            f"exact ‖∇J‖ = {info['true_norm']:.4g} · {B} rollouts per batch × {nb} batches from μ")
 
 # ---- every estimator on the same rollouts
-with lab_data.ProgressSlot("Monte Carlo") as progress:
+with ProgressSlot("Monte Carlo") as progress:
     res = lab_data.compare(toy_spec, ests, mc, progress=progress)
 summary = res["summary"]
 
@@ -177,7 +178,7 @@ with st.form("bv.sweep_form", border=False):
 
 if target in lab_data.CHAIN_SWEEPS:
     what, values = lab_data.CHAIN_SWEEPS[target]
-    with lab_data.ProgressSlot(f"Sweeping {target}") as progress:
+    with ProgressSlot(f"Sweeping {target}") as progress:
         df = lab_data.chain_sweep(toy_spec, ests, what, values, mc, progress=progress)
     st.plotly_chart(charts.sweep_by_estimator(df, x_title=target, log_x=what == "horizon"), width="stretch",
                     key="bv.chart.sweep")
@@ -186,7 +187,7 @@ if target in lab_data.CHAIN_SWEEPS:
 else:
     name, knob = target.split(" · ")
     values = lab_data.knob_values(name, knob, configs[name])
-    with lab_data.ProgressSlot(f"Sweeping {target}") as progress:
+    with ProgressSlot(f"Sweeping {target}") as progress:
         df = lab_data.knob_sweep(toy_spec, name, configs[name], knob, values, mc, progress=progress)
     field = next(f for f in knobs(ESTIMATORS[name].config) if f.name == knob)
     st.plotly_chart(charts.bias_variance_sweep(df, knob=knob, estimator=name, log_x=bool(field.metadata["log"]),
@@ -198,7 +199,7 @@ else:
 # ---- batch-size frontier
 st.subheader("Batch-size frontier")
 frontier_batches = max(int(nb) // 8, 25)
-with lab_data.ProgressSlot("Batch-size frontier") as progress:
+with ProgressSlot("Batch-size frontier") as progress:
     fr = lab_data.frontier(toy_spec, ests, frontier_batches, mc, progress=progress)
 st.plotly_chart(charts.batch_size_frontier(fr["points"], fr["lines"], zero_mse=zero_mse), width="stretch",
                 key="bv.chart.frontier")

@@ -7,8 +7,8 @@ is bound to the URL under "lt.".
 
 import streamlit as st
 from ui import lab_charts as charts
-from ui import lab_data
-from ui.data import device
+from ui import lengths_data
+from ui.device import device
 from ui.state import bound
 from ui.widgets import knob_widgets
 
@@ -57,15 +57,15 @@ clip = clip_cfg.seq_clip
 dev = str(device())
 
 # ---- acceptance vs length
-panel = lab_data.length_panel(s, geo, traj, clip, n, int(seed), dev)
-labels = lab_data.length_labels(geo, traj, clip)
+panel = lengths_data.length_panel(s, geo, traj, clip, n, int(seed), dev)
+labels = lengths_data.length_labels(geo, traj, clip)
 table = panel["table"]
 last = table.iloc[-1]
 cols = st.columns(4)
 cols[0].metric(f"{labels['product']} keeps, T = {int(last['T'])}",
                f"{last[labels['product'] + ' (closed form)']:.1%}",
                help="Closed form; the simulated value is in the table below the chart.")
-cols[1].metric(f"geometric band {lab_data.band_label(*geo)} keeps, T = {int(last['T'])}",
+cols[1].metric(f"geometric band {lengths_data.band_label(*geo)} keeps, T = {int(last['T'])}",
                f"{last[labels['geo'] + ' (closed form)']:.1%}")
 first = table.iloc[0]
 cols[2].metric(f"mis_po trajectory band keeps, T = {int(first['T'])}",
@@ -93,10 +93,10 @@ with st.expander("Numbers at the simulated lengths"):
 # ---- KL cutoff and truncated moments
 left, right = st.columns(2)
 with left:
-    kl = lab_data.kl_panel(traj, max(n // 4, 100), int(seed), dev)
+    kl = lengths_data.kl_panel(traj, max(n // 4, 100), int(seed), dev)
     st.plotly_chart(
         charts.kl_cutoff(kl["theory"], kl["sim"], cutoff_kl=kl["cutoff"], upper_kl=None, current_kl=s * s / 2,
-                         title=f"mis_po trajectory band {lab_data.band_label(*traj)} as a per-token KL cutoff"),
+                         title=f"mis_po trajectory band {lengths_data.band_label(*traj)} as a per-token KL cutoff"),
         width="stretch", key="lt.chart.kl",
     )
     st.caption(
@@ -122,15 +122,15 @@ with right:
 st.subheader("Catastrophic-token dilution")
 L = bound(st.select_slider, "catastrophic log-ratio size L", "lt.L", 10, options=L_OPTIONS,
           valid=lambda v: v in L_OPTIONS, help="One token has l = −L (or +L); every other token is on-policy (l = 0).")
-cat = lab_data.catastrophic_panel(float(L), geo, token, traj, clip, dev)
+cat = lengths_data.catastrophic_panel(float(L), geo, token, traj, clip, dev)
 st.plotly_chart(charts.catastrophic_strip(cat["df"], cat["thresholds"], L=float(L)), width="stretch",
                 key="lt.chart.catastrophic")
 t_star = cat["thresholds"]["down"][0][1]
 st.caption(
     f"One token has l = ∓L, every other token is on-policy, so the rollout's geometric ratio is exp(∓L/T). "
-    f"A geometric gate (geo_mask, seq_mis: band {lab_data.band_label(*geo)}) lets the catastrophic token through "
+    f"A geometric gate (geo_mask, seq_mis: band {lengths_data.band_label(*geo)}) lets the catastrophic token through "
     f"once T ≥ L / −log {geo[0]:g} = {t_star:.1f} (dashed lines: closed form): long rollouts dilute catastrophes. "
-    f"A token band (mis_po: {lab_data.band_label(*token)}) or a max criterion (max_mask, same band) catches it at "
+    f"A token band (mis_po: {lengths_data.band_label(*token)}) or a max criterion (max_mask, same band) catches it at "
     f"every length. seq_tis mutes a downward token (weight e^−L) but keeps an upward one at weight C = {clip:g}; "
     "seq_mis, once past its gate, applies the untruncated e^L to it."
 )
@@ -148,7 +148,7 @@ with dl:
 with dr:
     C_drift = bound(st.select_slider, "clip C for the drift table", "lt.drift_C", 5.0, options=C_OPTIONS,
                     valid=lambda v: v in C_OPTIONS)
-d = lab_data.drift_panel(r, C_drift, geo, traj, dev)
+d = lengths_data.drift_panel(r, C_drift, geo, traj, dev)
 dl, dr = st.columns([3, 2])
 with dl:
     st.plotly_chart(charts.drift_curve(d["curve"], d["points"], C=C_drift, crossing=d["crossing"], r=r),

@@ -1,55 +1,84 @@
-"""Section `explore`: an Explore rerun after one slider move, in-process, against a rerun where nothing changed."""
+"""Section `explore`: the server's work for one Explore slider move, through the page's public view functions.
+
+A slider move reruns one estimator's column (an st.fragment): its estimator view and rollout map, then the
+sections that depend on every estimator (coefficients, histograms, effective batch, tables). This times that
+work in-process (ui/explore_data.py's cached functions), against a floor: the same calls with every cache hit.
+What a person waits for in a browser is the `browser` section.
+"""
 
 from __future__ import annotations
 
-import math
+import logging
 import statistics
+import sys
 import time
+from pathlib import Path
 
 ORDER = 40
+APP = Path(__file__).resolve().parents[2] / "app"
+SEQ_CLIPS = [2.5, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0, 12.0, 15.0, 20.0, 25.0, 30.0, 40.0, 50.0, 60.0]
+
+
+def view_functions():
+    """The Explore page's cached bridge (app/ui/explore_data.py), or None when the app or streamlit is missing."""
+    if not (APP / "ui" / "explore_data.py").exists():
+        return None
+    try:
+        import streamlit  # noqa: F401
+    except ImportError:
+        return None
+    if str(APP) not in sys.path:
+        sys.path.insert(0, str(APP))
+    from ui import explore_data
+
+    for name in list(logging.root.manager.loggerDict):  # "no ScriptRunContext" warnings: the caches still work
+        if name.startswith("streamlit"):
+            logging.getLogger(name).setLevel(logging.ERROR)
+
+    return explore_data
+
+
+def slider_move(data, src, ests, name: str, cfg, rollout: int):
+    """What a column's fragment computes after its knob moved to cfg."""
+    ests = tuple((n, cfg if n == name else c) for n, c in ests)
+    data.estimator_view(src, name, cfg)
+    data.rollout_map_figure(src, name, cfg)
+    data.coefficient_figure(src, ests, rollout)
+    data.histogram_figure(src, ests)
+    data.effective_figure(src, ests)
+    data.tables(src, ests)
 
 
 def run(device: str, quick: bool) -> None:
-    """The explorer's Explore page through Streamlit's AppTest: the four seed estimators on a 256 x 4096
-    synthetic batch, the wall time of a rerun after moving one slider (seq_tis's seq_clip to a value not
-    seen before, so that estimator really recomputes), against a rerun where nothing changed. Target: a
-    median of at most 300 ms on 2 CPU cores. Runs on the CPU or CUDA, whichever the app picks."""
-    try:
-        from streamlit.testing.v1 import AppTest
-    except ImportError:
-        print("\n## Explore rerun: skipped (streamlit is not installed: pip install -e '.[app]')")
+    data = view_functions()
+    if data is None:
+        print("\n## Explore slider move (view functions): skipped (no app/ next to seqis/, or no streamlit)")
         return
-    from pathlib import Path
+    from ..estimators import ESTIMATORS, SEED_ESTIMATORS
+    from ..synthetic import SCENARIOS
 
-    app = Path(__file__).resolve().parent.parent / "app" / "streamlit_app.py"
-    if not app.exists():
-        print(f"\n## Explore rerun: skipped (no {app})")
-        return
-    values = [2.5, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0, 12.0, 15.0, 20.0, 25.0, 30.0, 40.0, 50.0, 60.0]
-    n = 5 if quick else len(values)
-    print("\n## Explore rerun after moving one slider (AppTest), four seed estimators, 256 rollouts x 4096")
-    print("floor: a rerun where nothing changed (every cache hit)\n")
-    print("| lengths | loss tokens | slider move: median ms | p90 ms | floor ms | x floor |")
-    print("|---|---:|---:|---:|---:|---:|")
+    print("\n## Explore slider move: the server's work (view functions, in-process), four seed estimators, "
+          "256 rollouts x 4096")
+    print("floor: the same calls where every cache hits\n")
+    print("| lengths | slider move: median ms | p90 ms | floor ms | x floor |")
+    print("|---|---:|---:|---:|---:|")
+    values = SEQ_CLIPS[:5] if quick else SEQ_CLIPS
     for lengths in ("long_tail", "fixed"):
-        at = AppTest.from_file(str(app), default_timeout=300)
-        at.query_params.update({"ex.sc.gaussian.n_rollouts": "256", "ex.sc.gaussian.max_len": "4096",
-                                "ex.sc.gaussian.lengths": lengths})
-        at.run()
-        if at.exception:
-            print(f"| {lengths} | the page raised: {at.exception[0].value} |")
-            continue
-        key = "ex.seq_tis.seq_clip"
-        at.select_slider(key=key).set_value(values[-1]).run()  # warm every path once
+        src = data.Source("synthetic", "gaussian", SCENARIOS["gaussian"](n_rollouts=256, max_len=4096, lengths=lengths),
+                          0)
+        ests = tuple((n, ESTIMATORS[n].config()) for n in SEED_ESTIMATORS)
+        bv = data.batch_view(src)
+        rollout = int(bv.lengths.argmax())
+        slider_move(data, src, ests, ests[0][0], ests[0][1], rollout)  # warm every path once
         moves, still = [], []
-        for v in values[:n]:
+        for v in values:
+            cfg = ESTIMATORS["seq_tis"].config(seq_clip=v)
             t0 = time.perf_counter()
-            at.select_slider(key=key).set_value(v).run()
+            slider_move(data, src, ests, "seq_tis", cfg, rollout)
             moves.append(time.perf_counter() - t0)
             t0 = time.perf_counter()
-            at.run()
+            slider_move(data, src, ests, "seq_tis", cfg, rollout)
             still.append(time.perf_counter() - t0)
-        tokens = int(str(at.dataframe[1].value.loc["tokens_kept", "seq_tis"]).replace(",", ""))
         med, floor = statistics.median(moves), statistics.median(still)
-        p90 = sorted(moves)[max(0, math.ceil(0.9 * len(moves)) - 1)]
-        print(f"| {lengths} | {tokens:,} | {med * 1e3:.0f} | {p90 * 1e3:.0f} | {floor * 1e3:.0f} | {med / floor:.1f} |")
+        p90 = sorted(moves)[max(0, int(0.9 * len(moves)) - 1)]
+        print(f"| {lengths} | {med * 1e3:.0f} | {p90 * 1e3:.0f} | {floor * 1e3:.1f} | {med / floor:.0f} |")

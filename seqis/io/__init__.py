@@ -54,7 +54,8 @@ from .columns import (
            list_assets,
 )
 from .load import load_batch
+from .peek import column_names
 from .write import save_batch
 
 __all__ = ["ALIASES", "ASSETS_DIR", "FORMATS", "LOGPROB_TOLERANCE", "MAX_BYTES", "VERL_NAMES", "BatchFormatError",
-           "list_assets", "load_batch", "save_batch"]
+           "column_names", "list_assets", "load_batch", "save_batch"]

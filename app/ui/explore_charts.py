@@ -6,55 +6,16 @@ the per-token coefficients, the histograms and the effective-batch bars read tog
 
 from __future__ import annotations
 
-import asyncio
 import math
-import os
 from collections.abc import Mapping, Sequence
 
 import numpy as np
 import plotly.graph_objects as go
 
-from seqis import ESTIMATORS
 from seqis.summaries import HIST_BINS, HIST_LOG10_RANGE
 
-PALETTE = ["#3b6fd8", "#e4572e", "#17a398", "#8e44ad", "#f2a541", "#5c6f7b", "#c2185b", "#2e7d32", "#795548",
-           "#00838f", "#ad1457", "#6d4c41"]
-STATUS_COLORS = {"kept": "#3b6fd8", "clipped": "#f2a541", "dropped": "#d62728"}
-STATUS_SYMBOLS = {"kept": "circle", "clipped": "diamond", "dropped": "x"}
-DASHES = ["solid", "dash", "dot", "dashdot", "longdash", "longdashdot"]
-FONT = dict(family="Inter, -apple-system, Segoe UI, Helvetica, Arial, sans-serif", size=12)
-
-
-def color(name: str) -> str:
-    names = list(ESTIMATORS)
-    return PALETTE[names.index(name) % len(PALETTE)] if name in names else PALETTE[-1]
-
-
-def dash(i: int) -> str:
-    """Line dashes by position, so estimators whose lines coincide stay visible."""
-    return DASHES[i % len(DASHES)]
-
-
-def _log_ticks(lo: float, hi: float) -> dict:
-    """Plain tick labels at 1-3-10 steps for a log axis spanning [lo, hi]."""
-    vals = [m * 10**k for k in range(-1, 7) for m in (1, 3) if lo / 1.5 <= m * 10**k <= hi * 1.5]
-    return dict(tickvals=vals, ticktext=[f"{v:g}" for v in vals])
-
-
-def _layout(*, height: int, title: str | None = None, legend: bool = True, **extra) -> dict:
-    """A figure's layout as a plain dict. No template: Streamlit's theme styles charts in the app (a
-    template would cost ~15 ms of validation per figure and rerun); to_png adds plotly_white."""
-    layout = dict(
-        height=height,
-        margin=dict(l=10, r=10, t=48 if title else 10, b=10 if not legend else 30),
-        title=dict(text=title, x=0.0, xanchor="left", font=dict(size=14)) if title else None,
-        font=FONT,
-        showlegend=legend,
-        legend=dict(orientation="h", yanchor="top", y=-0.28, xanchor="left", x=0.0, font=dict(size=11)),
-        hoverlabel=dict(font_size=11),
-    )
-    layout.update(extra)
-    return layout
+from .style import PALETTE, STATUS_COLORS, STATUS_SYMBOLS, alpha, base_layout, dash, log_ticks
+from .style import estimator_color as color
 
 
 def _hline(y: float, color_: str, dash: str = "dash", width: float = 1.6) -> dict:
@@ -88,6 +49,26 @@ def bands_of(config: Mapping[str, float | None]) -> list[tuple[str, str, float]]
     return out
 
 
+def metadata_colors(name: str, values, n: int) -> dict | None:
+    """Point colours for a metadata column: a continuous scale for numbers, the palette for categories
+    (at most 12; beyond that, by category index on a continuous scale). None when the column does not fit."""
+    if values is None or len(values) != n:
+        return None
+    arr = np.asarray(values, dtype=object)
+    text = np.asarray([str(v)[:40] for v in arr], dtype=object)
+    try:
+        num = arr.astype(float)
+        if np.isfinite(num).all() and len(np.unique(num)) > 12:
+            lo, hi = float(num.min()), float(num.max())
+            return dict(color=num, text=text, colorscale="Viridis", cmin=lo, cmax=hi if hi > lo else lo + 1)
+    except (TypeError, ValueError):
+        pass
+    cats, idx = np.unique(text, return_inverse=True)
+    if len(cats) <= len(PALETTE):
+        return dict(color=np.asarray(PALETTE, dtype=object)[idx], text=text)
+    return dict(color=idx.astype(float), text=text, colorscale="Turbo", cmin=0.0, cmax=float(len(cats) - 1))
+
+
 def _status(rollouts: Mapping[str, np.ndarray]) -> np.ndarray:
     accepted = rollouts["accepted"].astype(bool)
     clipped = rollouts["clipped"].astype(bool)
@@ -101,12 +82,13 @@ def rollout_map(
     *,
     metadata: Mapping[str, Sequence] | None = None,
     noise_s: float | None = None,
+    color_by: str | None = None,
     height: int = 360,
     title: str | None = None,
 ) -> go.Figure:
     """Length (log axis) vs geometric log-ratio S/T, one point per non-empty rollout, marked kept /
-    clipped / dropped; the estimator's bands drawn; with noise_s, the Gaussian theory's funnel
-    -s^2/2 +- 2 s / sqrt(T) in grey."""
+    clipped / dropped (symbols; also colours unless `color_by` names a metadata column to colour by);
+    the estimator's bands drawn; with noise_s, the Gaussian theory's funnel -s^2/2 +- 2 s / sqrt(T) in grey."""
     T = np.asarray(rollouts["length"], dtype=float)
     y = np.asarray(rollouts["geo_log_ratio"], dtype=float)
     valid = T > 0
@@ -131,12 +113,22 @@ def rollout_map(
                 x=t_grid, y=mean + sign * 2 * noise_s / np.sqrt(t_grid), mode="lines",
                 line=dict(color="rgba(90,90,90,0.6)", width=1.2, dash="dot"), hoverinfo="skip",
                 name="theory: -s²/2 ± 2s/√T", legendgroup="theory", showlegend=sign > 0))
+    by = metadata_colors(color_by, (metadata or {}).get(color_by), T.size) if color_by else None
+    if by is not None:
+        hover += f"<br>{color_by} = %{{text}}"
     for st_name in ("kept", "clipped", "dropped"):
         sel = valid & (status == st_name)
-        traces.append(go.Scattergl(
-            x=T[sel], y=y[sel], mode="markers", name=st_name,
-            marker=dict(color=STATUS_COLORS[st_name], symbol=STATUS_SYMBOLS[st_name], size=6,
-                        opacity=0.8 if st_name != "dropped" else 0.9, line=dict(width=0)),
+        marker = dict(color=STATUS_COLORS[st_name], symbol=STATUS_SYMBOLS[st_name], size=6,
+                      opacity=0.8 if st_name != "dropped" else 0.9, line=dict(width=0))
+        if by is not None:
+            marker.update(color=by["color"][sel], size=7)
+            if "colorscale" in by:
+                marker.update(colorscale=by["colorscale"], cmin=by["cmin"], cmax=by["cmax"],
+                              showscale=st_name == "kept",
+                              colorbar=dict(title=dict(text=color_by, side="right"), thickness=10, len=0.8))
+        traces.append(go.Scatter(  # SVG: a few hundred points draw faster than a WebGL context starts
+            x=T[sel], y=y[sel], mode="markers", name=st_name, marker=marker,
+            text=by["text"][sel] if by is not None else None,
             customdata=custom[sel], hovertemplate=hover + f"<extra>{st_name}</extra>"))
 
     # y range from the data, widened to show band edges that are near it; edges far off are named in a
@@ -174,11 +166,11 @@ def rollout_map(
     counts = {k: int((valid & (status == k)).sum()) for k in ("kept", "clipped", "dropped")}
     head = f"<b>{title or name}</b>  <span style='font-size:11px;color:#666'>" + " · ".join(
         f"<span style='color:{STATUS_COLORS[k]}'>{n} {k}</span>" for k, n in counts.items()) + "</span>"
-    layout = _layout(
+    layout = base_layout(
         height=height, title=head, shapes=shapes, annotations=notes, legend=False, margin=dict(l=10, r=36, t=48, b=10),
-        xaxis=dict(type="log", title=dict(text="rollout length T (loss tokens)"), **_log_ticks(lo, hi)),
+        xaxis=dict(type="log", title=dict(text="rollout length T (loss tokens)"), **log_ticks(lo, hi)),
         yaxis=dict(range=y_range, title=dict(text="S / T  (geometric log-ratio)"), zeroline=True,
-                   zerolinecolor="#ddd"),
+                   zerolinecolor="#ddd", exponentformat="e", tickformat="~g"),
     )
     return go.Figure(data=traces, layout=layout)
 
@@ -227,7 +219,7 @@ def token_heatmap(
         shapes.append(dict(type="rect", xref="paper", x0=0, x1=1, yref="y", y0=r - 0.5, y1=r + 0.5,
                            line=dict(color="#f2a541", width=1.5)))
     step = max(1, R // 8)
-    layout = _layout(height=height, title=title, legend=False, shapes=shapes, annotations=notes,
+    layout = base_layout(height=height, title=title, legend=False, shapes=shapes, annotations=notes,
                      yaxis=dict(autorange="reversed", title=dict(text="rollouts, longest first"),
                                 tickvals=list(range(0, R, step)), ticktext=ids[::step]),
                      xaxis=dict(title=dict(text=f"position (blocks of {block})" if block > 1 else "position")))
@@ -259,7 +251,7 @@ def coefficient_plot(
     traces.append(go.Scattergl(x=positions, y=log_ratio, mode="markers", name="l_t", yaxis="y2", showlegend=False,
                                marker=dict(color="rgba(90,90,90,0.55)", size=3),
                                hovertemplate="t = %{x}<br>l_t = %{y:.4g}<extra></extra>"))
-    layout = _layout(height=height, title=title,
+    layout = base_layout(height=height, title=title,
                      xaxis=dict(title=dict(text="position t"), anchor="y2"),
                      yaxis=dict(title=dict(text="coefficient"), domain=[0.38, 1.0], rangemode="tozero"),
                      yaxis2=dict(title=dict(text="l_t"), domain=[0.0, 0.3], zeroline=True, zerolinecolor="#bbb"))
@@ -288,7 +280,7 @@ def weight_histograms(hists: Mapping[str, Mapping], *, height: int = 340, title:
             name=f"{name} (dropped {h['dropped']:,})",
             hovertemplate=f"{name}<br>log10 w ≈ %{{x:.2f}}<br>tokens = %{{customdata:,.0f}}<extra></extra>"))
     inner = list(range(int(lo) + 1, int(hi)))
-    layout = _layout(
+    layout = base_layout(
         height=height, title=title,
         xaxis=dict(tickvals=[lo - width, *inner, hi + width], tickangle=0,
                    ticktext=[f"≤{10**lo:g}", *[f"{10.0**t:g}" for t in inner], f"≥{10**hi:g}"],
@@ -314,7 +306,7 @@ def effective_bars(
     x0 = [n for n in names for _ in series]
     x1 = [label for _ in names for label, _, _ in series]
     y = [effective[n][key] for n in names for _, key, _ in series]
-    colors = [_alpha(color(n), a) for n in names for _, _, a in series]
+    colors = [alpha(color(n), a) for n in names for _, _, a in series]
     traces = [go.Bar(x=[x0, x1], y=y, marker=dict(color=colors, line=dict(width=0)), showlegend=False,
                      text=[f"{v:.0%}" for v in y], textposition="outside", textfont=dict(size=10),
                      cliponaxis=False, name="kept", hovertemplate="%{x}: %{y:.1%}<extra></extra>")]
@@ -324,51 +316,6 @@ def effective_bars(
                                  mode="markers", name="theory: rollouts kept",
                                  marker=dict(symbol="diamond", size=10, color="black"),
                                  hovertemplate="%{x}<br>theory: %{y:.1%} of rollouts kept<extra></extra>"))
-    layout = _layout(height=height, title=title, bargap=0.15, legend=False,
+    layout = base_layout(height=height, title=title, bargap=0.15, legend=False,
                      yaxis=dict(range=[0, 1.12], tickformat=".0%"), xaxis=dict(tickfont=dict(size=10), tickangle=0))
     return go.Figure(data=traces, layout=layout)
-
-
-def _alpha(hex_color: str, a: float) -> str:
-    h = hex_color.lstrip("#")
-    r, g, b = (int(h[i:i + 2], 16) for i in (0, 2, 4))
-    return f"rgba({r},{g},{b},{a})"
-
-
-# ---------------------------------------------------------------------------------------------------------
-# PNG export
-
-
-def _browser_path() -> None:
-    """Point kaleido (choreographer) at Debian's chromium unless the environment already names one."""
-    if "BROWSER_PATH" not in os.environ:
-        for path in ("/usr/bin/chromium", "/usr/bin/chromium-browser", "/usr/bin/google-chrome"):
-            if os.path.exists(path):
-                os.environ["BROWSER_PATH"] = path
-                break
-
-
-def to_png(figures: Mapping[str, go.Figure], *, width: int = 1200, scale: float = 2.0) -> dict[str, bytes]:
-    """Figures as PNG bytes (name -> bytes) through kaleido, in one headless-chromium session, with
-    Debian's chromium and MathJax off (nothing is downloaded). Raises RuntimeError when kaleido or a
-    chromium cannot be found or fails."""
-    _browser_path()
-    try:
-        import kaleido
-    except ImportError as e:
-        raise RuntimeError("kaleido is not installed (pip install kaleido)") from e
-
-    async def render() -> dict[str, bytes]:
-        out = {}
-        async with kaleido.Kaleido(n=1, mathjax=False) as k:
-            for name, fig in figures.items():
-                styled = go.Figure(fig).update_layout(template="plotly_white")  # a copy: cached figures stay
-                h = fig.layout.height or 500
-                out[name] = await k.calc_fig(styled.to_dict(), opts=dict(format="png", width=width, height=h,
-                                                                          scale=scale))
-        return out
-
-    try:
-        return asyncio.run(render())
-    except Exception as e:  # kaleido reports a missing or broken browser with several exception types
-        raise RuntimeError(f"kaleido could not render the figures: {e}") from e

@@ -1,0 +1,149 @@
+"""Explore's batch chooser: upload your own batch (with a column-mapping control), an example, or a synthetic
+scenario; returns the (Source, payload) to show and resets batch-dependent state when the batch changes.
+
+Uploads are the main path, drawn in the main area; the synthetic scenario's knobs live in the sidebar.
+Errors are shown right under the control that caused them and cleared when a good file arrives.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import streamlit as st
+
+from seqis.synthetic import SCENARIOS, describe
+
+from . import explore_data as data
+from .device import device
+from .presets import FIRST_BATCH, FIRST_SCENARIO, PREFIX
+from .state import bound, current_batch, forget, hold_batch, remember
+from .widgets import knob_widgets
+
+P = PREFIX  # "ex."
+SOURCES = {"upload": "Upload your batch", "asset": "Example batch", "synthetic": "Synthetic scenario"}
+MAX_POSITIONS = {False: 1 << 25, True: 1 << 29}  # B x T a synthetic batch may have (CPU, CUDA)
+ROLES = ("trainer_logprobs", "inference_logprobs", "loss_mask", "advantages", "reward", "group_id")
+AUTO = "(automatic)"
+REFUSED = {".pkl": "a pickle", ".pickle": "a pickle", ".joblib": "a joblib pickle", ".dill": "a dill pickle"}
+BATCH_DEPENDENT = (f"{P}rollout", f"{P}color")  # widget keys whose values mean nothing on another batch
+
+
+def _first_batch() -> data.Source:
+    return data.Source("synthetic", FIRST_SCENARIO, SCENARIOS[FIRST_SCENARIO](**FIRST_BATCH), 0)
+
+
+def _synthetic(sb) -> data.Source | None:
+    scenario = bound(sb.selectbox, "Scenario", f"{P}scenario", FIRST_SCENARIO, options=list(SCENARIOS),
+                     valid=lambda v: v in SCENARIOS)
+    sb.caption(describe(scenario))
+    cls = SCENARIOS[scenario]
+    own = [f for f in cls.__dataclass_fields__ if f not in cls.__mro__[1].__dataclass_fields__]
+    primary = {"n_rollouts", "max_len", "lengths", *own}
+    advanced = tuple(f for f in cls.__dataclass_fields__ if f not in primary)
+    cfg, err = knob_widgets(cls, f"{P}sc.{scenario}", container=sb, advanced=advanced,
+                            advanced_container=sb.expander("More batch knobs"),
+                            defaults=FIRST_BATCH if scenario == FIRST_SCENARIO else None)
+    seed = bound(sb.number_input, "Seed", f"{P}seed", 0, min_value=0, max_value=2**31 - 1, step=1,
+                 valid=lambda v: isinstance(v, int) and v >= 0)
+    if err:
+        sb.error(err)
+        return None
+    limit = MAX_POSITIONS[device().type == "cuda"]
+    if cfg.n_rollouts * cfg.max_len > limit:
+        sb.error(f"n_rollouts x max_len = {cfg.n_rollouts * cfg.max_len:,} positions is more than this device's "
+                 f"{limit:,}: lower n_rollouts or max_len")
+        return None
+    return data.Source("synthetic", scenario, cfg, int(seed))
+
+
+def _mapping(where, raw: bytes, name: str, expanded: bool) -> dict[str, str]:
+    """The column-mapping control: role -> a column of the file (only the roles set by hand)."""
+    names = data.file_columns(raw, name)
+    columns = {}
+    with where.expander("Column mapping: which column holds what", expanded=expanded):
+        st.caption("Pick the file's column for each role when its name is not one the loader knows "
+                   "(prime-rl's and verl's names are found automatically). Advantages, or a reward with a group "
+                   "column (advantage = reward - group mean).")
+        cols = st.columns(3)
+        for i, role in enumerate(ROLES):
+            key = f"{P}map.{role}"
+            options = [AUTO, *names]
+            if st.session_state.get(key) not in options:
+                st.session_state[key] = AUTO
+            picked = cols[i % 3].selectbox(role, options, key=key)
+            if picked != AUTO:
+                columns[role] = picked
+    return columns
+
+
+def _file(where, kind: str) -> tuple[data.Source, bytes] | None:
+    """An uploaded file or an asset: loaded once per (digest, mapping); a bad file shows the loader's message
+    here and returns None (the previous batch stays)."""
+    if kind == "upload":
+        up = where.file_uploader(
+            "Upload your batch", key=f"{P}upload",
+            help=f"{', '.join('.' + f for f in data.upload_formats())}: one row per rollout with list columns, "
+                 "padded [B, T] arrays or a packed micro-batch. Nothing is executed or stored.")
+        if up is None:
+            shared = st.query_params.get(f"{P}file")
+            if shared:
+                where.info(f"This link was made with an uploaded file, **{shared}**. Uploads are never stored: "
+                           "upload the file again to see this view.")
+            return None
+        raw, name = up.getvalue(), up.name
+        suffix = Path(name).suffix.lower()
+        if suffix in REFUSED:
+            where.error(f"{name}: {REFUSED[suffix]} file is refused, because loading one can run code. Save the "
+                        f"batch as {', '.join('.' + f for f in data.upload_formats())} instead.")
+            return None
+        if suffix.lstrip(".") not in data.upload_formats():
+            where.error(f"{name}: {suffix or 'no suffix'} is not a batch format this loader reads; use one of "
+                        f"{', '.join('.' + f for f in data.upload_formats())}.")
+            return None
+        remember(f"{P}file", name, "")
+    else:
+        found = data.assets()
+        if not found:
+            where.info("No example batches in assets/.")
+            return None
+        name = bound(where.selectbox, "Example batch", f"{P}asset", sorted(found)[0], options=sorted(found),
+                     valid=lambda v: v in found)
+        raw = found[name].read_bytes()
+    bad_key = f"{P}_bad.{kind}"
+    failed = st.session_state.get(bad_key, (None,))[0] == data.digest(raw)
+    columns = _mapping(where, raw, name, expanded=failed) if kind == "upload" else {}
+    try:
+        src = data.source_of_file(raw, name, kind=kind, columns=columns)
+    except (ValueError, OSError, ImportError) as e:  # BatchFormatError is a ValueError
+        st.session_state[bad_key] = (data.digest(raw), str(e))
+        msg = str(e) if name in str(e) else f"{name}: {e}"
+        where.error(msg + ("" if kind != "upload" else "  \nOpen **Column mapping** above to point at the file's "
+                                                         "own column names."))
+        return None
+    st.session_state.pop(bad_key, None)
+    return src, raw
+
+
+def batch_source() -> tuple[data.Source, bytes | None]:
+    """Draw the batch chooser (main area and sidebar) and return the batch to show."""
+    box = st.container(border=True)
+    kind = bound(box.radio, "Batch", f"{P}source", "synthetic", options=list(SOURCES), format_func=SOURCES.get,
+                 valid=lambda v: v in SOURCES, horizontal=True, label_visibility="collapsed")
+    got = None
+    if kind == "synthetic":
+        st.sidebar.header("Synthetic batch")
+        src = _synthetic(st.sidebar)
+        got = (src, None) if src is not None else None
+        box.caption("A seeded synthetic batch: pick the scenario and its knobs in the sidebar.")
+    else:
+        got = _file(box, kind)
+    if got is None:
+        held = current_batch() or (_first_batch(), None)
+        (box if kind != "synthetic" else st.sidebar).caption(f"Showing the previous batch: {held[0].label}")
+        got = held
+    if hold_batch(*got):
+        for key in BATCH_DEPENDENT:  # a rollout index or a metadata column of the old batch means nothing here
+            forget(key)
+    if kind != "upload" and f"{P}file" in st.query_params:
+        del st.query_params[f"{P}file"]
+    return got

@@ -1,0 +1,80 @@
+"""The explorer's look, in one place: colours (every estimator keeps one colour on every page), line dashes,
+fonts, the base plotly layout and tick helpers. Chart modules import these; nothing here draws a chart."""
+
+from __future__ import annotations
+
+import plotly.graph_objects as go
+
+from seqis import ESTIMATORS
+
+PALETTE = ["#3b6fd8", "#e4572e", "#17a398", "#8e44ad", "#f2a541", "#5c6f7b", "#c2185b", "#2e7d32", "#795548",
+           "#00838f", "#ad1457", "#6d4c41"]
+EXTRA = ["#111111", "#6B4C9A", "#C05A00", "#2E8B57", "#B22222", "#4682B4"]  # series that are not estimators
+STATUS_COLORS = {"kept": "#3b6fd8", "clipped": "#f2a541", "dropped": "#d62728"}
+STATUS_SYMBOLS = {"kept": "circle", "clipped": "diamond", "dropped": "x"}
+DASHES = ["solid", "dash", "dot", "dashdot", "longdash", "longdashdot"]
+FONT = dict(family="Inter, -apple-system, Segoe UI, Helvetica, Arial, sans-serif", size=12)
+TITLE_SIZE = 14
+# chart toolbar ("modebar") hidden until hover and kept off titles; no plotly logo
+CHART_CONFIG = {"displaylogo": False, "modeBarButtonsToRemove": ["lasso2d", "select2d"]}
+
+
+def estimator_color(name: str) -> str:
+    """The estimator's colour: its row in the registry picks it."""
+    names = list(ESTIMATORS)
+    return PALETTE[names.index(name) % len(PALETTE)] if name in names else PALETTE[-1]
+
+
+def series_color(series: str, i: int = 0) -> str:
+    """The estimator's colour if `series` names (or starts with) a registry estimator, else a fallback."""
+    for name in ESTIMATORS:
+        if series == name or series.startswith(name + " "):
+            return estimator_color(name)
+    return EXTRA[i % len(EXTRA)]
+
+
+def dash(i: int) -> str:
+    """Line dashes by position, so estimators whose lines coincide stay visible."""
+    return DASHES[i % len(DASHES)]
+
+
+def alpha(hex_color: str, a: float) -> str:
+    """#rrggbb as rgba with opacity a."""
+    h = hex_color.lstrip("#")
+    r, g, b = (int(h[i:i + 2], 16) for i in (0, 2, 4))
+    return f"rgba({r},{g},{b},{a})"
+
+
+def log_ticks(lo: float, hi: float) -> dict:
+    """Plain tick labels at 1-3-10 steps for a log axis spanning [lo, hi] (at least two ticks)."""
+    vals = [m * 10**k for k in range(-1, 7) for m in (1, 3) if lo / 1.5 <= m * 10**k <= hi * 1.5]
+    if len(vals) < 2:  # a narrow span (every rollout about as long): label its ends
+        vals = sorted({float(f"{lo:.2g}"), float(f"{hi:.2g}")})
+    return dict(tickvals=vals, ticktext=[f"{v:,.0f}" if v >= 1 else f"{v:g}" for v in vals])
+
+
+def base_layout(*, height: int, title: str | None = None, legend: bool = True, **extra) -> dict:
+    """A figure's layout as a plain dict. No template: Streamlit's theme styles charts in the app (a
+    template would cost ~15 ms of validation per figure and rerun); png.to_png adds plotly_white."""
+    layout = dict(
+        height=height,
+        margin=dict(l=10, r=10, t=56 if title else 10, b=10 if not legend else 30),
+        title=dict(text=title, x=0.0, xanchor="left", y=0.98, yanchor="top", font=dict(size=TITLE_SIZE))
+        if title else None,
+        font=FONT,
+        showlegend=legend,
+        legend=dict(orientation="h", yanchor="top", y=-0.28, xanchor="left", x=0.0, font=dict(size=11)),
+        hoverlabel=dict(font_size=11),
+    )
+    layout.update(extra)
+    return layout
+
+
+def titled(fig: go.Figure, title: str, *, height: int = 420, legend_below: bool = True) -> go.Figure:
+    """Give an existing figure the explorer's title, size and margins (the lab pages' charts)."""
+    fig.update_layout(title=dict(text=title, x=0, xanchor="left", y=0.98, yanchor="top",
+                                 font=dict(size=TITLE_SIZE + 1)),
+                      height=height, margin=dict(l=10, r=10, t=56, b=10), hovermode="closest", font=FONT)
+    if legend_below:
+        fig.update_layout(legend=dict(orientation="h", yanchor="top", y=-0.18, xanchor="left", x=0))
+    return fig
