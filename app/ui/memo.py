@@ -52,3 +52,10 @@ class ProgressSlot:
 
     def __exit__(self, *exc) -> None:
         self.slot.empty()
+
+
+def memo_has(key: Hashable) -> bool:
+    """Whether `memo` holds a result for key (a page can then skip its progress bar or its Run button)."""
+    store, lock = _memo_store()
+    with lock:
+        return key in store

@@ -17,7 +17,7 @@ import pandas as pd
 from seqis import ESTIMATORS, lab
 from seqis.lab import huang2026, train_sweeps
 
-from .lab_data import memo, memo_has
+from .memo import memo, memo_has
 
 try:  # the framework presets, once they are on main
     from seqis import PRESETS
