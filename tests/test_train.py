@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from seqis import ESTIMATORS, Batch, run
+from seqis import ESTIMATORS, Batch, Composition, Weight, run
 from seqis.lab import BitChain, TabularAR
 from seqis.lab.poisson_binomial import count_distribution, value_and_gradient
 from seqis.lab.policies import ChainPolicy, SamplerFault, TabularPolicy
@@ -89,7 +89,10 @@ def one_run_gradient(name, cfg, a, logp, logq, reward, p):
     return -(dlogp * (a - p)).sum(0)
 
 
-@pytest.mark.parametrize("estimator", ["seq_is", TOKEN_IS, "geo_is", "seq_tis", "mis_po", "icepop"])
+SELF_NORMALISED = Composition(Weight("sequence", self_normalize=True))  # weights / the batch's mean weight
+
+
+@pytest.mark.parametrize("estimator", ["seq_is", TOKEN_IS, "geo_is", "seq_tis", "mis_po", "icepop", SELF_NORMALISED])
 def test_each_run_gets_the_gradient_it_would_get_alone(estimator):
     chain = BitChain(24, 14, 0.5, 0.5)
     policy = ChainPolicy(chain)
@@ -98,7 +101,7 @@ def test_each_run_gets_the_gradient_it_would_get_alone(estimator):
     theta_mu = theta - 0.2 * torch.rand(6, 24, generator=g, dtype=torch.float64)
     streams = Streams([0, 1], "cpu")
     draw = lambda stream, tail: streams.uniform(0, stream, tail, torch.float64).repeat(3, *([1] * len(tail)))
-    pair = (estimator, None) if isinstance(estimator, str) else estimator
+    pair = estimator if isinstance(estimator, tuple) else (estimator, None)
     est, _ = _estimate(policy, _pairs([pair]), theta, theta_mu, draw, 32, torch.float64, 6)
     a, logp, logq, reward = policy.rollouts(theta, theta_mu, draw, 32, torch.float64)
     for r in range(6):
@@ -206,6 +209,7 @@ def test_result_shapes_labels_and_first_value():
         assert getattr(res, name).shape == (3, 3, 5) and np.isfinite(getattr(res, name)).all()
     assert len(res.frame()) == 9
     assert label_of(("seq_tis", ESTIMATORS["seq_tis"].config())) == "seq_tis"
+    assert label_of(SELF_NORMALISED) == SELF_NORMALISED.describe()
 
 
 def test_a_seed_reproduces_alone_in_a_sweep_and_in_any_chunking():
@@ -321,6 +325,8 @@ def test_bad_faults_and_toys_are_refused():
         train(TabularAR(2, 3), "seq_is", steps=1, lr=1.0, lag=0, batch_size=4, fault=SamplerFault(precision="bf16"))
     with pytest.raises(ValueError, match="horizon <= 16"):
         train(BitChain(20, 10, 0.5, 0.5), "seq_is", steps=1, lr=1.0, lag=0, batch_size=None)
+    with pytest.raises(ValueError, match="self-normalised"):
+        train(BitChain(8, 4, 0.5, 0.5), SELF_NORMALISED, steps=1, lr=1.0, lag=0, batch_size=None)
     with pytest.raises(ValueError, match="BitChain or a TabularAR"):
         train("chain", "seq_is", steps=1, lr=1.0, lag=0, batch_size=4)
 

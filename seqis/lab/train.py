@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from ..estimators import ESTIMATORS, run
+from ..estimators import ESTIMATORS, Composition, resolve, run
 from ..types import Batch, Config
 from .policies import SamplerFault, policy_of
 from .streams import Streams
@@ -96,9 +96,11 @@ class TrainResult:
 
 def label_of(estimator) -> str:
     """A name or preset key as is; (name, cfg) as name(knob=value, ...) for the knobs that differ from the
-    defaults."""
+    defaults; a Composition by its description."""
     if isinstance(estimator, str):
         return estimator
+    if isinstance(estimator, Composition):
+        return estimator.describe()
     name, cfg = estimator
     if cfg is None or name not in ESTIMATORS:
         return name
@@ -108,22 +110,34 @@ def label_of(estimator) -> str:
     return f"{name}({', '.join(changed)})" if changed else name
 
 
-def _pairs(estimators) -> list[tuple[str, Config | None, float]]:
-    """(name, cfg, adv_tau) per estimator; adv_tau read off the estimator's own loss on one on-policy token
-    (every weight is 1 there and no penalty has a gradient, so d loss / d log pi = -adv_tau)."""
-    if isinstance(estimators, str) or (isinstance(estimators, tuple) and len(estimators) == 2
-                                       and isinstance(estimators[1], (Config, type(None)))):
-        estimators = [estimators]  # one name, or one (name, cfg) pair
-    pairs = [(e, None) if isinstance(e, str) else tuple(e) for e in estimators]
+@dataclass(frozen=True)
+class _Estimator:
+    """What the trainer needs to know about one estimator."""
+
+    x: object  # a registry name, a preset key or a Composition, as run() takes it
+    cfg: Config | None
+    adv_tau: float  # read off its own loss on one on-policy token: d loss / d log pi = -adv_tau there
+    coupled: bool  # its weights depend on the whole batch (self-normalised): evaluated run by run
+
+    @property
+    def label(self) -> str:
+        return label_of(self.x if self.cfg is None else (self.x, self.cfg))
+
+
+def _pairs(estimators) -> list[_Estimator]:
+    if isinstance(estimators, (str, Composition)) or (isinstance(estimators, tuple) and len(estimators) == 2
+                                                      and isinstance(estimators[1], (Config, type(None)))):
+        estimators = [estimators]  # one name or composition, or one (name, cfg) pair
+    pairs = [tuple(e) if isinstance(e, tuple) else (e, None) for e in estimators]
     if not pairs:
         raise ValueError("estimators is empty: give at least one name, preset key or (name, cfg) pair")
     out = []
-    for name, cfg in pairs:  # an unknown name or a config of the wrong class fails here, before any work
+    for x, cfg in pairs:  # an unknown name or a config of the wrong class fails here, before any work
         leaf = torch.zeros(1, 1, dtype=torch.float64, requires_grad=True)
-        res = run(name, Batch(leaf, torch.zeros(1, 1, dtype=torch.float64), torch.ones(1, dtype=torch.float64)),
-                  cfg, agg=AGG)
+        res = run(x, Batch(leaf, torch.zeros(1, 1, dtype=torch.float64), torch.ones(1, dtype=torch.float64)), cfg,
+                  agg=AGG)
         (dlogp,) = torch.autograd.grad(res.loss, leaf)
-        out.append((name, cfg, -float(dlogp)))
+        out.append(_Estimator(x, cfg, -float(dlogp), resolve(x, cfg).weight.self_normalize))
     return out
 
 
@@ -162,6 +176,10 @@ def train_lags(chain, estimators, lags: Sequence[int], *, steps: int, lr: float,
         raise ValueError(f"need steps >= 0, lags >= 0 and a finite lr >= 0; got steps={steps}, lags={lags}, lr={lr}")
     if batch_size is not None and int(batch_size) < 1:
         raise ValueError(f"batch_size must be >= 1 or None (exact expected gradient), got {batch_size}")
+    if batch_size is None and any(p.coupled for p in pairs):
+        names = ", ".join(p.label for p in pairs if p.coupled)
+        raise ValueError(f"batch_size=None has no exact form for self-normalised weights ({names}): they depend "
+                         "on the batch; give a batch_size")
     device = torch.device(device) if device is not None else torch.device("cpu")
     dtype = dtype or (torch.float64 if batch_size is None else torch.float32)
     policy = policy_of(chain, fault)
@@ -183,7 +201,7 @@ def train_lags(chain, estimators, lags: Sequence[int], *, steps: int, lr: float,
     settings = {"chain": repr(chain), "steps": steps, "lr": lr, "batch_size": batch_size, "fault": fault,
                 "dtype": str(dtype), "device": str(device), "theta0": "logit(p)", "optimizer": "SGD",
                 "advantage": "reward"}
-    return [TrainResult(estimators=[label_of(p[:2]) for p in pairs], seeds=seeds, steps=steps, lr=lr, lag=k,
+    return [TrainResult(estimators=[p.label for p in pairs], seeds=seeds, steps=steps, lr=lr, lag=k,
                         batch_size=batch_size, seconds=seconds, stopped=stopped, settings={**settings, "lag": k},
                         **{name: arr[:, i] for name, arr in out.items()})
             for i, k in enumerate(lags)]
@@ -258,18 +276,31 @@ def _estimate(policy, pairs, theta, theta_mu, draw, batch_size, dtype, runs_per_
     coef = torch.empty_like(logp)  # (R, n, T) d (a run's mean surrogate over its own rollouts) / d log pi
     kept = torch.empty(R, dtype=torch.float64, device=logp.device)
     k = runs_per_estimator
-    for i, (name, cfg, adv_tau) in enumerate(pairs):
+    for i, est in enumerate(pairs):
         sl = slice(i * k, (i + 1) * k)
-        leaf = logp[sl].reshape(k * n, T).requires_grad_()
-        res = run(name, Batch(leaf, logq[sl].reshape(k * n, T), reward[sl].reshape(k * n)), cfg, agg=AGG)
-        if "penalty" in res.metrics:  # a loss with a penalty term: its full gradient, by autograd
-            (dlogp,) = torch.autograd.grad(res.loss, leaf)
-            c = dlogp.view(k, n, T) * -float(k * n)  # the loss averages over the k n rollouts of k runs
-        else:  # the contract: d loss / d log pi = -weights * adv_tau * A / (k n), exact whatever k is
-            c = res.weights.view(k, n, T) * (adv_tau * reward[sl])[..., None]
+        if est.coupled:  # self-normalised weights average over the batch: each run's batch alone
+            parts = [_coefficient(est, logp[r : r + 1], logq[r : r + 1], reward[r : r + 1])
+                     for r in range(*sl.indices(R))]
+            c, frac = (torch.cat(x) for x in zip(*parts, strict=True))
+        else:  # per-rollout weights: every run of this estimator in one Batch
+            c, frac = _coefficient(est, logp[sl], logq[sl], reward[sl])
         coef[sl] = c / n if weight is None else c * weight[sl][..., None]  # a run's mean, or its expectation
-        frac = res.rollouts["kept_fraction"].view(k, n).double()
         kept[sl] = frac.mean(-1) if weight is None else (frac * weight[sl].double()).sum(-1)
     with torch.no_grad():
         g = policy.score(tokens, coef.detach(), theta)
     return g, kept
+
+
+def _coefficient(est: _Estimator, logp, logq, reward):
+    """k runs' rollouts (k, n, T) as one Batch through the estimator: (k, n, T) the gradient coefficient of
+    each token (d loss / d log pi times -k n, so a run's mean over its rollouts is the estimate) and (k, n)
+    the fraction of each rollout's tokens kept."""
+    k, n, T = logp.shape
+    leaf = logp.reshape(k * n, T).requires_grad_()
+    res = run(est.x, Batch(leaf, logq.reshape(k * n, T), reward.reshape(k * n)), est.cfg, agg=AGG)
+    if "penalty" in res.metrics:  # a loss with a penalty term: its full gradient, by autograd
+        (dlogp,) = torch.autograd.grad(res.loss, leaf)
+        c = dlogp.view(k, n, T) * -float(k * n)  # the loss averages over the k n rollouts
+    else:  # the contract: d loss / d log pi = -weights * adv_tau * A / (k n), exact whatever k is
+        c = res.weights.view(k, n, T) * (est.adv_tau * reward)[..., None]
+    return c, res.rollouts["kept_fraction"].view(k, n).double()
