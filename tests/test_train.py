@@ -270,6 +270,24 @@ def test_stop_and_progress():
     assert np.allclose(res.final, res.J[:, :, 3]) and fractions and 0 < fractions[-1] <= 1
 
 
+def test_adam_steps_by_about_lr_and_a_baseline_centres_the_reward():
+    chain = BitChain(16, 9, 0.5, 0.5)
+    res = train(chain, "pg", steps=1, lr=0.05, lag=0, batch_size=64, optimizer="adam")
+    sgd = train(chain, "pg", steps=1, lr=0.05, lag=0, batch_size=64)
+    assert res.grad_norm[0, 0, 0] == sgd.grad_norm[0, 0, 0]  # the same estimate, a different step
+    # Adam's first step is lr * g / |g| per coordinate: J moves by about lr * sum |dJ/dtheta_t| (first order)
+    true = ChainPolicy(chain).value_and_gradient(chain.theta[None])[1][0]
+    assert res.J[0, 0, 1] - res.J[0, 0, 0] == pytest.approx(0.05 * float(true.abs().sum()), rel=0.5)
+    # on-policy with a baseline: g = (1/B) sum_b (R_b - mean R) (a_b - p)
+    policy, streams = ChainPolicy(chain), Streams([0], "cpu")
+    draw = lambda stream, tail: streams.uniform(0, stream, tail, torch.float64)
+    theta = chain.theta[None]
+    est, _ = _estimate(policy, _pairs(["pg"]), theta, theta, draw, 64, torch.float64, 1, baseline=True)
+    a, _, _, reward = policy.rollouts(theta, theta, draw, 64, torch.float64)
+    adv = reward[0] - reward[0].mean()
+    assert torch.allclose(est[0], (adv[:, None] * (a[0] - 0.5)).mean(0), atol=1e-12)
+
+
 # ---------------------------------------------------------------------------------------------------------
 # sampler faults
 
@@ -309,6 +327,8 @@ def test_precision_noise_has_the_preset_size():
     (dict(lr=math.nan), "finite lr"),
     (dict(batch_size=0), "batch_size must be >= 1"),
     (dict(seeds=[]), "seeds must be"),
+    (dict(optimizer="rmsprop"), "optimizer must be one of"),
+    (dict(baseline=True, batch_size=1), "baseline=True needs"),
 ])
 def test_bad_arguments_are_refused_by_name(kwargs, match):
     args = dict(estimators=["seq_is"], steps=2, lr=1.0, lag=0, batch_size=4, seeds=1) | kwargs

@@ -39,8 +39,8 @@ class TrainSpec:
     or "top-p" (with top_p)."""
 
     toy: str = "bitchain"
-    horizon: int = 128
-    threshold_frac: float = 0.65
+    horizon: int = 256
+    threshold_frac: float = 0.6
     p0: float = 0.5
     vocab: int = 3
     tab_horizon: int = 4
@@ -49,8 +49,8 @@ class TrainSpec:
     estimators: tuple[str, ...] = ("Sequence IS", "Token IS", "GeoMean IS", "Sequence TIS 0-2")
     lag: int = 50
     batch_size: int = 128
-    steps: int = 150
-    lr: float = 10.0
+    steps: int = 300
+    lr: float = 3.0
     seeds: int = 3
     fault: str = "none"
     top_p: float = 0.95

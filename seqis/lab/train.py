@@ -22,7 +22,9 @@ of that seed (common random numbers), so a seed reproduces J exactly alone or in
 chunking. Runs are chunked by seeds to fit `memory_budget`.
 
 Our choices (the post, Huang 2026, states none of them): plain SGD, theta0 = logit(p), A = reward, no
-normalisation, rollouts in float32 (float64 for batch_size=None), theta and J in float64.
+normalisation, rollouts in float32 (float64 for batch_size=None), theta and J in float64. Two options probe
+what the choice does: optimizer="adam" (per-run Adam: a step of about lr whatever ||g||) and baseline=True
+(A = reward - the batch's mean reward, as GRPO without the std).
 """
 
 from __future__ import annotations
@@ -41,6 +43,28 @@ from .policies import SamplerFault, policy_of
 from .streams import Streams
 
 AGG = "seq-mean-token-sum"
+
+
+def _sgd(lr: float):
+    return lambda g: lr * g
+
+
+def _adam(lr: float, betas=(0.9, 0.999), eps=1e-8):
+    """Adam per run and parameter (state (R, D), bias-corrected): each step's size is about lr whatever ||g||."""
+    state = {"t": 0, "m": 0.0, "v": 0.0}
+
+    def step(g):
+        state["t"] += 1
+        state["m"] = betas[0] * state["m"] + (1 - betas[0]) * g
+        state["v"] = betas[1] * state["v"] + (1 - betas[1]) * g * g
+        m_hat = state["m"] / (1 - betas[0] ** state["t"])
+        v_hat = state["v"] / (1 - betas[1] ** state["t"])
+        return lr * m_hat / (v_hat.sqrt() + eps)
+
+    return step
+
+
+OPTIMIZERS = {"sgd": _sgd, "adam": _adam}  # name -> (lr -> (g -> the step added to theta))
 DEFAULT_BUDGET = {False: 256 << 20, True: 8 << 30}  # bytes of live step tensors: CPU, CUDA
 Progress = Callable[[float, str], None]
 
@@ -149,7 +173,8 @@ def _seeds(seeds) -> list[int]:
 
 
 def train(chain, estimators, steps: int, lr: float, lag: int, batch_size: int | None, seeds=1, device=None, *,
-          fault: SamplerFault | None = None, dtype: torch.dtype | None = None, memory_budget: int | None = None,
+          fault: SamplerFault | None = None, optimizer: str = "sgd", baseline: bool = False,
+          dtype: torch.dtype | None = None, memory_budget: int | None = None,
           progress: Progress | None = None, should_stop: Callable[[], bool] | None = None) -> TrainResult:
     """Train one policy per (estimator, seed) from theta0 by plain SGD with rollouts `lag` updates stale.
 
@@ -158,22 +183,29 @@ def train(chain, estimators, steps: int, lr: float, lag: int, batch_size: int | 
     batch_size   rollouts per update, or None for the exact expected gradient (enumeration, small toys)
     seeds        n (seeds 0..n-1) or a list;  device: where every tensor lives (default CPU)
     fault        a SamplerFault on top of the lag;  dtype: rollouts' dtype (float32, or float64 when exact)
+    optimizer    "sgd" (default) or "adam";  baseline: A = reward - the batch mean (default False: A = reward)
     progress     progress(fraction, message) a few times a second;  should_stop(): True stops after the
                  current update (the result is marked stopped, J is NaN past the last update that ran)
     """
     return train_lags(chain, estimators, [lag], steps=steps, lr=lr, batch_size=batch_size, seeds=seeds,
-                      device=device, fault=fault, dtype=dtype, memory_budget=memory_budget, progress=progress,
+                      device=device, fault=fault, optimizer=optimizer, baseline=baseline, dtype=dtype,
+                      memory_budget=memory_budget, progress=progress,
                       should_stop=should_stop)[0]
 
 
 def train_lags(chain, estimators, lags: Sequence[int], *, steps: int, lr: float, batch_size: int | None, seeds=1,
-               device=None, fault: SamplerFault | None = None, dtype: torch.dtype | None = None,
+               device=None, fault: SamplerFault | None = None, optimizer: str = "sgd", baseline: bool = False,
+               dtype: torch.dtype | None = None,
                memory_budget: int | None = None, progress: Progress | None = None,
                should_stop: Callable[[], bool] | None = None) -> list[TrainResult]:
     """`train` at several lags in one vectorised run: one TrainResult per lag, in order."""
     pairs, seeds, lags = _pairs(estimators), _seeds(seeds), [int(k) for k in lags]
     if int(steps) < 0 or not lags or min(lags) < 0 or not (lr >= 0 and math.isfinite(lr)):
         raise ValueError(f"need steps >= 0, lags >= 0 and a finite lr >= 0; got steps={steps}, lags={lags}, lr={lr}")
+    if optimizer not in OPTIMIZERS:
+        raise ValueError(f"optimizer must be one of {', '.join(OPTIMIZERS)}, got {optimizer!r}")
+    if baseline and (batch_size is None or int(batch_size) < 2):
+        raise ValueError(f"baseline=True needs a batch_size >= 2 (the batch mean of the reward), got {batch_size}")
     if batch_size is not None and int(batch_size) < 1:
         raise ValueError(f"batch_size must be >= 1 or None (exact expected gradient), got {batch_size}")
     if batch_size is None and any(p.coupled for p in pairs):
@@ -192,15 +224,15 @@ def train_lags(chain, estimators, lags: Sequence[int], *, steps: int, lr: float,
     start, stopped = time.perf_counter(), False
     for c0 in range(0, S, chunk):
         part = seeds[c0 : c0 + chunk]
-        done = _run_chunk(policy, pairs, lags, part, steps, lr, batch_size, device, dtype, out,
+        done = _run_chunk(policy, pairs, lags, part, steps, (lr, optimizer, baseline), batch_size, device, dtype, out,
                           slice(c0, c0 + len(part)), progress, should_stop, (c0, S))
         if done < steps:
             stopped = True
             break
     seconds = time.perf_counter() - start
     settings = {"chain": repr(chain), "steps": steps, "lr": lr, "batch_size": batch_size, "fault": fault,
-                "dtype": str(dtype), "device": str(device), "theta0": "logit(p)", "optimizer": "SGD",
-                "advantage": "reward"}
+                "dtype": str(dtype), "device": str(device), "theta0": "logit(p)",
+                "advantage": "reward - batch mean" if baseline else "reward", "optimizer": optimizer}
     return [TrainResult(estimators=[p.label for p in pairs], seeds=seeds, steps=steps, lr=lr, lag=k,
                         batch_size=batch_size, seconds=seconds, stopped=stopped, settings={**settings, "lag": k},
                         **{name: arr[:, i] for name, arr in out.items()})
@@ -215,7 +247,7 @@ def _bytes_per_seed(policy, runs_per_seed: int, batch_size: int | None, max_lag:
     return runs_per_seed * (12 * n * policy.horizon * item + (max_lag + 2) * policy.dim * 8)
 
 
-def _run_chunk(policy, pairs, lags, seeds, steps, lr, batch_size, device, dtype, out, cols, progress,
+def _run_chunk(policy, pairs, lags, seeds, steps, update, batch_size, device, dtype, out, cols, progress,
                should_stop, position) -> int:
     """Train the runs of these seeds (all estimators and lags) for `steps` updates; write rows of `out`.
     Returns the number of updates that ran."""
@@ -231,6 +263,8 @@ def _run_chunk(policy, pairs, lags, seeds, steps, lr, batch_size, device, dtype,
     J_all = torch.empty(R, steps + 1, dtype=torch.float64, device=device)
     stats = torch.zeros(4, R, max(steps, 1), dtype=torch.float64, device=device)  # grad_norm, true_norm, cos, kept
     last_report, done = 0.0, steps
+    lr, optimizer, baseline = update
+    step = OPTIMIZERS[optimizer](lr)
     for s in range(steps + 1):
         J, true = policy.value_and_gradient(theta)
         J_all[:, s] = J
@@ -242,12 +276,12 @@ def _run_chunk(policy, pairs, lags, seeds, steps, lr, batch_size, device, dtype,
         def draw(stream, tail, s=s):  # (R, *tail): each run gets its seed's uniforms
             return streams.uniform(s, stream, tail, dtype).repeat(E * L, *([1] * len(tail)))
 
-        g, kept = _estimate(policy, pairs, theta, theta_mu, draw, batch_size, dtype, L * S)
+        g, kept = _estimate(policy, pairs, theta, theta_mu, draw, batch_size, dtype, L * S, baseline)
         stats[0, :, s] = g.norm(dim=-1)
         stats[1, :, s] = true.norm(dim=-1)
         stats[2, :, s] = torch.nn.functional.cosine_similarity(g, true, dim=-1, eps=1e-300)
         stats[3, :, s] = kept
-        theta = theta + lr * g
+        theta = theta + step(g)
         now = time.perf_counter()
         if progress is not None and (now - last_report > 0.25 or s == steps - 1):
             last_report = now
@@ -264,7 +298,7 @@ def _run_chunk(policy, pairs, lags, seeds, steps, lr, batch_size, device, dtype,
     return done
 
 
-def _estimate(policy, pairs, theta, theta_mu, draw, batch_size, dtype, runs_per_estimator):
+def _estimate(policy, pairs, theta, theta_mu, draw, batch_size, dtype, runs_per_estimator, baseline=False):
     """(R, D) gradient estimates and (R,) kept fractions: each estimator's loss on its runs' rollouts."""
     if batch_size is None:
         tokens, logp, logq, reward, prob = policy.enumerate(theta, theta_mu, dtype)
@@ -272,6 +306,8 @@ def _estimate(policy, pairs, theta, theta_mu, draw, batch_size, dtype, runs_per_
     else:
         tokens, logp, logq, reward = policy.rollouts(theta, theta_mu, draw, batch_size, dtype)
         weight = None
+        if baseline:  # A = reward - the mean reward of the run's batch (a GRPO-style baseline, no std)
+            reward = reward - reward.mean(-1, keepdim=True)
     R, n, T = logp.shape
     coef = torch.empty_like(logp)  # (R, n, T) d (a run's mean surrogate over its own rollouts) / d log pi
     kept = torch.empty(R, dtype=torch.float64, device=logp.device)
