@@ -19,7 +19,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-PAGES = {"explore": "", "bias-variance": "bias-variance", "length-thresholds": "length-thresholds", "learn": "learn"}
+PAGES = {"explore": "", "bias-variance": "bias-variance", "length-thresholds": "length-thresholds", "learn": "learn",
+         "training": "training"}
 CHROMIUM_ARGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync",
                  "--no-first-run"]
@@ -158,4 +159,24 @@ def test_moving_a_slider_redraws_the_chart(server, browser):
     page.wait_for_timeout(500)
     _no_exceptions(page, "explore, narrow")
     _shot(page, "explore-narrow")
+    page.close()
+
+
+def test_training_renders_its_default_run_and_restores_a_view_from_the_url(server, browser):
+    page = _open(browser, f"{server}/training", "training")
+    page.wait_for_selector('[data-testid="stPlotlyChart"] .main-svg', timeout=120_000)
+    curves = _chart_spec(page, 0)
+    for name in ("Sequence IS", "Token IS", "GeoMean IS"):  # the legend of the learning curves
+        assert name in curves, name
+    _shot(page, "training-default")
+    page.close()
+    page = _open(browser, f"{server}/training?tr.H=32&tr.K=5&tr.steps=25&tr.B=32&tr.seeds=1&tr.est=seq_is,pg",
+                 "training from a link")
+    page.wait_for_selector('[data-testid="stPlotlyChart"] .main-svg', timeout=120_000)
+    caption = page.locator('[data-testid="stMain"] [data-testid="stCaptionContainer"]').first.inner_text()
+    assert "H=32" in caption and "lag 5" in caption, caption
+    legend = _chart_spec(page, 0)
+    assert "seq_is" in legend and "pg" in legend and "Token IS" not in legend
+    assert "tr.K=5" in page.url  # the view stays in the URL
+    _shot(page, "training-from-url")
     page.close()
