@@ -73,7 +73,7 @@ class Weight:
                 raise ValueError(f"Weight.band low must be below high, got {self.band}")
         if self.level == "none" and (self.truncated or self.band is not None or self.self_normalize):
             raise ValueError("Weight.level 'none' takes no clip, band or self_normalize")
-        if self.self_normalize not in (True, False):
+        if not isinstance(self.self_normalize, bool):
             raise ValueError(f"Weight.self_normalize must be True or False, got {self.self_normalize!r}")
 
     @property
