@@ -59,14 +59,41 @@ ASSETS = {  # name -> (file, maker)
 }
 
 
+def prime_rl_run(out: Path) -> None:
+    """A small prime-rl token export run with an incident: assets/runs/prime_rl_example (the Run page's
+    example). Written as prime-rl writes it; scanned once to print what it shows."""
+    import shutil
+
+    from seqis.runs import incidents, scan
+    from seqis.runs.example import write_prime_rl_run
+
+    root = out / RUN_DIR
+    shutil.rmtree(root, ignore_errors=True)
+    write_prime_rl_run(root / "token_exports", **EXAMPLE_RUN)
+    size = sum(p.stat().st_size for p in root.rglob("*") if p.is_file())
+    df = scan(root, by="env_name", workers=1)
+    top = incidents(df).iloc[0]
+    print(f"{RUN_DIR}: {len(df['step'].unique())} steps, {size / 2**10:.0f} KB; worst: step {top['step']}, "
+          f"{top['group']}, kl_k3 {top['kl_k3']:.3g}")
+
+
+RUN_DIR = "runs/prime_rl_example"
+EXAMPLE_RUN = dict(steps=8, ranks=2, rollouts_per_rank=6, envs=("math", "code", "chat"), max_len=20, prompt_len=4,
+                   incident=(5, "code"), schema="weights", seed=0)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--only", nargs="+", choices=list(ASSETS), help="make only these")
+    ap.add_argument("--only", nargs="+", choices=[*ASSETS, "prime_rl_run"], help="make only these")
     ap.add_argument("--out", type=Path, default=ASSETS_DIR)
     args = ap.parse_args()
     torch.set_num_threads(2)
     args.out.mkdir(parents=True, exist_ok=True)
+    if args.only is None or "prime_rl_run" in args.only:
+        prime_rl_run(args.out)
     for name in args.only or ASSETS:
+        if name not in ASSETS:
+            continue
         file, maker = ASSETS[name]
         batch, options = maker()
         path = args.out / file

@@ -186,3 +186,29 @@ def test_command_line(generated, tmp_path, capsys):
     assert "6/6 steps" in printed.err
     assert len(read_scan(out)) == 6 * 4 * 2
     assert cli_main([str(tmp_path / "nowhere"), "--out", str(out)]) == 2
+
+
+def test_a_step_as_one_file_for_the_pages(generated, tmp_path):
+    import io
+
+    from seqis.io import load_batch
+
+    root = copy_run(generated, tmp_path)
+    text = (root / "step_2" / "rank_1.jsonl").read_text()
+    (root / "step_2" / "rank_1.jsonl").write_text(text[:-50])
+    r = load_run(root)
+    name, data = r.step_file(2)
+    upload = io.BytesIO(data)
+    upload.name = name
+    b = load_batch(upload)
+    assert name.endswith("step_2.jsonl") and b.shape[0] == 17 and b.metadata["rank"][-1] == 3
+    assert "entropy" in b.extras
+
+
+def test_incidents_are_the_outlying_step_and_group(scanned):
+    from seqis.runs import incidents
+
+    found = incidents(scanned)
+    assert (found.iloc[0]["step"], found.iloc[0]["group"]) == INCIDENT
+    assert found.iloc[0]["reason"].startswith(("bad:", "warn:", "kl_k3"))
+    assert len(found) <= 2  # the code environment of step 3, and step 3 as a whole at most

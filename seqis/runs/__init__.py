@@ -16,6 +16,6 @@
 """
 
 from .run import Run, load_run
-from .scan import read_scan, scan, write_scan
+from .scan import incidents, read_scan, scan, write_scan
 
-__all__ = ["Run", "load_run", "read_scan", "scan", "write_scan"]
+__all__ = ["Run", "incidents", "load_run", "read_scan", "scan", "write_scan"]

@@ -13,12 +13,13 @@ dump step is every file of the step through `load_batch`, rollouts concatenated 
 
 from __future__ import annotations
 
+import tempfile
 import warnings
 from pathlib import Path
 
 import torch
 
-from ..io import load_batch
+from ..io import load_batch, save_batch
 from ..io.prime_rl import read_prime_rl_files
 from ..types import Batch
 from .layout import StepFiles, find_steps
@@ -57,6 +58,24 @@ class Run:
         for note in notes:
             warnings.warn(note, stacklevel=2)
         return batch
+
+    def step_file(self, step: int) -> tuple[str, bytes]:
+        """The step as one file's name and bytes that `load_batch` reads (to hand a step to a page that
+        takes uploads): a prime-rl step's rank files, complete lines only, as one JSONL (extras and each
+        record's rank kept); a dump step's file, or its files' rollouts as one parquet."""
+        files = self.files(step)
+        if files.prime_rl:
+            parts = []
+            for p in files.files:
+                data = p.read_bytes()
+                parts.append(data[: data.rfind(b"\n") + 1])  # a half-written last line stays behind
+            return f"{self.path.name} step_{step}.jsonl", b"".join(parts)
+        if len(files.files) == 1:
+            return f"{self.path.name} {files.files[0].name}", files.files[0].read_bytes()
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / f"step_{step}.parquet"
+            save_batch(self.batch(step), path)
+            return f"{self.path.name} step_{step}.parquet", path.read_bytes()
 
     def __repr__(self) -> str:
         return f"Run({str(self.path)!r}, steps {_span(self.steps)}, {len(self.unstable_steps)} being written)"

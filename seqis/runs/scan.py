@@ -72,6 +72,23 @@ def order_rows(df: pd.DataFrame, estimators: tuple[str, ...]) -> pd.DataFrame:
     return df.loc[key.sort_values(list(key.columns), kind="stable").index].reset_index(drop=True)
 
 
+def incidents(df: pd.DataFrame, n: int = 10, *, jump: float = 10.0) -> pd.DataFrame:
+    """The worst (step, group) pairs of a scan, one row each (its first estimator's), worst first: those the
+    diagnosis calls bad or warn; without a diagnosis (or beside it), those whose kl_k3 is over `jump` times
+    their group's median over the run. Adds `reason`: the finding, or "kl_k3 N x the median"."""
+    if df.empty:
+        return df.assign(reason=pd.Series(dtype=str))
+    pairs = df.drop_duplicates(["step", "group"]).copy()  # rows are worst first already
+    group = pairs["group"].fillna("\x00")
+    median = pairs.groupby(group)["kl_k3"].transform("median")
+    times = pairs["kl_k3"] / median.where(median > 0)
+    flagged = pairs["severity"].isin(["bad", "warn"]) | (times > jump)
+    found = pairs[flagged].head(n)
+    reason = [f"{sev}: {kind}" if isinstance(sev, str) and sev != "ok" else f"kl_k3 {t:.0f}x the median"
+              for sev, kind, t in zip(found["severity"], found["finding"], times[flagged].head(n))]
+    return found.assign(reason=reason).reset_index(drop=True)
+
+
 def scan(path, estimators=None, by: str | None = None, engine: str = "local", *, out=None,
          include_unstable: bool = False, workers: int | None = None, run_id: str | None = None,
          progress: Callable[[int, int, int], None] | None = None) -> pd.DataFrame:

@@ -1,0 +1,81 @@
+"""The Run page's figures, from a scan table (seqis.runs.scan): timelines of a mismatch metric and of each
+correction's dropped fraction, per group, incidents marked. Plain plotly; no streamlit here."""
+
+from __future__ import annotations
+
+import pandas as pd
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+WHOLE_STEP = "whole step"  # the legend name of the rows with no group
+SEVERITY_COLORS = {"bad": "#d62728", "warn": "#f2a541", "outlier": "#8e44ad"}
+FONT = dict(family="Inter, -apple-system, Segoe UI, Helvetica, Arial, sans-serif", size=12)
+LOG_METRICS = {"kl_k1", "kl_k3", "chi2_token", "chi2_seq", "abs_log_ratio_p50", "abs_log_ratio_p99",
+               "abs_log_ratio_max"}
+
+
+def _pairs(df: pd.DataFrame) -> pd.DataFrame:
+    """One row per (step, group), in step order, the group named (the whole step as WHOLE_STEP)."""
+    pairs = df.drop_duplicates(["step", "group"]).sort_values("step", kind="stable")
+    return pairs.assign(name=pairs["group"].fillna(WHOLE_STEP).astype(str))
+
+
+def _layout(fig: go.Figure, height: int, title: str) -> go.Figure:
+    fig.update_layout(height=height, title=dict(text=title, x=0, font=dict(size=14)), font=FONT,
+                      margin=dict(l=60, r=20, t=50, b=40), plot_bgcolor="white", hovermode="closest",
+                      legend=dict(orientation="h", y=-0.18), clickmode="event+select")
+    fig.update_xaxes(title_text="step", showgrid=True, gridcolor="#eee", zeroline=False)
+    fig.update_yaxes(showgrid=True, gridcolor="#eee", zeroline=False)
+    return fig
+
+
+def mismatch_timeline(df: pd.DataFrame, metric: str, incidents: pd.DataFrame | None = None, *,
+                      height: int = 380) -> go.Figure:
+    """`metric` (a diagnostics column) over steps, a line per group, the whole step dashed; incidents as
+    large markers coloured by severity. Each point carries its step as customdata (for click-to-open)."""
+    pairs = _pairs(df)
+    fig = go.Figure()
+    for name, rows in pairs.groupby("name", sort=True):
+        whole = name == WHOLE_STEP
+        fig.add_trace(go.Scatter(
+            x=rows["step"], y=rows[metric], name=name, mode="lines+markers", customdata=rows["step"],
+            line=dict(width=1.5, dash="dash" if whole else "solid", color="#444" if whole else None),
+            marker=dict(size=6), hovertemplate=f"step %{{x}}<br>{name}<br>{metric} %{{y:.4g}}<extra></extra>"))
+    if incidents is not None and not incidents.empty:
+        severity = [r.split(":")[0] if r.split(":")[0] in SEVERITY_COLORS else "outlier" for r in incidents["reason"]]
+        fig.add_trace(go.Scatter(
+            x=incidents["step"], y=incidents[metric], name="incident", mode="markers", customdata=incidents["step"],
+            marker=dict(size=16, symbol="circle-open", line=dict(width=3),
+                        color=[SEVERITY_COLORS[s] for s in severity]),
+            text=[f"{g if isinstance(g, str) else WHOLE_STEP}: {r}" for g, r in zip(incidents["group"],
+                                                                                     incidents["reason"])],
+            hovertemplate="step %{x}<br>%{text}<extra></extra>"))
+    _layout(fig, height, f"{metric} per step")
+    fig.update_yaxes(title_text=metric, type="log" if metric in LOG_METRICS and (pairs[metric] > 0).all() else None)
+    return fig
+
+
+def dropped_timelines(df: pd.DataFrame, estimators: list[str], *, height_each: int = 170) -> go.Figure:
+    """For each estimator, the fraction of loss tokens it drops at each step, a line per group."""
+    estimators = [e for e in estimators if e in set(df["estimator"])]
+    fig = make_subplots(rows=max(len(estimators), 1), cols=1, shared_xaxes=True, vertical_spacing=0.06,
+                        subplot_titles=estimators or ["no estimator in this scan"])
+    names = sorted(_pairs(df)["name"].unique())
+    colors = {n: c for n, c in zip(names, _colorway())}
+    for i, est in enumerate(estimators, start=1):
+        rows = df[df["estimator"] == est].sort_values("step", kind="stable")
+        rows = rows.assign(name=rows["group"].fillna(WHOLE_STEP).astype(str))
+        for name, part in rows.groupby("name", sort=True):
+            whole = name == WHOLE_STEP
+            fig.add_trace(go.Scatter(
+                x=part["step"], y=part["dropped"], name=name, legendgroup=name, showlegend=i == 1,
+                mode="lines+markers", customdata=part["step"], marker=dict(size=5),
+                line=dict(width=1.5, dash="dash" if whole else "solid", color="#444" if whole else colors[name]),
+                hovertemplate=f"{est}<br>step %{{x}}<br>{name}: %{{y:.1%}} dropped<extra></extra>"), row=i, col=1)
+        fig.update_yaxes(range=[-0.03, 1.03], tickformat=".0%", row=i, col=1)
+    _layout(fig, 80 + height_each * max(len(estimators), 1), "fraction of loss tokens dropped, per correction")
+    return fig
+
+
+def _colorway() -> list[str]:
+    return ["#3b6fd8", "#e4572e", "#17a398", "#8e44ad", "#f2a541", "#5c6f7b", "#c2185b", "#2e7d32", "#795548"] * 4

@@ -1,0 +1,96 @@
+"""The Run page's cached bridge: scans (of a run folder, a scan file on the server or an uploaded scan) as
+DataFrames, and one step of a run handed to Explore and Diagnose.
+
+Keys are small: a folder's path with the fingerprint of its files (names, sizes, modification times: a
+new step changes it), a file's path and modification time, an upload's digest."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import threading
+from collections import OrderedDict
+from pathlib import Path
+
+import pandas as pd
+import streamlit as st
+
+from seqis.io import ASSETS_DIR
+from seqis.runs import incidents, load_run, read_scan, scan
+
+EXAMPLE_RUN = ASSETS_DIR / "runs" / "prime_rl_example"
+SEED_FOUR = ("seq_tis", "seq_mis", "geo_mask", "mis_po")
+IN_PROCESS_STEPS = 64  # runs with fewer steps are scanned in this process; larger ones by one process per core
+
+
+def fingerprint(path: str) -> str:
+    """The run's files as one digest (stat calls only): it changes when a step is added or rewritten."""
+    r = load_run(path)
+    text = "\n".join(r.files(s).fingerprint() for s in r.steps + r.unstable_steps)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+_SCANS: OrderedDict = OrderedDict()  # (path, digest, estimators, by) -> DataFrame, the last few, shared
+_SCANS_KEPT = 6
+_LOCK = threading.Lock()
+
+
+def scan_folder(path: str, digest: str, estimators: tuple[str, ...], by: str | None, progress=None) -> pd.DataFrame:
+    """A run folder scanned in place (`digest`: its fingerprint, part of the key); progress(done, total, step)
+    while it runs. Kept in a small LRU of its own: st.cache_data would replay the progress bar's updates."""
+    key = (path, digest, estimators, by)
+    with _LOCK:
+        if key in _SCANS:
+            _SCANS.move_to_end(key)
+            return _SCANS[key]
+    n_steps = len(load_run(path).steps)
+    df = scan(path, list(estimators), by=by, workers=1 if n_steps < IN_PROCESS_STEPS else None, progress=progress)
+    with _LOCK:
+        _SCANS[key] = df
+        while len(_SCANS) > _SCANS_KEPT:
+            _SCANS.popitem(last=False)
+    return df
+
+
+@st.cache_data(max_entries=6, show_spinner=False)
+def scan_file(path: str, mtime_ns: int) -> pd.DataFrame:
+    """A scan parquet on the server (`mtime_ns` keys a rewritten file anew)."""
+    return read_scan(path)
+
+
+@st.cache_data(max_entries=4, show_spinner=False)
+def scan_upload(digest: str, _payload: bytes) -> pd.DataFrame:
+    """An uploaded scan parquet, named by the sha256 of its bytes."""
+    return read_scan(io.BytesIO(_payload))
+
+
+def digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+@st.cache_data(max_entries=8, show_spinner=False)
+def worst(df: pd.DataFrame, n: int = 12) -> pd.DataFrame:
+    return incidents(df, n)
+
+
+def run_folder_of(df: pd.DataFrame, given: str | None) -> str | None:
+    """The run folder a scan's steps can be opened from: the one scanned, else the path the scan recorded,
+    when it is still on this server."""
+    for path in (given, df.attrs.get("path")):
+        if path and Path(path).is_dir():
+            return str(path)
+    return None
+
+
+def hand_step_to_explore(run_path: str, step: int) -> str:
+    """Make one step of the run the batch Explore (and Diagnose, which shows Explore's batch) opens with;
+    returns its label. The step travels as a file payload (seqis.runs.Run.step_file), so the explorer's
+    own loader, cache and label handle it like an upload."""
+    from ui import data
+    from ui.state import set_view
+
+    name, payload = load_run(run_path).step_file(step)
+    src = data.source_of_file(payload, name, kind="upload")
+    st.session_state["ex._current"] = (src, payload)  # Explore's held batch
+    set_view({"ex.source": "upload"})  # its file source, with no new upload: it shows the held batch
+    return src.label

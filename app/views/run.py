@@ -1,0 +1,149 @@
+"""Run: a whole training run as timelines (seqis.runs.scan): the mismatch per step and environment, what each
+correction drops, incidents marked; a step opens in Explore or Diagnose with one click.
+
+Opens the example run under assets/ (scanned in place), a run folder on the server (scanned in place, with
+progress), a scan parquet on the server, or an uploaded one (`python -m seqis scan RUN --out scan.parquet`).
+"""
+
+from pathlib import Path
+
+import pandas as pd
+import streamlit as st
+from ui import run_charts, run_data
+from ui.state import bound
+
+from seqis import ESTIMATORS
+
+P = "run."
+SOURCES = {"example": "Example run", "folder": "Run folder", "file": "Scan file", "upload": "Upload a scan"}
+METRICS = ["kl_k3", "kl_k1", "chi2_token", "ess_seq", "ppl_ratio", "abs_log_ratio_p99", "abs_log_ratio_max"]
+VIEWS = Path(__file__).resolve().parent
+
+
+def _choices() -> list[str]:
+    try:
+        from seqis import PRESETS
+    except ImportError:
+        return list(ESTIMATORS)
+    return list(ESTIMATORS) + list(PRESETS)
+
+
+def _scan_in_place(path: str, names: tuple[str, ...], by: str | None) -> pd.DataFrame:
+    bar = st.progress(0.0, text="Scanning the run...")
+    shown = lambda done, total, step: bar.progress(done / max(total, 1), text=f"step {step}: {done} of {total}")
+    try:
+        return run_data.scan_folder(path, run_data.fingerprint(path), names, by, progress=shown)
+    finally:
+        bar.empty()
+
+
+def open_scan() -> tuple[pd.DataFrame | None, str | None]:
+    """Draw the source controls; the scan to show and the run folder its steps open from."""
+    kind = bound(st.radio, "Open", f"{P}source", "example", options=list(SOURCES), format_func=SOURCES.get,
+                 valid=lambda v: v in SOURCES, horizontal=True, label_visibility="collapsed")
+    if kind in ("example", "folder"):
+        left, right = st.columns([3, 1])
+        names = bound(left.multiselect, "Corrections", f"{P}estimators", list(run_data.SEED_FOUR),
+                      options=_choices(), valid=lambda v: isinstance(v, list) and set(v) <= set(_choices()))
+        by = bound(right.text_input, "Group by (metadata column)", f"{P}by", "env_name").strip() or None
+        if not names:
+            st.info("Pick at least one correction.")
+            return None, None
+    if kind == "example":
+        if not run_data.EXAMPLE_RUN.is_dir():
+            st.info("No example run in assets/ (make it: python scripts/make_assets.py --only prime_rl_run).")
+            return None, None
+        path = str(run_data.EXAMPLE_RUN)
+        st.caption(f"The example: a generated prime-rl token export ({path}, assets/README.md says how it was made).")
+        return _scan_in_place(path, tuple(names), by), path
+    if kind == "folder":
+        path = bound(st.text_input, "Run folder on the server", f"{P}path", "",
+                     placeholder="outputs/token_exports (or outputs/, or a folder of step_N.parquet dumps)")
+        if not path:
+            return None, None
+        if not Path(path).is_dir():
+            st.error(f"{path}: no such folder on this server")
+            return None, None
+        return _scan_in_place(path, tuple(names), by), path
+    if kind == "file":
+        path = bound(st.text_input, "Scan parquet on the server", f"{P}file", "", placeholder="scan.parquet")
+        if not path:
+            return None, None
+        if not Path(path).is_file():
+            st.error(f"{path}: no such file on this server")
+            return None, None
+        return run_data.scan_file(path, Path(path).stat().st_mtime_ns), None
+    up = st.file_uploader("Scan parquet", type=["parquet"], key=f"{P}upload",
+                          help="Written by python -m seqis scan RUN --out scan.parquet. Nothing is executed.")
+    if up is None:
+        return None, None
+    raw = up.getvalue()
+    return run_data.scan_upload(run_data.digest(raw), raw), None
+
+
+def report(df: pd.DataFrame) -> None:
+    s = df.attrs.get("summary", {})
+    steps = sorted(df["step"].unique()) if not df.empty else []
+    st.caption(f"{len(steps)} steps ({steps[0] if steps else '-'} to {steps[-1] if steps else '-'}), "
+               f"{df['group'].nunique()} groups, {df['estimator'].nunique()} corrections; {len(df)} rows")
+    problems = [f"not read: {e}" for e in s.get("failed", [])] + [f"skipped: {n}" for n in s.get("skipped", [])]
+    if s.get("unstable_left_out"):
+        problems.append(f"still being written, left out: steps {', '.join(map(str, s['unstable_left_out']))}")
+    if problems:
+        st.warning("  \n".join(problems))
+
+
+def open_step(run_path: str | None, step: int, where) -> None:
+    """Buttons that carry one step of the run to Explore and to Diagnose."""
+    if run_path is None:
+        where.caption("The run's files are not on this server: its steps cannot be opened here.")
+        return
+    pages = [("Explore", "explore.py")] + [("Diagnose", "diagnose.py")] * (VIEWS / "diagnose.py").exists()
+    for col, (title, file) in zip(where.columns(len(pages)), pages):
+        if col.button(f"Open step {step} in {title}", key=f"{P}open.{file}.{step}", width="stretch"):
+            try:
+                run_data.hand_step_to_explore(run_path, step)
+            except (ValueError, OSError) as e:
+                st.error(f"Step {step} could not be opened: {e}")
+                return
+            st.switch_page(f"views/{file}")
+
+
+st.title("Run: every step of a training run")
+df, run_path = open_scan()
+if df is None:
+    st.stop()
+if df.empty:
+    st.warning("The scan has no rows (no complete step was read).")
+    report(df)
+    st.stop()
+report(df)
+run_path = run_data.run_folder_of(df, run_path)
+found = run_data.worst(df)
+
+st.subheader("Incidents")
+if found.empty:
+    st.caption("No step stands out: no finding of the diagnosis, no per-token KL 10x its group's median.")
+else:
+    show = found[["step", "group", "reason", "kl_k3", "abs_log_ratio_max", "n_rollouts"]].assign(
+        group=found["group"].fillna(run_charts.WHOLE_STEP))
+    st.dataframe(show, hide_index=True, width="stretch")
+
+metric = bound(st.selectbox, "Mismatch metric", f"{P}metric", "kl_k3", options=[m for m in METRICS if m in df],
+               valid=lambda v: v in df)
+event = st.plotly_chart(run_charts.mismatch_timeline(df, metric, found), key=f"{P}timeline", on_select="rerun",
+                        selection_mode="points", width="stretch")
+points = event.selection.points if event and event.selection else []
+steps = sorted(int(s) for s in df["step"].unique())
+picked = int(points[0]["x"]) if points else None
+default = picked if picked is not None else int(found.iloc[0]["step"]) if not found.empty else steps[-1]
+if picked is not None:
+    st.session_state[f"{P}step"] = picked  # a click on the timeline picks the step
+step = bound(st.selectbox, "Step (or click a point above)", f"{P}step", default, options=steps,
+             valid=lambda v: v in steps)
+open_step(run_path, step, st.container())
+
+names = [e for e in dict.fromkeys(df["estimator"])]
+st.plotly_chart(run_charts.dropped_timelines(df, names), key=f"{P}dropped", width="stretch")
+with st.expander("The scan's rows of this step"):
+    st.dataframe(df[df["step"] == step], hide_index=True, width="stretch")

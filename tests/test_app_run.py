@@ -1,0 +1,55 @@
+"""The Run page through AppTest: the example run scanned in place, its incident listed and marked, an
+uploaded scan and a folder scanned on the server read alike, and a step carried to Explore."""
+
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("streamlit")
+from streamlit.testing.v1 import AppTest  # noqa: E402
+
+from seqis.runs import scan  # noqa: E402
+from seqis.runs.example import write_prime_rl_run  # noqa: E402
+
+APP = str(Path(__file__).resolve().parent.parent / "app" / "streamlit_app.py")
+
+
+def run_page(**params) -> AppTest:
+    at = AppTest.from_file(APP, default_timeout=120)
+    at.query_params.update(params)
+    at.switch_page("views/run.py").run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def test_the_example_run_shows_its_incident_and_timelines():
+    at = run_page()
+    assert at.title[0].value.startswith("Run")
+    table = at.dataframe[0].value
+    assert (table.iloc[0]["step"], table.iloc[0]["group"]) == (5, "code")
+    assert table.iloc[1]["group"] == "whole step"
+    assert at.selectbox(key="run.step").value == 5  # the worst step is picked to open
+    assert len(at.get("plotly_chart")) == 2
+    assert [b.label for b in at.button][:1] == ["Open step 5 in Explore"]
+
+
+def test_opening_a_step_hands_its_batch_to_explore():
+    at = run_page()
+    at.button(key="run.open.explore.py.5").click().run()
+    assert not at.exception, [e.value for e in at.exception]
+    src, payload = at.session_state["ex._current"]
+    assert src.name.endswith("step_5.jsonl") and payload.count(b"\n") == 12  # two ranks x six sequences
+
+
+def test_a_scan_file_and_a_folder_on_the_server(tmp_path):
+    root = tmp_path / "outputs"
+    write_prime_rl_run(root / "token_exports", steps=3, ranks=1, rollouts_per_rank=4, incident=(1, "code"))
+    out = tmp_path / "scan.parquet"
+    scan(root, ["seq_tis"], by="env_name", out=out, workers=1)
+    at = run_page(**{"run.source": "file", "run.file": str(out)})
+    assert at.dataframe[0].value.iloc[0]["step"] == 1
+    assert [b.label for b in at.button] == ["Open step 1 in Explore"]  # the scan recorded its run folder
+    at = run_page(**{"run.source": "folder", "run.path": str(root), "run.estimators": "seq_tis,mis_po"})
+    assert set(at.dataframe[0].value["step"]) == {1}
+    at = run_page(**{"run.source": "folder", "run.path": str(tmp_path / "nowhere")})
+    assert "no such folder" in at.error[0].value
