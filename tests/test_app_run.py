@@ -1,6 +1,7 @@
 """The Run page through AppTest: the example run scanned in place, its incident listed and marked, an
 uploaded scan and a folder scanned on the server read alike, and a step carried to Explore."""
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -37,7 +38,10 @@ def test_opening_a_step_hands_its_batch_to_explore():
     at = run_page()
     at.button(key="run.open.explore.py.5").click().run()
     assert not at.exception, [e.value for e in at.exception]
-    src, payload = at.session_state["ex._current"]
+    sys.path.insert(0, str(Path(APP).parent))
+    from ui.state import BATCH_KEY
+
+    src, payload = at.session_state[BATCH_KEY]
     assert src.name.endswith("step_5.jsonl") and payload.count(b"\n") == 12  # two ranks x six sequences
 
 

@@ -86,11 +86,11 @@ def hand_step_to_explore(run_path: str, step: int) -> str:
     """Make one step of the run the batch Explore (and Diagnose, which shows Explore's batch) opens with;
     returns its label. The step travels as a file payload (seqis.runs.Run.step_file), so the explorer's
     own loader, cache and label handle it like an upload."""
-    from ui import data
-    from ui.state import set_view
+    from ui import explore_data
+    from ui.state import hold_batch, set_view
 
     name, payload = load_run(run_path).step_file(step)
-    src = data.source_of_file(payload, name, kind="upload")
-    st.session_state["ex._current"] = (src, payload)  # Explore's held batch
-    set_view({"ex.source": "upload"})  # its file source, with no new upload: it shows the held batch
+    src = explore_data.source_of_file(payload, name, kind="upload")
+    hold_batch(src, payload)  # the shared batch
+    set_view({"ex.source": "upload"})  # Explore's file source with no new upload: it shows the held batch
     return src.label
