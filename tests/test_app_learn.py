@@ -82,3 +82,18 @@ def test_presets_are_listed_by_framework_with_their_source_and_quirks():
         assert f"`{p.name}`" in tables and p.source in tables
     assert "ZeroDivisionError" in tables  # verl's IcePop quirk, named in its row
     assert any("rollout_corr_helper.py" in c.value for c in at.code)  # verl's module docstring: the formulas
+
+
+def test_a_frameworks_preset_opens_explore_beside_the_estimators():
+    at = AppTest.from_file(APP, default_timeout=90)
+    at.query_params["ex.sc.gaussian.max_len"] = "256"
+    at.query_params["ex.est"] = "seq_tis"
+    at.run()
+    at.switch_page("views/learn.py").run()
+    at.selectbox(key="learn.fw.nemo-rl").select("nemo-rl/seq-mask-tis").run()
+    next(b for b in at.button if b.key == "learn.fw.nemo-rl.open").click().run()
+    assert not at.exception and not at.error
+    assert at.title[0].value.startswith("Explore")
+    assert at.selectbox(key="ex.fw").value == "nemo-rl"
+    assert at.selectbox(key="ex.fw.nemo-rl").value == "nemo-rl/seq-mask-tis"
+    assert list(at.dataframe[0].value.columns) == ["nemo-rl/seq-mask-tis", "seq_tis"]  # the estimators stay

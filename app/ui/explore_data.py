@@ -28,7 +28,7 @@ import plotly.graph_objects as go
 import streamlit as st
 import torch
 
-from seqis import ESTIMATORS, diagnostics, run_many
+from seqis import ESTIMATORS, PRESETS, diagnostics, run_many
 from seqis.estimators import Ratios
 from seqis.io import BatchFormatError
 from seqis.summaries import (
@@ -71,7 +71,8 @@ class Source:
         return f"{self.kind} {self.name}"
 
 
-HASH = {Source: lambda s: s.key, **{spec.config: repr for spec in ESTIMATORS.values()}}
+HASH = {Source: lambda s: s.key, **{spec.config: repr for spec in ESTIMATORS.values()},
+        **{p.estimator.config: repr for p in PRESETS.values()}}
 
 
 class _Named(io.BytesIO):

@@ -136,13 +136,15 @@ def knob_widgets(cls, prefix: str, *, container=st, exclude: tuple[str, ...] = (
         return None, str(e)
 
 
-def config_from_state(cls, prefix: str):
-    """The config the knob widgets `knob_widgets(cls, prefix)` hold now, read from session state without drawing
-    them (a section outside their fragment reads it); None when the values make an invalid config."""
+def config_from_state(cls, prefix: str, defaults: dict | None = None):
+    """The config the knob widgets `knob_widgets(cls, prefix, defaults=...)` hold now, read from session state
+    without drawing them (a section outside their fragment reads it); None when the values make an invalid
+    config."""
     values = {}
+    defaults = defaults or {}
     for f in knobs(cls):
         key = f"{prefix}.{f.name}"
-        default = f.default if f.default is not MISSING else None
+        default = defaults.get(f.name, f.default if f.default is not MISSING else None)
         values[f.name] = st.session_state[key] if key in st.session_state else initial(key, default)
     try:
         return cls(**values)

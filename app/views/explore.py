@@ -14,6 +14,7 @@ import zipfile
 import pandas as pd
 import streamlit as st
 from ui import explore_data as data
+from ui import framework
 from ui.batch_source import batch_source
 from ui.png import to_png
 from ui.presets import FIRST_ESTIMATORS, FIRST_SCENARIO, PREFIX, key_estimators
@@ -22,7 +23,7 @@ from ui.style import CHART_CONFIG
 from ui.widgets import config_from_state, knob_widgets
 
 from seqis import ESTIMATORS
-from seqis.export import prime_rl_toml, verl_yaml
+from seqis.estimators.dispatch import entry
 
 P = PREFIX  # "ex."
 PER_ROW = 4
@@ -49,7 +50,8 @@ def current_estimators(names: list[str]) -> data.Estimators:
     """(name, config) of every shown estimator whose knobs are valid, from the widgets' current state."""
     out = []
     for name in names:
-        cfg = config_from_state(ESTIMATORS[name].config, f"{P}{name}")
+        spec, start = entry(name)  # a registry estimator, or a preset starting at its framework's defaults
+        cfg = config_from_state(spec.config, f"{P}{name}", defaults=start.as_dict())
         if cfg is not None:
             out.append((name, cfg))
     return tuple(out)
@@ -86,11 +88,12 @@ def draw_dependents(src: data.Source, payload, names: list[str], slots: dict) ->
 
 def draw_export(slot, name: str, cfg) -> None:
     with slot.container():
-        a, b = st.columns(2)
-        for col, snip, lang, title in ((a, prime_rl_toml(name, cfg), "toml", "prime-rl (TOML)"),
-                                       (b, verl_yaml(name, cfg), "yaml", "verl (YAML)")):
-            col.markdown(f"**{title}**" + ("" if snip.exact else " · approximate, see the notes"))
-            col.code(snip.text, language=lang)
+        frameworks = framework.frameworks_for(name, cfg)
+        for col, fw in zip(st.columns(len(frameworks)), frameworks, strict=True):
+            snip = framework.snippet(name, fw, cfg)
+            col.markdown(f"**{fw}**" + ("" if snip.exact else " · approximate, see the notes" if snip.expressible
+                                        else " · cannot express"))
+            col.code(snip.text, language=framework.language(snip))
 
 
 def estimator_column(name: str, src: data.Source, payload, names: list[str], slots: dict, color_by,
@@ -99,11 +102,11 @@ def estimator_column(name: str, src: data.Source, payload, names: list[str], slo
     st.fragment), which then redraws the shared slots. In a full run every column writes the shared slots
     (Streamlit keeps a fragment's place in a slot it wrote in the full run): all but the last clear them,
     the last draws them."""
-    spec = ESTIMATORS[name]
+    spec, start = entry(name)  # a registry estimator, or a preset starting at its framework's defaults
     plot_slot = st.container()
     panel = st.container(border=True)
     panel.markdown(f"**{name}** · {spec.summary}")
-    cfg, err = knob_widgets(spec.config, f"{P}{name}", container=panel)
+    cfg, err = knob_widgets(spec.config, f"{P}{name}", container=panel, defaults=start.as_dict())
     if err:
         panel.error(f"{name}: {err}")
         slots["export"][name].empty()
@@ -147,12 +150,16 @@ st.sidebar.caption(f"{src.label}: **{B} rollouts x {T} positions**")
 st.sidebar.caption("This view lives in the URL: copy the address to share it.")
 
 intro = st.container()
-c1, c2 = st.columns([3, 1], vertical_alignment="bottom")
+c1, c_fw, c_preset, c2 = st.columns([3, 1, 1.5, 1], vertical_alignment="bottom")
 with c1:
     names = bound(st.multiselect, "Estimators", key_estimators(), FIRST_ESTIMATORS, options=list(ESTIMATORS),
                   valid=lambda v: isinstance(v, list) and all(n in ESTIMATORS for n in v),
                   help="Each estimator's knobs are drawn from its config; add any from the registry.",
                   placeholder="Pick estimators to compare")
+mine = framework.pick(c_fw, c_preset)
+if mine is not None:  # my framework's correction, first, beside the estimators
+    st.caption(framework.caption(mine))
+    names = [mine, *[n for n in names if n != mine]]
 with c2:
     meta = [k for k, v in bv.metadata.items() if len(v) == B]
     color_by = bound(st.selectbox, "Colour rollouts by", f"{P}color", NO_COLOR, options=[NO_COLOR, *meta],
@@ -219,12 +226,16 @@ st.caption("The current settings as trainer config. A `# NOTE` line says where a
 slots["export"] = {}
 for tab, name in zip(st.tabs(names), names, strict=True):
     slots["export"][name] = tab.empty()
-    cls, a, b = ESTIMATORS[name].config, *tab.columns(2)
-    for col, writer in ((a, prime_rl_toml), (b, verl_yaml)):
-        fname = writer(name, cls()).filename
-        col.download_button(f"Download {fname}", lambda w=writer, n=name, c=cls: w(n, config_from_state(c, f"{P}{n}")
-                                                                                    or c()).text,
-                            file_name=fname, mime="text/plain", on_click="ignore", key=f"{P}dl.{fname}")
+    spec, start = entry(name)
+    frameworks = framework.frameworks_for(name, start)
+    for col, fw in zip(tab.columns(len(frameworks)), frameworks, strict=True):
+        fname = framework.snippet(name, fw, start).filename
+
+        def text(n=name, f=fw, cls=spec.config, d=start) -> str:  # the knobs' current values, read when clicked
+            return framework.snippet(n, f, config_from_state(cls, f"{P}{n}", defaults=d.as_dict()) or d).text
+
+        col.download_button(f"Download {fname}", text, file_name=fname, mime="text/plain", on_click="ignore",
+                            key=f"{P}dl.{fname}")
 
 with st.expander("Figures as PNG"):
     st.caption("Each chart's camera icon saves it as PNG in the browser. Here all of them render at once "

@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 
 import streamlit as st
+from ui.framework import preset_view
 from ui.presets import presets_for
 from ui.state import query, set_view
 
@@ -34,6 +35,12 @@ def framework_presets(framework: str) -> None:
         rows = [f"| `{p.name}` | {p.summary.replace('|', '/')} | `{p.source.replace('|', '/')}` |"
                 for p in presets.values()]
         st.markdown("\n".join(["| preset | what the code computes (quirks) | source |", "|---|---|---|", *rows]))
+        pick, go = st.columns([3, 1], vertical_alignment="bottom")
+        key = pick.selectbox("Open in Explore", list(presets), format_func=lambda k: k.split("/", 1)[1],
+                             key=f"learn.fw.{framework}")
+        if go.button("Open", key=f"learn.fw.{framework}.open", width="stretch"):
+            set_view(preset_view(key), reset="ex.fw")
+            st.switch_page(EXPLORE, query_params=query(preset_view(key)))
 
 
 def card(name: str) -> None:

@@ -1,0 +1,84 @@
+"""Explore's "my framework" picker through AppTest: a framework's preset is drawn as a column beside the estimators,
+its knobs start at the framework's defaults and move its numbers, its export is in the framework's own language,
+and the custom composition's knobs (the mechanism's parts) build a correction or say what is wrong with it."""
+
+from pathlib import Path
+
+import pytest
+
+from seqis import PRESETS, run_many
+from seqis.presets import FRAMEWORKS
+from seqis.synthetic import make_batch
+
+pytest.importorskip("streamlit")
+from streamlit.testing.v1 import AppTest  # noqa: E402
+
+APP = str(Path(__file__).resolve().parent.parent / "app" / "streamlit_app.py")
+SMALL = {"ex.sc.gaussian.n_rollouts": "64", "ex.sc.gaussian.max_len": "256", "ex.est": "seq_tis"}
+
+
+def explore(**params) -> AppTest:
+    at = AppTest.from_file(APP, default_timeout=90)
+    for k, v in {**SMALL, **params}.items():
+        at.query_params[k] = v
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def metric(at: AppTest, column: str, name: str) -> float:
+    return float(str(at.dataframe[0].value.loc[name, column]).replace(",", ""))
+
+
+def small_batch(**overrides):
+    return make_batch("gaussian", n_rollouts=64, max_len=256, seed=0, **overrides)
+
+
+def test_the_picker_offers_every_framework_and_its_presets():
+    at = explore()
+    assert at.selectbox(key="ex.fw").options == ["none", *FRAMEWORKS]
+    at.selectbox(key="ex.fw").select("trl").run()
+    assert not at.exception
+    assert at.selectbox(key="ex.fw.trl").options == [k.split("/", 1)[1] for k in PRESETS if k.startswith("trl/")]
+
+
+def test_a_picked_preset_is_a_column_with_the_frameworks_numbers_and_knobs():
+    key = "verl/bypass_pg_geo_rs_token_tis"
+    at = explore(**{"ex.fw": "verl", "ex.fw.verl": key})
+    assert not at.error
+    assert list(at.dataframe[0].value.columns) == [key, "seq_tis"]
+    want = run_many([key], small_batch())[key].scalars()
+    assert metric(at, key, "is_masked") == pytest.approx(want["is_masked"], rel=1e-3, abs=1e-6)
+    assert at.selectbox(key=f"ex.{key}.rollout_is").value == "token"  # verl's own knob names and defaults
+    assert at.selectbox(key=f"ex.{key}.rollout_rs").value == "seq_mean_k1"
+    assert any(PRESETS[key].source in c.value for c in at.caption)
+    yaml = [c.value for c in at.code if "rollout_correction:" in c.value and key in c.value]
+    assert yaml and "rollout_rs: seq_mean_k1" in yaml[0]
+
+
+def test_a_presets_knob_moves_its_numbers():
+    key = "trl/sequence_mask"
+    at = explore(**{"ex.fw": "trl", "ex.fw.trl": key, "ex.sc.gaussian.s": "0.3"})
+    before = metric(at, key, "is_masked")
+    at.select_slider(key=f"ex.{key}.vllm_importance_sampling_clip_max").set_value(1.5).run()
+    assert not at.exception and not at.error
+    assert metric(at, key, "is_masked") > before  # a tighter C_max masks more rollouts
+    assert any("GRPOConfig(" in c.value and "vllm_importance_sampling_clip_max=1.5" in c.value for c in at.code)
+
+
+def test_the_custom_composition_builds_a_correction_from_its_parts():
+    key = "custom/composition"
+    at = explore(**{"ex.fw": "custom", "ex.fw.custom": key, "ex.sc.gaussian.s": "0.3"})
+    assert not at.error and key in at.dataframe[0].value.columns
+    base = run_many([key], small_batch(s=0.3))[key].scalars()
+    assert metric(at, key, "is_masked") == pytest.approx(base["is_masked"], rel=1e-3, abs=1e-6)
+    at.selectbox(key=f"ex.{key}.rule2_statistic").select("ratio").run()  # a token band [None, None]: refused
+    assert any("Criterion on ratio needs a low or a high edge" in e.value for e in at.error)
+    at.select_slider(key=f"ex.{key}.rule2_high").set_value(1.2).run()  # drop tokens with rho > 1.2
+    assert not at.error and not at.exception
+    cfg = PRESETS[key].config.replace(rule2_statistic="ratio", rule2_high=1.2)
+    want = run_many([(key, cfg)], small_batch(s=0.3))[key].scalars()
+    assert metric(at, key, "is_masked") == pytest.approx(want["is_masked"], rel=1e-3, abs=1e-6)
+    assert want["is_masked"] > base["is_masked"]
+    # its exports: only the frameworks that can run a geometric gate with truncated, banded token weights
+    assert any(c.value.startswith(f"# seqis {key}") and "rollout_correction:" in c.value for c in at.code)
