@@ -57,3 +57,22 @@ def test_a_scan_file_and_a_folder_on_the_server(tmp_path):
     assert set(at.dataframe[0].value["step"]) == {1}
     at = run_page(**{"run.source": "folder", "run.path": str(tmp_path / "nowhere")})
     assert "no such folder" in at.error[0].value
+
+
+def test_the_timelines_mark_the_incident_and_keep_one_colour_per_group(tmp_path):
+    sys.path.insert(0, str(Path(APP).parent))
+    from ui.run_charts import WHOLE_STEP, dropped_timelines, mismatch_timeline
+
+    from seqis.runs import incidents
+
+    write_prime_rl_run(tmp_path, steps=4, ranks=1, rollouts_per_rank=6, envs=("a", "b"), incident=(2, "b"))
+    df = scan(tmp_path, ["seq_tis", "mis_po"], by="env_name", workers=1)
+    fig = mismatch_timeline(df, "kl_k3", incidents(df))
+    lines = {t.name: t for t in fig.data}
+    assert set(lines) == {"a", "b", WHOLE_STEP, "incident"}
+    assert list(lines["incident"].x)[:1] == [2] and list(lines["b"].x) == [0, 1, 2, 3]
+    assert fig.layout.yaxis.type == "log"
+    drops = dropped_timelines(df, ["seq_tis", "mis_po"])
+    colors = {t.name: t.line.color for t in drops.data}
+    assert colors["a"] == lines["a"].line.color and len(drops.data) == 2 * 3
+    assert all(0 <= y <= 1 for t in drops.data for y in t.y)

@@ -7,9 +7,11 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from .style import EXTRA, PALETTE, STATUS_COLORS, base_layout
+
 WHOLE_STEP = "whole step"  # the legend name of the rows with no group
-SEVERITY_COLORS = {"bad": "#d62728", "warn": "#f2a541", "outlier": "#8e44ad"}
-FONT = dict(family="Inter, -apple-system, Segoe UI, Helvetica, Arial, sans-serif", size=12)
+SEVERITY_COLORS = {"bad": STATUS_COLORS["dropped"], "warn": STATUS_COLORS["clipped"], "outlier": EXTRA[1]}
+WHOLE_STEP_COLOR = EXTRA[0]
 LOG_METRICS = {"kl_k1", "kl_k3", "chi2_token", "chi2_seq", "abs_log_ratio_p50", "abs_log_ratio_p99",
                "abs_log_ratio_max"}
 
@@ -20,12 +22,16 @@ def _pairs(df: pd.DataFrame) -> pd.DataFrame:
     return pairs.assign(name=pairs["group"].fillna(WHOLE_STEP).astype(str))
 
 
+def _group_colors(df: pd.DataFrame) -> dict[str, str]:
+    """One colour per group, the same in every chart of a scan."""
+    names = sorted(n for n in _pairs(df)["name"].unique() if n != WHOLE_STEP)
+    return {WHOLE_STEP: WHOLE_STEP_COLOR, **{n: PALETTE[i % len(PALETTE)] for i, n in enumerate(names)}}
+
+
 def _layout(fig: go.Figure, height: int, title: str) -> go.Figure:
-    fig.update_layout(height=height, title=dict(text=title, x=0, font=dict(size=14)), font=FONT,
-                      margin=dict(l=60, r=20, t=50, b=40), plot_bgcolor="white", hovermode="closest",
-                      legend=dict(orientation="h", y=-0.18), clickmode="event+select")
-    fig.update_xaxes(title_text="step", showgrid=True, gridcolor="#eee", zeroline=False)
-    fig.update_yaxes(showgrid=True, gridcolor="#eee", zeroline=False)
+    fig.update_layout(**base_layout(height=height, title=title), hovermode="closest", clickmode="event+select")
+    fig.update_xaxes(title_text="step", zeroline=False)
+    fig.update_yaxes(zeroline=False)
     return fig
 
 
@@ -34,12 +40,13 @@ def mismatch_timeline(df: pd.DataFrame, metric: str, incidents: pd.DataFrame | N
     """`metric` (a diagnostics column) over steps, a line per group, the whole step dashed; incidents as
     large markers coloured by severity. Each point carries its step as customdata (for click-to-open)."""
     pairs = _pairs(df)
+    colors = _group_colors(df)
     fig = go.Figure()
     for name, rows in pairs.groupby("name", sort=True):
         whole = name == WHOLE_STEP
         fig.add_trace(go.Scatter(
             x=rows["step"], y=rows[metric], name=name, mode="lines+markers", customdata=rows["step"],
-            line=dict(width=1.5, dash="dash" if whole else "solid", color="#444" if whole else None),
+            line=dict(width=1.5, dash="dash" if whole else "solid", color=colors[name]),
             marker=dict(size=6), hovertemplate=f"step %{{x}}<br>{name}<br>{metric} %{{y:.4g}}<extra></extra>"))
     if incidents is not None and not incidents.empty:
         severity = [r.split(":")[0] if r.split(":")[0] in SEVERITY_COLORS else "outlier" for r in incidents["reason"]]
@@ -60,8 +67,7 @@ def dropped_timelines(df: pd.DataFrame, estimators: list[str], *, height_each: i
     estimators = [e for e in estimators if e in set(df["estimator"])]
     fig = make_subplots(rows=max(len(estimators), 1), cols=1, shared_xaxes=True, vertical_spacing=0.06,
                         subplot_titles=estimators or ["no estimator in this scan"])
-    names = sorted(_pairs(df)["name"].unique())
-    colors = {n: c for n, c in zip(names, _colorway())}
+    colors = _group_colors(df)
     for i, est in enumerate(estimators, start=1):
         rows = df[df["estimator"] == est].sort_values("step", kind="stable")
         rows = rows.assign(name=rows["group"].fillna(WHOLE_STEP).astype(str))
@@ -70,12 +76,9 @@ def dropped_timelines(df: pd.DataFrame, estimators: list[str], *, height_each: i
             fig.add_trace(go.Scatter(
                 x=part["step"], y=part["dropped"], name=name, legendgroup=name, showlegend=i == 1,
                 mode="lines+markers", customdata=part["step"], marker=dict(size=5),
-                line=dict(width=1.5, dash="dash" if whole else "solid", color="#444" if whole else colors[name]),
+                line=dict(width=1.5, dash="dash" if whole else "solid", color=colors[name]),
                 hovertemplate=f"{est}<br>step %{{x}}<br>{name}: %{{y:.1%}} dropped<extra></extra>"), row=i, col=1)
         fig.update_yaxes(range=[-0.03, 1.03], tickformat=".0%", row=i, col=1)
     _layout(fig, 80 + height_each * max(len(estimators), 1), "fraction of loss tokens dropped, per correction")
     return fig
 
-
-def _colorway() -> list[str]:
-    return ["#3b6fd8", "#e4572e", "#17a398", "#8e44ad", "#f2a541", "#5c6f7b", "#c2185b", "#2e7d32", "#795548"] * 4

@@ -11,6 +11,7 @@ import pandas as pd
 import streamlit as st
 from ui import run_charts, run_data
 from ui.state import bound
+from ui.style import CHART_CONFIG
 
 from seqis import ESTIMATORS
 
@@ -132,7 +133,7 @@ else:
 metric = bound(st.selectbox, "Mismatch metric", f"{P}metric", "kl_k3", options=[m for m in METRICS if m in df],
                valid=lambda v: v in df)
 event = st.plotly_chart(run_charts.mismatch_timeline(df, metric, found), key=f"{P}timeline", on_select="rerun",
-                        selection_mode="points", width="stretch")
+                        selection_mode="points", width="stretch", config=CHART_CONFIG)
 points = event.selection.points if event and event.selection else []
 steps = sorted(int(s) for s in df["step"].unique())
 picked = int(points[0]["x"]) if points else None
@@ -144,6 +145,6 @@ step = bound(st.selectbox, "Step (or click a point above)", f"{P}step", default,
 open_step(run_path, step, st.container())
 
 names = [e for e in dict.fromkeys(df["estimator"])]
-st.plotly_chart(run_charts.dropped_timelines(df, names), key=f"{P}dropped", width="stretch")
+st.plotly_chart(run_charts.dropped_timelines(df, names), key=f"{P}dropped", width="stretch", config=CHART_CONFIG)
 with st.expander("The scan's rows of this step"):
     st.dataframe(df[df["step"] == step], hide_index=True, width="stretch")
