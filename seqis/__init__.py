@@ -7,12 +7,13 @@ that grows like (1 + chi2)^T. Every estimator here trades some of that variance 
 (seq_tis), gating on the geometric ratio exp(S_j / T_j) (seq_mis, geo_mask), or filtering tokens and
 trajectories (mis_po); reference estimators (pg, seq_is, token_tis, ...) are there to compare.
 
-    from seqis import Batch, ESTIMATORS, run, diagnostics
+    from seqis import Batch, ESTIMATORS, run, diagnostics, diagnose
     out = run("seq_tis", batch, ESTIMATORS["seq_tis"].config(seq_clip=3.0))
     out.loss.backward()            # d loss / d trainer_logprobs = -out.weights * adv_tau * A / N
     out = run("verl/bypass_pg_geo_rs", batch)   # every framework's shipped correction: seqis.PRESETS
 """
 
+from .diagnose import Finding, diagnose
 from .diagnostics import diagnostics
 from .estimators import (
     AGGREGATIONS,
@@ -40,6 +41,8 @@ __all__ = [
     "EstimatorSpec",
     "PRESETS",
     "SEED_ESTIMATORS",
+    "Finding",
+    "diagnose",
     "diagnostics",
     "Knobs",
     "knob",

@@ -10,6 +10,8 @@ Explore page calls so that no page does tensor math.
     effective_batch(out)    tokens and rollouts kept, ESS of the applied rollout weights
     theory_rollouts(...)    the closed-form acceptance / clipping to set beside them (Gaussian noise)
     rollout_row(x, mask, j) one rollout's loss tokens: positions and values (l_t, coefficients)
+    ratio_quantiles(r), band_shares(r)   the raw ratios before any correction
+    correction_fractions(outputs, r)     per correction: truncated and masked, token and rollout level
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+import pandas as pd
 import torch
 
 from . import theory
@@ -203,3 +206,56 @@ def theory_rollouts(x, cfg, s: float, lengths) -> dict[str, float]:
 
 __all__ = ["HIST_BINS", "HIST_LOG10_RANGE", "TokenMap", "dropped_map", "effective_batch",
            "rollout_advantages", "rollout_row", "theory_rollouts", "token_map", "weight_histogram"]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# the raw ratios before any correction, and what each correction truncates and masks (the Diagnose page)
+
+RATIO_QUANTILES = (0.001, 0.01, 0.1, 0.5, 0.9, 0.99, 0.999)
+TOKEN_BANDS = {"[0.8, 1.25]": (0.8, 1.25), "[0.5, 2]": (0.5, 2.0), "[0.5, 5] (IcePop)": (0.5, 5.0),
+               "[1e-4, 1e4] (verl veto)": (1e-4, 1e4)}
+
+
+def ratio_quantiles(r: Ratios) -> pd.DataFrame:
+    """Quantiles of the per-token log-ratio l and of rho = e^l over loss tokens, before any correction."""
+    from .diagnostics import percentiles
+
+    qs = percentiles(r.log_ratio[r.mask].float(), RATIO_QUANTILES)
+    return pd.DataFrame({"log_ratio": qs, "ratio": [math.exp(v) for v in qs]},
+                        index=pd.Index([f"p{100 * q:g}" for q in RATIO_QUANTILES], name="quantile"))
+
+
+def band_shares(r: Ratios) -> pd.DataFrame:
+    """The share of loss tokens whose ratio lies outside each common token band (bounds inclusive)."""
+    l = r.log_ratio[r.mask]  # (N,)
+    n = max(l.numel(), 1)
+    shares = [int(((l < math.log(lo)) | (l > math.log(hi))).sum()) / n for lo, hi in TOKEN_BANDS.values()]
+    return pd.DataFrame({"share_outside": shares}, index=pd.Index(list(TOKEN_BANDS), name="token band"))
+
+
+def correction_fractions(outputs: dict[str, EstimatorOutput], r: Ratios) -> pd.DataFrame:
+    """For each correction (estimator or preset output, by name): the fraction truncated and masked, at token
+    level (share of loss tokens) and rollout level (share of valid rollouts), side by side.
+
+    tokens_masked       loss tokens whose gradient is dropped (the metric is_masked)
+    tokens_truncated    loss tokens whose weight is cut at a clip (the "clipped" mask)
+    rollouts_masked     rollouts with every loss token dropped; rollouts_partly_masked: with at least one
+    rollouts_truncated  rollouts with a truncated weight (or a truncated token)
+    """
+    n_tok = max(int(r.mask.sum()), 1)
+    valid = r.valid  # (B,)
+    n_roll = max(int(valid.sum()), 1)
+    rows = []
+    for name, out in outputs.items():
+        dropped = r.mask & ~out.masks["kept"]  # (B, T)
+        dropped_rows = dropped.sum(-1)  # (B,)
+        clipped = out.masks["clipped"] & r.mask if "clipped" in out.masks else torch.zeros_like(r.mask)
+        rows.append({
+            "correction": str(name),
+            "tokens_masked": int(dropped.sum()) / n_tok,
+            "tokens_truncated": int(clipped.sum()) / n_tok,
+            "rollouts_masked": int((valid & (dropped_rows == r.mask.sum(-1))).sum()) / n_roll,
+            "rollouts_partly_masked": int((valid & (dropped_rows > 0)).sum()) / n_roll,
+            "rollouts_truncated": int((valid & (out.rollouts["clipped"].bool() | clipped.any(-1))).sum()) / n_roll,
+        })
+    return pd.DataFrame(rows).set_index("correction")

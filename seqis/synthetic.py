@@ -45,6 +45,7 @@ from typing import ClassVar
 
 import torch
 
+from .sampler_faults import TinyLMFaultConfig
 from .types import Batch, Knobs, knob, knobs
 
 MAX_LEN = 32768  # the longest rollout a scenario may ask for
@@ -168,8 +169,11 @@ class PolicyLagConfig(ScenarioConfig):
                          ge=1, ui=(1, 4096), log=True)
 
 
-SCENARIOS: dict[str, type[ScenarioConfig]] = {
-    c.name: c for c in (GaussianConfig, DriftConfig, CatastrophicConfig, PrecisionConfig, PolicyLagConfig)
+# a scenario whose config has a make(seed=, device=, dtype=) method builds its own batch (tiny_lm: the tiny
+# transformer with a faulty sampler, seqis.sampler_faults); the others follow the four steps above
+SCENARIOS: dict[str, type[Knobs]] = {
+    c.name: c for c in (GaussianConfig, DriftConfig, CatastrophicConfig, PrecisionConfig, PolicyLagConfig,
+                        TinyLMFaultConfig)
 }
 
 
@@ -181,7 +185,7 @@ def describe(name: str) -> str:
 def config(scenario: str | ScenarioConfig, **overrides) -> ScenarioConfig:
     """A scenario's config: its defaults (or the config given) with overrides applied and validated."""
     cfg = _scenario_class(scenario)() if isinstance(scenario, str) else scenario
-    if not isinstance(cfg, ScenarioConfig):
+    if not isinstance(cfg, tuple(SCENARIOS.values())):
         raise ValueError(f"scenario must be a name ({', '.join(SCENARIOS)}) or a ScenarioConfig, got {cfg!r}")
     unknown = sorted(set(overrides) - {f.name for f in knobs(cfg)})
     if unknown:
@@ -343,6 +347,8 @@ def make_batch(
     config. Drawn on the CPU from torch.Generator(seed), then moved to `device`: the same seed gives the
     same batch everywhere. Metadata: group_id, reward, length (the rollout's loss-token count)."""
     cfg = config(scenario, **overrides)
+    if hasattr(cfg, "make"):  # a scenario that builds its own batch
+        return cfg.make(seed=seed, device=device, dtype=dtype)
     g = torch.Generator(device="cpu").manual_seed(int(seed))
 
     lengths = sample_lengths(cfg, g)  # (B,)

@@ -28,6 +28,7 @@ from __future__ import annotations
 import copy
 import math
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -180,12 +181,71 @@ def train(cfg: TinyLMConfig = TinyLMConfig(), seed: int = 0, log_every: int = 0)
     return model.eval(), lang
 
 
+WEIGHTS = Path(__file__).resolve().parent.parent / "assets" / "models" / "tiny_lm_seed0.safetensors"
+
+
+def pretrained(path: Path = WEIGHTS) -> tuple[TinyLM, WordLanguage]:
+    """The model of `train(TinyLMConfig(), seed=0)` (2 CPU threads) from its shipped weights, in
+    milliseconds instead of minutes; trains it when the file is missing (scripts/make_assets.py writes it)."""
+    cfg = TinyLMConfig()
+    if not Path(path).is_file():
+        return train(cfg, seed=0)
+    from safetensors.torch import load_file
+
+    model = TinyLM(cfg, seed=0)
+    model.load_state_dict(load_file(str(path)))
+    return model.eval(), WordLanguage(cfg, seed=0)
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """What the inference engine does to the logits before it samples (and reports log mu). The trainer
+    applies none of it (temperature 1, the full vocabulary), so each setting is a known sampler fault.
+
+    temperature   logits / temperature (applied first, as vLLM does)
+    top_k, top_p  keep the k most likely tokens / the smallest set holding top_p of the mass, renormalised:
+                  log mu = log p - log(kept mass) on every kept token (0 / 1.0: off)
+    bug_token     a kernel bug: at a fraction bug_rate of decoding steps (per rollout), this token's logit is
+                  set bug_margin above the largest, so the sampler picks it wherever the trainer finds it absurd
+    """
+
+    temperature: float = 1.0
+    top_k: int = 0
+    top_p: float = 1.0
+    bug_token: int = 7
+    bug_rate: float = 0.0
+    bug_margin: float = 4.0
+
+    def log_probs(self, logits: torch.Tensor, hit: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+        """(B, V) fp32 logits -> (B, V) log mu and (B,) log of the kept mass (0 without truncation)."""
+        if hit is not None:  # the kernel bug, where it fires
+            bugged = logits.max(-1).values + self.bug_margin  # (B,)
+            logits = logits.clone()
+            logits[:, self.bug_token] = torch.where(hit, bugged, logits[:, self.bug_token])
+        logp = (logits / self.temperature).log_softmax(-1)  # (B, V)
+        if not self.top_k and self.top_p >= 1.0:
+            return logp, torch.zeros(logp.shape[0])
+        keep = torch.ones_like(logp, dtype=torch.bool)
+        if self.top_k:
+            keep &= logp >= logp.topk(self.top_k, -1).values[:, -1:]
+        if self.top_p < 1.0:  # keep a token while the mass of the more likely ones is below top_p
+            srt, idx = logp.sort(-1, descending=True)
+            before = srt.exp().cumsum(-1) - srt.exp()  # (B, V) mass ahead of each token
+            keep &= torch.zeros_like(keep).scatter(-1, idx, before < self.top_p)
+        kept_mass = logp.masked_fill(~keep, -math.inf).logsumexp(-1)  # (B,)
+        return (logp - kept_mass[:, None]).masked_fill(~keep, -math.inf), kept_mass
+
+
 @torch.no_grad()
 def rollouts(model: TinyLM, lang: WordLanguage, *, n_prompts: int = 16, group_size: int = 8, seed: int = 0,
-             max_len: int | None = None, sampler_dtype: torch.dtype = torch.bfloat16) -> Batch:
-    """GRPO groups sampled by a `sampler_dtype` copy of the model (KV cache, token by token) and rescored by
-    the fp32 model in one pass. Positions: BOS, the prompt token, then the response; the loss mask covers the
-    response up to and including EOS. Metadata: group_id, reward, length, prompt_word, finished."""
+             max_len: int | None = None, sampler_dtype: torch.dtype = torch.bfloat16,
+             sampling: Sampling = Sampling()) -> Batch:
+    """GRPO groups sampled by a `sampler_dtype` copy of the model (KV cache, token by token, with `sampling`'s
+    temperature, truncation and kernel bug) and rescored by the fp32 model in one pass. Positions: BOS, the
+    prompt token, then the response; the loss mask covers the response up to and including EOS.
+    Metadata: group_id, reward, length, prompt_word, finished, and the truth about the sampler per rollout:
+    kept_log_mass (sum over its loss tokens of log of the mass the sampler kept: the truncation offset) and
+    bug_tokens (loss tokens the kernel bug chose where the trainer gives them under 5%)."""
     cfg = model.cfg
     L = min(max_len or cfg.max_len, cfg.max_len)
     g = torch.Generator().manual_seed(seed)
@@ -202,12 +262,17 @@ def rollouts(model: TinyLM, lang: WordLanguage, *, n_prompts: int = 16, group_si
     sampler_logprobs[:, 1] = logits[:, 0].log_softmax(-1).gather(-1, tokens[:, 1:2])[:, 0]
     finished = torch.zeros(B, dtype=torch.bool)
     length = torch.full((B,), L, dtype=torch.int64)  # (B,) positions used: prompt + response
+    kept_log_mass = torch.zeros(B, L)  # (B, L) log of the mass the sampler kept (truncation)
+    bugged = torch.zeros(B, L, dtype=torch.bool)  # (B, L) the kernel bug fired here
     for t in range(2, L):  # decode one token per step for every rollout (finished ones idle on EOS)
-        logp = logits[:, -1].log_softmax(-1)  # (B, V)
+        hit = torch.rand(B, generator=g) < sampling.bug_rate if sampling.bug_rate > 0 else None  # (B,)
+        logp, kept_log_mass[:, t] = sampling.log_probs(logits[:, -1], hit)  # (B, V), (B,)
         y = torch.multinomial(logp.exp(), 1, generator=g)[:, 0]  # (B,)
         y = torch.where(finished, cfg.eos, y)
         tokens[:, t] = y
         sampler_logprobs[:, t] = logp.gather(-1, y[:, None])[:, 0]
+        if hit is not None:
+            bugged[:, t] = hit & (y == sampling.bug_token)
         newly = ~finished & (y == cfg.eos)
         length = torch.where(newly, t + 1, length)
         finished |= newly
@@ -223,6 +288,7 @@ def rollouts(model: TinyLM, lang: WordLanguage, *, n_prompts: int = 16, group_si
     pos = torch.arange(T)[None, :]  # (1, T)
     loss_mask = (pos >= 2) & (pos < length[:, None])  # (B, T) the response, EOS included
     reward = _contains_word(tokens[:, :T], loss_mask, lang, (prompt_word + 1) % cfg.n_words).double()  # (B,)
+    absurd = bugged[:, :T] & loss_mask & (trainer_logprobs[:, :T] < math.log(0.05))  # (B, T)
     group_id = torch.arange(B) // group_size  # (B,)
     mean = reward.view(n_prompts, group_size).mean(-1).repeat_interleave(group_size)  # (B,)
     return Batch(
@@ -231,7 +297,9 @@ def rollouts(model: TinyLM, lang: WordLanguage, *, n_prompts: int = 16, group_si
         advantages=(reward - mean).float(),
         loss_mask=loss_mask,
         metadata={"group_id": group_id.tolist(), "reward": reward.tolist(), "length": (length - 2).tolist(),
-                  "prompt_word": prompt_word.tolist(), "finished": finished.tolist()},
+                  "prompt_word": prompt_word.tolist(), "finished": finished.tolist(),
+                  "kept_log_mass": torch.where(loss_mask, kept_log_mass[:, :T], 0.0).sum(-1).tolist(),
+                  "bug_tokens": absurd.sum(-1).tolist()},
     )
 
 

@@ -1,0 +1,202 @@
+"""diagnose: each real sampler fault of the tiny transformer is named with its evidence, at several seeds;
+clean batches are never bad; the statistics behind the findings match their formulas."""
+
+import math
+
+import pytest
+import torch
+
+from seqis import ESTIMATORS, Batch, Finding, diagnose, run_many
+from seqis.diagnose import (
+    CATASTROPHIC_LOG_RATIO,
+    aligned_pairs,
+    best_shift,
+    mismatch_stats,
+    temperature_fit,
+    truncation_offset,
+)
+from seqis.estimators import Ratios
+from seqis.sampler_faults import truth
+from seqis.summaries import band_shares, correction_fractions, ratio_quantiles
+from seqis.synthetic import make_batch
+
+SEEDS = (0, 1, 2)
+SMALL = dict(n_prompts=8)  # 64 rollouts, about 5,000 loss tokens: a couple of seconds per batch
+
+
+def lm_batch(seed, **fault):
+    return make_batch("tiny_lm", seed=seed, **SMALL, **fault)
+
+
+def the(findings: list[Finding], kind: str) -> Finding:
+    found = [f for f in findings if f.kind == kind]
+    assert found, f"no {kind} among {[(f.kind, f.severity) for f in findings]}"
+    return found[0]
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("fault", [dict(top_p=0.9), dict(top_k=20), dict(top_p=0.95, top_k=8)])
+def test_sampler_truncation_and_its_log_offset(seed, fault):
+    b = lm_batch(seed, **fault)
+    f = the(diagnose(b), "sampler_truncation")
+    expected = truth(b)["log_offset"]  # mean log of the mass the sampler kept, per loss token
+    assert expected < 0
+    assert f.evidence["log_offset"] == pytest.approx(expected, rel=0.25)
+    assert f.severity in ("warn", "bad")
+    assert not any(g.kind == "temperature_mismatch" for g in diagnose(b))
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("tau", [0.7, 0.85, 1.25])
+def test_temperature_mismatch_and_the_temperature(seed, tau):
+    f = the(diagnose(lm_batch(seed, temperature=tau)), "temperature_mismatch")
+    assert f.evidence["temperature"] == pytest.approx(tau, rel=0.05)
+    assert f.severity in ("warn", "bad")
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("shift", [1, -1, 2])
+def test_token_misalignment_and_the_shift(seed, shift):
+    findings = diagnose(lm_batch(seed, shift=shift))
+    f = the(findings, "token_misalignment")
+    assert f.evidence["shift"] == shift
+    assert f.severity == "bad" and findings[0].kind == "token_misalignment"
+    # re-aligned, the rest is the clean bf16 sampler: no other cause
+    assert {g.kind for g in findings} <= {"token_misalignment", "precision_noise"}
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_catastrophic_tokens_from_a_kernel_bug(seed):
+    b = lm_batch(seed, bug_rate=0.005)
+    f = the(diagnose(b), "catastrophic_tokens")
+    expected = truth(b)["bug_tokens"]  # tokens the bug forced where the trainer gives them < 5%
+    assert expected >= 10
+    assert f.evidence["count"] == pytest.approx(expected, rel=0.2)
+    assert f.evidence["share"] == pytest.approx(f.evidence["count"] / int(b.loss_mask.sum()))
+    l = b.trainer_logprobs - b.inference_logprobs
+    for row, pos in f.evidence["where"]:  # the worst ones, each a loss token beyond the cut
+        assert b.loss_mask[row, pos] and abs(float(l[row, pos])) > CATASTROPHIC_LOG_RATIO
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
+@pytest.mark.parametrize("seed", SEEDS)
+def test_clean_samplers_are_precision_noise_of_their_dtype_and_never_bad(dtype, seed):
+    findings = diagnose(lm_batch(seed, sampler_dtype=dtype))
+    assert the(findings, "precision_noise").evidence["dtype"] == dtype
+    assert all(f.severity != "bad" for f in findings)
+    assert findings[-1].kind == "healthy"
+
+
+def test_by_repeats_per_metadata_value_worst_first():
+    b = lm_batch(0, top_k=5)
+    b.metadata["env_name"] = ["math" if g % 2 else "code" for g in b.metadata["group_id"]]
+    findings = diagnose(b, by="env_name")
+    assert {f.group for f in findings} == {None, "math", "code"}
+    ranks = [("bad", "warn", "ok").index(f.severity) for f in findings]
+    assert ranks == sorted(ranks)
+    for env in ("math", "code"):
+        rows = [i for i, e in enumerate(b.metadata["env_name"]) if e == env]
+        alone = diagnose(b.select(rows))
+        mine = [f for f in findings if f.group == env]
+        assert [(f.kind, f.severity, f.evidence.get("log_offset")) for f in mine] == \
+            [(f.kind, f.severity, f.evidence.get("log_offset")) for f in alone]
+    with pytest.raises(ValueError, match="'turn' is not a metadata column.*env_name"):
+        diagnose(b, by="turn")
+
+
+def test_padding_may_hold_anything():
+    b = lm_batch(0, top_p=0.9)
+    t, i = b.trainer_logprobs.clone(), b.inference_logprobs.clone()
+    t[~b.loss_mask], i[~b.loss_mask] = -math.inf, math.nan
+    dirty = diagnose(Batch(t, i, b.advantages, b.loss_mask))
+    assert [(f.kind, f.evidence.get("log_offset")) for f in dirty] == \
+        [(f.kind, f.evidence.get("log_offset")) for f in diagnose(b)]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# the statistics, against their formulas on batches built by hand
+
+
+def hand_batch(trainer, inference, mask=None):
+    trainer, inference = torch.as_tensor(trainer, dtype=torch.float64), torch.as_tensor(inference, dtype=torch.float64)
+    return Batch(trainer, inference, torch.zeros(trainer.shape[0], dtype=torch.float64), mask)
+
+
+def test_mismatch_stats_are_the_frameworks_formulas():
+    l = torch.tensor([0.1, -0.2, 0.0, 1.5, -3.0])
+    s = mismatch_stats(l)
+    assert s["mult_prob_error"] == pytest.approx(sum(math.exp(abs(x)) for x in l.tolist()) / 5, rel=1e-6)
+    assert s["kl_k1"] == pytest.approx(-sum(l.tolist()) / 5, rel=1e-6)
+    assert s["kl_k3"] == pytest.approx(sum(math.exp(x) - 1 - x for x in l.tolist()) / 5, rel=1e-6)
+    assert s["chi2_token"] == pytest.approx(sum(math.exp(2 * x) - 1 for x in l.tolist()) / 5, rel=1e-6)
+
+
+def test_temperature_fit_recovers_an_exact_line():
+    g = torch.Generator().manual_seed(0)
+    a = -8 * torch.rand(4, 500, generator=g, dtype=torch.float64)  # (4, 500) log pi, mostly branching
+    tau = 0.8
+    l = (1 - 1 / tau) * a - 0.3  # exactly linear: one log Z_t for every position
+    fit = temperature_fit(aligned_pairs(hand_batch(a, a - l)), torch.ones(a.numel(), dtype=torch.bool))
+    assert fit["detected"] and fit["temperature"] == pytest.approx(tau, rel=1e-4)
+    assert fit["intercept"] == pytest.approx(-0.3, abs=1e-4) and fit["r2"] == pytest.approx(1.0)
+
+
+def test_truncation_offset_is_the_mean_of_a_one_sided_log_ratio():
+    l = -torch.linspace(0.0, 0.2, 1000, dtype=torch.float64)  # log of kept masses in [0.82, 1]
+    assert truncation_offset(l) == pytest.approx(-0.1)
+    two_sided = torch.cat([l, -l[: 100]])  # 10% of the mass above 0: not truncation
+    assert truncation_offset(two_sided) is None
+
+
+def test_best_shift_finds_an_off_by_one_row_by_row():
+    g = torch.Generator().manual_seed(1)
+    mu = -torch.rand(8, 64, generator=g) * 4  # (8, 64)
+    late = torch.roll(mu, 1, dims=1)  # inference[t] holds mu[t - 1]
+    shift, agreement = best_shift(mu, late, torch.ones(8, 64, dtype=torch.bool))
+    assert shift == 1 and agreement[1] == 0.0 and agreement[0] > 0.5
+    assert best_shift(mu, mu, torch.ones(8, 64, dtype=torch.bool))[0] == 0
+
+
+# ---------------------------------------------------------------------------------------------------------
+# raw ratio statistics and each correction's truncated / masked fractions
+
+
+def test_ratio_quantiles_and_band_shares():
+    l = torch.tensor([[-1.0, 0.0, 0.5, 2.0], [0.1, -0.1, 0.0, 0.0]])
+    mask = torch.tensor([[True, True, True, True], [True, True, False, False]])
+    r = Ratios.of(hand_batch(l, torch.zeros_like(l), mask))
+    q = ratio_quantiles(r)
+    assert q.loc["p50", "log_ratio"] == pytest.approx(0.0)  # nearest rank of (-1, -0.1, 0, 0.1, 0.5, 2)
+    assert q.loc["p99.9", "ratio"] == pytest.approx(math.exp(2.0))
+    shares = band_shares(r)["share_outside"]
+    assert shares["[0.5, 2]"] == pytest.approx(2 / 6)  # l = -1 and l = 2 are outside [log 0.5, log 2]
+    assert shares["[1e-4, 1e4] (verl veto)"] == 0.0
+
+
+def test_correction_fractions_against_a_loop_over_rollouts():
+    b = make_batch("catastrophic", seed=3, n_rollouts=32, max_len=128, cat_frac=0.01)
+    r = Ratios.of(b)
+    outs = run_many(list(ESTIMATORS), b, ratios=r)
+    table = correction_fractions(outs, r)
+    n_tok = int(b.loss_mask.sum())
+    for name, out in outs.items():
+        kept, clipped = out.masks["kept"], out.masks.get("clipped")
+        masked = partly = truncated = tok_trunc = 0
+        valid = 0
+        for j in range(b.shape[0]):
+            m = b.loss_mask[j]
+            if not m.any():
+                continue
+            valid += 1
+            dropped = int((m & ~kept[j]).sum())
+            masked += dropped == int(m.sum())
+            partly += dropped > 0
+            cj = int((clipped[j] & m).sum()) if clipped is not None else 0
+            tok_trunc += cj
+            truncated += bool(out.rollouts["clipped"][j]) or cj > 0
+        row = table.loc[name]
+        assert row["tokens_masked"] == pytest.approx(float(out.metrics["is_masked"]), abs=1e-6)
+        assert row["tokens_truncated"] == pytest.approx(tok_trunc / n_tok)
+        assert row["rollouts_masked"] == pytest.approx(masked / valid)
+        assert row["rollouts_partly_masked"] == pytest.approx(partly / valid)
+        assert row["rollouts_truncated"] == pytest.approx(truncated / valid)
