@@ -11,7 +11,8 @@ trainer's entropy at each position sharpens the temperature fit when the batch c
   temperature_mismatch  a sampler at temperature tau draws from mu = pi^(1/tau) / Z_t, so at one position
                         l = (1 - 1/tau) log pi + log Z_t: linear in log pi with slope 1 - 1/tau. The slope is
                         fitted on the branching tokens (pi < 1/2) where it shows; with the trainer's entropy
-                        H_t the fit is on log pi + H_t (log Z_t ~ (1/tau - 1) H_t to first order).
+                        H_t as a second regressor when the batch has it (log Z_t ~ (1/tau - 1) H_t to first
+                        order), which removes most of the bias a position-dependent log Z_t leaves.
   sampler_truncation    top-p / top-k in the sampler renormalises the kept tokens: log mu = log pi - log Z_t
                         with Z_t the kept mass, so l = log Z_t <= 0 on every token: one-sided. Evidence:
                         the mean per-token offset, which is also the KL(mu || pi) it causes.
@@ -114,7 +115,7 @@ def _diagnose(batch: Batch, group) -> list[Finding]:
     catastrophic = pairs.l.abs() > CATASTROPHIC_LOG_RATIO  # (N,)
     fit = temperature_fit(pairs, ~catastrophic)
     if fit is not None and fit["detected"]:  # tokens the temperature line explains are not catastrophes
-        catastrophic = (pairs.l - fit["slope"] * fit["x"] - fit["intercept"]).abs() > CATASTROPHIC_LOG_RATIO
+        catastrophic = (pairs.l - fit["line"]).abs() > CATASTROPHIC_LOG_RATIO
     stats = mismatch_stats(pairs.l[~catastrophic])  # what the systematic causes do, without the outliers
     if fit is not None and fit["detected"]:
         findings.append(_temperature(fit, stats))
@@ -215,29 +216,38 @@ def _level(stats: dict[str, float]) -> str:
 
 
 def temperature_fit(p: _Pairs, keep: torch.Tensor) -> dict[str, Any] | None:
-    """Least-squares slope of l on log pi (+ the trainer's entropy when known) over kept branching tokens:
-    slope s = 1 - 1/tau, so tau = 1 / (1 - s). Detected when the line is sharp (t > 10), explains a fair
-    share of l's variance (R^2 > 0.6: policy lag, also linear in log pi, stays near 0.3-0.5) and moves the temperature by more than 2%."""
-    x = p.a if p.entropy is None else p.a + p.entropy  # (N,)
+    """Least-squares slope of l on log pi over kept branching tokens (with the trainer's entropy as a second
+    regressor when known: it absorbs log Z_t, which otherwise varies with the position and biases the slope,
+    most for a hotter sampler): slope s = 1 - 1/tau, so tau = 1 / (1 - s). Detected when the slope is sharp
+    (t > 10), the line explains most of l's variance (R^2 > 0.6: policy lag, also linear in log pi, stays
+    near 0.3-0.5) and it moves the temperature by more than 2%."""
     sel = keep & (p.a < _BRANCHING)
-    xs, ys = _sample(x[sel]).double(), _sample(p.l[sel]).double()
-    n = xs.numel()
+    a, ys = _sample(p.a[sel]).double(), _sample(p.l[sel]).double()
+    n = a.numel()
     if n < _MIN_FIT_TOKENS:
         return None
-    xc, yc = xs - xs.mean(), ys - ys.mean()
-    sxx = float((xc * xc).sum())
-    if sxx <= 0:
+    cols = [a - a.mean()]
+    if p.entropy is not None:
+        h = _sample(p.entropy[sel]).double()
+        cols.append(h - h.mean())
+    X = torch.stack(cols, 1)  # (n, 1 or 2) centred regressors
+    yc = ys - ys.mean()
+    xtx = X.T @ X
+    if float(torch.linalg.det(xtx)) <= 0:
         return None
-    slope = float((xc * yc).sum()) / sxx
-    resid = yc - slope * xc
-    syy = float((yc * yc).sum())
-    r2 = 1 - float((resid * resid).sum()) / syy if syy > 0 else 0.0
-    se = math.sqrt(max(float((resid * resid).sum()) / max(n - 2, 1), 1e-300) / sxx)
+    coef = torch.linalg.solve(xtx, X.T @ yc)  # (1 or 2,)
+    resid = yc - X @ coef
+    sse, syy = float(resid @ resid), float(yc @ yc)
+    r2 = 1 - sse / syy if syy > 0 else 0.0
+    slope = float(coef[0])
+    se = math.sqrt(max(sse / max(n - 1 - len(cols), 1), 1e-300) * float(torch.linalg.inv(xtx)[0, 0]))
     tau = 1 / (1 - slope) if slope < 1 else math.inf
+    x_mean = [float(a.mean())] + ([float(h.mean())] if p.entropy is not None else [])
+    intercept = float(ys.mean()) - sum(float(c) * m for c, m in zip(coef, x_mean))
+    line = slope * p.a + intercept + (float(coef[1]) * p.entropy if p.entropy is not None else 0.0)  # (N,)
     detected = abs(slope) / se > 10 and r2 > 0.6 and abs(tau - 1) > 0.02
-    return {"slope": slope, "intercept": float(ys.mean()) - slope * float(xs.mean()), "temperature": tau,
-            "r2": r2, "t_stat": abs(slope) / se, "n_fit": n, "x": x, "uses_entropy": p.entropy is not None,
-            "detected": detected}
+    return {"slope": slope, "intercept": intercept, "temperature": tau, "r2": r2, "t_stat": abs(slope) / se,
+            "n_fit": n, "line": line, "uses_entropy": p.entropy is not None, "detected": detected}
 
 
 def truncation_offset(l: torch.Tensor) -> float | None:

@@ -75,7 +75,8 @@ class TinyLMFaultConfig(Knobs):
         return Batch(b.trainer_logprobs.to(device=device, dtype=dtype, copy=True),
                      b.inference_logprobs.to(device=device, dtype=dtype, copy=True),
                      b.advantages.to(device=device, dtype=dtype, copy=True), b.loss_mask.to(device, copy=True),
-                     {k: list(v) for k, v in b.metadata.items()})
+                     {k: list(v) for k, v in b.metadata.items()},
+                     {k: x.to(device, copy=True) for k, x in b.extras.items()})
 
 
 @functools.cache
@@ -96,7 +97,7 @@ def _rollouts(cfg: TinyLMFaultConfig, seed: int) -> Batch:
                  sampler_dtype=DTYPES[cfg.sampler_dtype], sampling=sampling)
     if cfg.shift:  # position t reports the sampler's log-prob of position t - shift
         late = torch.roll(b.inference_logprobs, cfg.shift, dims=1)  # (B, T)
-        b = Batch(b.trainer_logprobs, late, b.advantages, b.loss_mask, b.metadata)
+        b = Batch(b.trainer_logprobs, late, b.advantages, b.loss_mask, b.metadata, b.extras)
     return b
 
 
@@ -104,4 +105,5 @@ def truth(batch: Batch) -> dict[str, float]:
     """What a tiny_lm batch's sampler did, from its metadata: the truncation's mean log offset per loss token
     and the number of absurd tokens the kernel bug chose."""
     n = max(1, int(batch.loss_mask.sum()))
-    return {"log_offset": sum(batch.metadata["kept_log_mass"]) / n, "bug_tokens": int(sum(batch.metadata["bug_tokens"]))}
+    return {"log_offset": sum(batch.metadata["kept_log_mass"]) / n,
+            "bug_tokens": int(sum(batch.metadata["bug_tokens"]))}

@@ -245,7 +245,8 @@ def rollouts(model: TinyLM, lang: WordLanguage, *, n_prompts: int = 16, group_si
     prompt token, then the response; the loss mask covers the response up to and including EOS.
     Metadata: group_id, reward, length, prompt_word, finished, and the truth about the sampler per rollout:
     kept_log_mass (sum over its loss tokens of log of the mass the sampler kept: the truncation offset) and
-    bug_tokens (loss tokens the kernel bug chose where the trainer gives them under 5%)."""
+    bug_tokens (loss tokens the kernel bug chose where the trainer gives them under 5%). Extras: the trainer's
+    entropy and the token ids at each position."""
     cfg = model.cfg
     L = min(max_len or cfg.max_len, cfg.max_len)
     g = torch.Generator().manual_seed(seed)
@@ -281,8 +282,10 @@ def rollouts(model: TinyLM, lang: WordLanguage, *, n_prompts: int = 16, group_si
         logits = sampler(y[:, None], caches, start=t).float()  # (B, 1, V)
 
     trainer_logprobs = torch.zeros(B, L)  # (B, L) log pi from one fp32 teacher-forced pass
+    entropy = torch.zeros(B, L)  # (B, L) the trainer's entropy at each position
     logp = model(tokens[:, :-1]).log_softmax(-1)  # (B, L - 1, V)
     trainer_logprobs[:, 1:] = logp.gather(-1, tokens[:, 1:, None])[..., 0]
+    entropy[:, 1:] = -(logp.exp() * logp).sum(-1)
 
     T = int(length.max())
     pos = torch.arange(T)[None, :]  # (1, T)
@@ -300,6 +303,7 @@ def rollouts(model: TinyLM, lang: WordLanguage, *, n_prompts: int = 16, group_si
                   "prompt_word": prompt_word.tolist(), "finished": finished.tolist(),
                   "kept_log_mass": torch.where(loss_mask, kept_log_mass[:, :T], 0.0).sum(-1).tolist(),
                   "bug_tokens": absurd.sum(-1).tolist()},
+        extras={"entropy": entropy[:, :T], "token_ids": tokens[:, :T]},
     )
 
 

@@ -42,3 +42,12 @@ def test_training_section_prints_its_time_and_ratio(capsys):
     seconds, floor, ratio = map(float, row[:3])
     assert seconds > 0 and floor > 0 and ratio == pytest.approx(seconds / floor, rel=0.1)
     assert all(0 <= float(v) <= 1 for v in row[3].split(", "))
+
+
+def test_diagnose_section_prints_a_row_per_batch_with_its_findings(capsys):
+    main(["--only", "diagnose", "--quick"])
+    out = capsys.readouterr().out
+    rows = [line for line in out.splitlines() if line.startswith("| ") and "x floor" not in line]
+    assert len(rows) == 3
+    assert "catastrophic_tokens (bad)" in rows[1] and "healthy (ok)" in rows[0]
+    assert all(float(r.rstrip(" |").rsplit("|", 1)[1]) > 0 for r in rows)  # x floor

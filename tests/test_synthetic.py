@@ -348,3 +348,20 @@ def test_tiny_lm_rollouts_have_genuine_precision_mismatch():
     assert l16.mean() > 10 * l32.mean() and l16.max() > 1e-3  # bf16 rounding: genuine mismatch
     adv = bf16.advantages.view(4, 4)
     assert torch.allclose(adv.sum(-1), torch.zeros(4), atol=1e-6)
+
+
+def test_tiny_lm_scenario_is_the_tiny_transformer_with_its_sampler_faults():
+    clean = make_batch("tiny_lm", seed=3, n_prompts=2)
+    again = make_batch("tiny_lm", seed=3, n_prompts=2)
+    assert torch.equal(clean.inference_logprobs, again.inference_logprobs) and clean.metadata == again.metadata
+    assert set(clean.extras) == {"entropy", "token_ids"} and clean.extras["entropy"].shape == clean.shape
+    assert sum(clean.metadata["kept_log_mass"]) == 0 and sum(clean.metadata["bug_tokens"]) == 0
+    cut = make_batch("tiny_lm", seed=3, n_prompts=2, top_k=3, sampler_dtype="fp32")
+    l = (cut.trainer_logprobs.double() - cut.inference_logprobs.double()).where(cut.loss_mask, 0.0)
+    assert (l <= 1e-4).all()  # one-sided: each token's l is the log of the mass the sampler kept
+    assert l.sum(-1).tolist() == pytest.approx(cut.metadata["kept_log_mass"], abs=1e-3)
+    assert sum(cut.metadata["kept_log_mass"]) < -1
+    late = make_batch("tiny_lm", seed=3, n_prompts=2, shift=1)  # same tokens, log-probs one position late
+    assert torch.equal(late.inference_logprobs[:, 3:], clean.inference_logprobs[:, 2:-1])
+    with pytest.raises(ValueError, match="top_p must be in"):
+        make_batch("tiny_lm", top_p=1.5)
