@@ -82,3 +82,19 @@ def test_the_custom_composition_builds_a_correction_from_its_parts():
     assert want["is_masked"] > base["is_masked"]
     # its exports: only the frameworks that can run a geometric gate with truncated, banded token weights
     assert any(c.value.startswith(f"# seqis {key}") and "rollout_correction:" in c.value for c in at.code)
+
+
+def test_a_string_choice_off_by_default_survives_the_link():
+    """verl/decoupled_token_is has rollout_rs None by default; a link that sets it keeps it (not parsed as a
+    number and dropped)."""
+    key = "verl/decoupled_token_is"
+    at = explore(**{"ex.fw": "verl", "ex.fw.verl": key, f"ex.{key}.rollout_rs": "seq_mean_k3",
+                    f"ex.{key}.rollout_rs_threshold": "0.01"})
+    assert not at.error
+    assert at.selectbox(key=f"ex.{key}.rollout_rs").value == "seq_mean_k3"
+
+
+def test_a_preset_beside_the_four_seed_estimators_starts_a_second_row():
+    at = explore(**{"ex.est": "seq_tis,seq_mis,geo_mask,mis_po", "ex.fw": "slime", "ex.fw.slime": "slime/mis"})
+    assert not at.error
+    assert list(at.dataframe[0].value.columns) == ["slime/mis", "seq_tis", "seq_mis", "geo_mask", "mis_po"]

@@ -47,8 +47,13 @@ def parse(raw: str, default: Any) -> Any:
         if isinstance(default, int):
             v = float(raw)
             return int(v) if v.is_integer() else default
-        if isinstance(default, float) or default is None:
+        if isinstance(default, float):
             return float(raw)
+        if default is None:  # an optional knob: a number, or one of its string choices (verl's rollout_rs)
+            try:
+                return float(raw)
+            except ValueError:
+                return raw
         if isinstance(default, (list, tuple)):
             return [p for p in raw.split(",") if p]
         return raw

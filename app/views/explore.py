@@ -180,7 +180,8 @@ st.caption("One point per rollout: its length T and geometric log-ratio S/T. Das
 columns = []
 for start in range(0, len(names), PER_ROW):
     row = names[start:start + PER_ROW]
-    columns += list(zip(row, st.columns(PER_ROW if len(names) > PER_ROW else len(row), gap="small"), strict=True))
+    cols = st.columns(PER_ROW if len(names) > PER_ROW else len(row), gap="small")  # a short last row: same widths
+    columns += list(zip(row, cols[:len(row)], strict=True))
 
 st.subheader("Tokens")
 left, right = st.columns([3, 2], gap="medium")
