@@ -11,10 +11,12 @@ import torch
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from seqis import AGGREGATIONS, ESTIMATORS, SEED_ESTIMATORS, Batch, diagnostics, knobs, run, run_many
+from seqis import AGGREGATIONS, ESTIMATORS, PRESETS, SEED_ESTIMATORS, Batch, diagnostics, knobs, run, run_many
 from seqis.estimators._kernels import MAX_LOG_WEIGHT
 
 NAMES = list(ESTIMATORS)
+# the properties that hold for any correction run at its defaults: every estimator and every preset
+ALL = NAMES + sorted(PRESETS)
 D = torch.float64
 
 
@@ -113,7 +115,7 @@ def test_every_aggregation_matches_its_normaliser(name, agg):
     torch.testing.assert_close(grad_of(out, batch), expected, rtol=1e-12, atol=1e-300)
 
 
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("name", ALL)
 def test_on_policy_every_kept_weight_is_one_and_nothing_dropped(name):
     batch = make_batch(seed=1, scale=0.0, empty=False)
     out = run(name, batch)
@@ -125,7 +127,7 @@ def test_on_policy_every_kept_weight_is_one_and_nothing_dropped(name):
     assert s.get("is_clipped", 0.0) == 0 and s.get("is_traj_masked", 0.0) == 0
 
 
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("name", ALL)
 @pytest.mark.parametrize("pad", [math.inf, -math.inf, math.nan, 123.0])
 def test_padding_values_change_nothing(name, pad):
     a = make_batch(seed=2, pad=0.0)
@@ -140,7 +142,7 @@ def test_padding_values_change_nothing(name, pad):
     assert oa.scalars() == ob.scalars()
 
 
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("name", ALL)
 def test_inputs_are_not_mutated(name):
     batch = make_batch(seed=4, pad=math.nan)
     before = [x.detach().clone() for x in (batch.trainer_logprobs, batch.inference_logprobs, batch.advantages)]
@@ -152,7 +154,7 @@ def test_inputs_are_not_mutated(name):
     assert batch.loss_mask.equal(mask)
 
 
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("name", ALL)
 def test_permuting_rollouts_permutes_per_rollout_outputs(name):
     batch = make_batch(B=8, seed=5, scale=0.4)
     perm = torch.randperm(8, generator=torch.Generator().manual_seed(0))
@@ -167,17 +169,17 @@ def test_permuting_rollouts_permutes_per_rollout_outputs(name):
     torch.testing.assert_close(oa.loss, ob.loss)
 
 
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("name", ALL)
 def test_run_many_equals_run(name):
     batch = make_batch(seed=6)
-    many = run_many(NAMES, batch)
+    many = run_many(ALL, batch)
     one = run(name, batch)
     torch.testing.assert_close(many[name].weights, one.weights)
     torch.testing.assert_close(many[name].loss, one.loss)
     assert many[name].scalars() == one.scalars()
 
 
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("name", ALL)
 @pytest.mark.parametrize("per_token_adv", [False, True])
 def test_a_second_backward_gives_the_same_gradient(name, per_token_adv):
     # the first backward hands out the gradient the forward built; retain_graph=True must still work
@@ -189,7 +191,7 @@ def test_a_second_backward_gives_the_same_gradient(name, per_token_adv):
     torch.testing.assert_close(g2, 2 * g1, rtol=1e-12, atol=0)
 
 
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("name", ALL)
 def test_weights_and_masks_read_before_or_after_backward_agree(name):
     # weights and masks are built on first read; the backward consumes the forward's own tensors
     batch = make_batch(seed=9)
@@ -202,7 +204,7 @@ def test_weights_and_masks_read_before_or_after_backward_agree(name):
     assert list(late.masks) == list(masks) and all(late.masks[k].equal(m) for k, m in masks.items())
 
 
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("name", ALL)
 @pytest.mark.parametrize("S", [800.0, -800.0])
 def test_extreme_summed_log_ratio_gives_finite_loss_and_gradient(name, S):
     T = 100
@@ -215,7 +217,7 @@ def test_extreme_summed_log_ratio_gives_finite_loss_and_gradient(name, S):
     assert all(math.isfinite(v) for v in out.scalars().values())
 
 
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("name", ALL)
 def test_no_loss_tokens_gives_zero_loss_with_working_backward(name):
     B, T = 3, 5
     tl = torch.full((B, T), -math.inf, dtype=D).requires_grad_()
@@ -227,7 +229,7 @@ def test_no_loss_tokens_gives_zero_loss_with_working_backward(name):
     assert all(v == 0.0 for v in out.scalars().values())
 
 
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("name", ALL)
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_half_precision_inputs_are_computed_in_float32(name, dtype):
     ref = make_batch(seed=7, scale=0.05, pad=0.0)
@@ -582,7 +584,7 @@ def assert_same_everything(a, b):
         torch.testing.assert_close(a[k], b[k], **tol, msg=k)
 
 
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("name", ALL)
 @pytest.mark.parametrize("kind", ["nan padding", "catastrophic", "per-token advantages", "bf16"])
 def test_the_gpu_paths_give_what_the_cpu_shortcuts_give(name, kind):
     # on the CPU, data-dependent questions (is any log-ratio non-finite? are few rollouts touched by a token

@@ -59,6 +59,7 @@ class Ratios:
     advantages: torch.Tensor  # (B,) or (B, T) the batch's advantages, as given (for sign conditions)
     shortcuts: bool = True  # whether a value may be read back to skip a pass (the CPU; _kernels.py)
     sparse_share: float = SPARSE_ROW_SHARE  # a token filter touching at most this share of rows goes sparse
+    _memo: dict = field(default_factory=dict, repr=False)  # pieces several corrections share (memo())
 
     @classmethod
     def of(cls, batch: Batch, *, shortcuts: bool | None = None, sparse_share: float = SPARSE_ROW_SHARE) -> Ratios:
@@ -80,15 +81,27 @@ class Ratios:
             r.__dict__.pop("seq_log_ratio", None)  # a cached sum saw the uncleaned tensor
         return r
 
+    def memo(self, key, compute: Callable[[], torch.Tensor]):
+        """compute(), made once per batch under key: a piece several corrections of one run_many share (a
+        statistic, its per-rollout aggregate, a clamped copy)."""
+        if key not in self._memo:
+            self._memo[key] = compute()
+        return self._memo[key]
+
     def clamped(self, c: float) -> Ratios:
-        """The same batch with l clamped to [-c, c] (verl's SAFETY_BOUND), for a composition's criteria; the
-        clamped Ratios is made once per c and shares everything else."""
-        cache = self.__dict__.setdefault("_clamped", {})
-        if c not in cache:
-            cache[c] = Ratios(self.mask, self.mask_f, self.logp, self.log_ratio.clamp(-c, c), self.advantages,
-                              self.shortcuts, self.sparse_share)
-            cache[c].__dict__["unclamped_log_ratio"] = self.log_ratio
-        return cache[c]
+        """The same batch with l clamped to [-c, c] (verl's SAFETY_BOUND), for a composition's criteria: this
+        Ratios itself when no loss token is outside (asked with shortcuts), else a clamped copy made once per c
+        that shares everything else."""
+        def compute():
+            l = self.log_ratio
+            if self.shortcuts and bool(l.amax() <= c) and bool(l.amin() >= -c):
+                return self
+            r = Ratios(self.mask, self.mask_f, self.logp, l.clamp(-c, c), self.advantages, self.shortcuts,
+                       self.sparse_share)
+            r.__dict__["unclamped_log_ratio"] = l
+            return r
+
+        return self.memo(("clamped", c), compute)
 
     @cached_property
     def unclamped_log_ratio(self) -> torch.Tensor:  # (B, T) l before any clamp (probabilities come from it)

@@ -32,7 +32,18 @@ import torch
 from ..types import Batch, Config, EstimatorOutput, Masks
 from . import ESTIMATORS, EstimatorSpec
 from ._common import AGGREGATIONS, Correction, Ratios, token_scale
-from ._kernels import any_per_row, as_float, dot, gated, masked_mean, row_sums, spread, surrogate_loss, tokens_of
+from ._kernels import (
+    any_per_row,
+    as_float,
+    dot,
+    gated,
+    known_term,
+    masked_mean,
+    row_sums,
+    spread,
+    surrogate_loss,
+    tokens_of,
+)
 from .compose import Composition, Penalty
 from .evaluate import correction
 
@@ -185,7 +196,7 @@ def _output(r: Ratios, batch: Batch, c: Correction, comp: Composition, agg: str,
             loss = surrogate_loss(logp, r, G=rebuild(), rebuild=rebuild)
 
     if comp.penalty is not None:
-        value = _penalty(r, batch, comp.penalty, scale)
+        value = _penalty(r, logp, comp.penalty, scale)
         loss = loss + value
         metrics["penalty"] = value.detach()
     metrics["seq_weight"] = masked_mean(weight, r.valid & (kept_len > 0))
@@ -211,13 +222,17 @@ def _output(r: Ratios, batch: Batch, c: Correction, comp: Composition, agg: str,
     return EstimatorOutput(loss=loss, weights=weights, masks=masks, metrics=metrics, rollouts=rollouts)
 
 
-def _penalty(r: Ratios, batch: Batch, p: Penalty, scale: torch.Tensor) -> torch.Tensor:
-    """coef * sum over loss tokens of s_t f(l_t), differentiable in trainer_logprobs (padding selected away:
-    its -inf / NaN never reach the value or the gradient)."""
-    logp = batch.trainer_logprobs.to(r.dtype)
-    l = torch.where(r.mask, logp - batch.inference_logprobs.to(r.dtype), 0.0)  # (B, T)
-    f = l.square() if p.statistic == "squared_log_ratio" else torch.expm1(l) - l
-    return p.coef * (f * scale).sum()
+def _penalty(r: Ratios, logp: torch.Tensor, p: Penalty, scale: torch.Tensor) -> torch.Tensor:
+    """coef * sum over loss tokens of s_t f(l_t), differentiable in trainer_logprobs: f = l^2 (f' = 2 l) or
+    k3 = rho - 1 - l (f' = rho - 1 = k3 + l), on the batch's cleaned log-ratios (0 on padding: no gradient
+    there). scale: the aggregation's normaliser, () or (B, 1)."""
+    l = r.log_ratio  # (B, T) unclamped, 0 off the loss mask
+    if p.statistic == "squared_log_ratio":
+        grad = l * scale  # (B, T)
+        value = dot(grad, l) * p.coef
+        return known_term(logp, value, grad.mul_(2 * p.coef))
+    per_row = r.k3_rollout * (scale if scale.dim() == 0 else scale[:, 0])  # (B,)
+    return known_term(logp, per_row.sum() * p.coef, torch.add(r.k3, l).mul_(scale * p.coef))
 
 
 def run(x: Correctable, batch: Batch, cfg: Config | None = None, *, agg: str = "token-mean") -> EstimatorOutput:

@@ -21,6 +21,7 @@ from ._kernels import (
     band_f,
     band_filter,
     capped_exp,
+    exp_of,
     gated,
     in_band,
     log_of,
@@ -88,26 +89,47 @@ def _edges(c: Criterion) -> tuple[float, float]:
 
 
 def statistic(r: Ratios, name: str) -> torch.Tensor:
-    """(B, T) the per-token statistic: log rho for "ratio" (its bands compare in log space), -l, l^2 / 2,
-    rho - 1 - l, or pi_t - mu_t (from the unclamped log-probs); off the loss mask it is not read."""
-    l = r.log_ratio
+    """(B, T) the per-token statistic, 0 off the loss mask: log rho for "ratio" (its bands compare in log
+    space), k1 = -l, k2 = l^2 / 2, k3 = rho - 1 - l, or prob_diff = pi_t - mu_t (from the unclamped log-probs).
+    Shared, not to be written to."""
     if name == "ratio":
-        return l
+        return r.log_ratio
     if name == "k1":
-        return -l
+        return r.memo("k1", lambda: r.log_ratio.neg())
     if name == "k2":
-        return l.square().mul_(0.5)
+        return r.memo("k2", lambda: r.log_ratio.square().mul_(0.5))
     if name == "k3":
         return r.k3
-    return r.logp.exp() - (r.logp - r.unclamped_log_ratio).exp()  # prob_diff
+    return r.memo("prob_diff", lambda: exp_of(r.logp).sub_(exp_of(r.logp - r.unclamped_log_ratio)))
 
 
-def _outside(r: Ratios, c: Criterion, x: torch.Tensor | None = None) -> torch.Tensor:
-    """(B, T) bool: the loss tokens whose own statistic (or x) lies outside the band."""
+def aggregate(r: Ratios, name: str, agg: str) -> torch.Tensor:
+    """(B,) the statistic's sum, mean, max or min over each rollout's loss tokens (computed once per batch)."""
+    def compute():
+        if name == "k1" and agg in ("sum", "mean"):  # -S_j, -S_j / T_j: no (B, T) pass
+            return (r.seq_log_ratio if agg == "sum" else r.geo_log_ratio).neg()
+        if name == "k3" and agg in ("sum", "mean"):
+            return r.k3_rollout if agg == "sum" else r.k3_rollout / r.length.clamp(min=1)
+        x = statistic(r, name)  # (B, T), 0 off the mask
+        if x.shape[-1] == 0:
+            return x.sum(-1)
+        if agg in ("sum", "mean"):
+            total = x.sum(-1)
+            return total if agg == "sum" else total / r.length.clamp(min=1)
+        if agg == "max" and name in ("k2", "k3"):  # >= 0: the zeros off the mask change no row's max
+            return x.amax(-1)
+        x = x.masked_fill(~r.mask, -math.inf if agg == "max" else math.inf)
+        return x.amax(-1) if agg == "max" else x.amin(-1)
+
+    return r.memo(("aggregate", name, agg), compute)
+
+
+def _outside(r: Ratios, c: Criterion) -> torch.Tensor:
+    """(B, T) bool: the loss tokens whose own statistic lies outside the band (built when a mask is read)."""
     lo, hi = _edges(c)
     if c.statistic == "ratio":
-        return outside_band(r.mask, r.log_ratio if x is None else x, lo, hi)
-    x = statistic(r, c.statistic) if x is None else x
+        return outside_band(r.mask, r.log_ratio, lo, hi)
+    x = statistic(r, c.statistic)
     return r.mask & ((x < lo) | (x > hi))
 
 
@@ -118,28 +140,26 @@ def _rollout_fails(r: Ratios, c: Criterion) -> torch.Tensor:
         x, tol = (r.geo_log_ratio, r.edge_tolerance) if c.agg == "mean" else (r.seq_log_ratio,
                                                                               r.edge_tolerance * r.length)
         return ~in_band(x, lo, hi, tol)
-    x = statistic(r, c.statistic)  # (B, T)
-    if x.shape[-1] == 0:  # no tokens: every rollout is empty, and empty rollouts are never valid
-        return torch.zeros_like(r.valid)
-    if c.agg in ("sum", "mean"):
-        agg = torch.where(r.mask, x, 0.0).sum(-1)
-        agg = agg / r.length.clamp(min=1) if c.agg == "mean" else agg
-    else:
-        x = x.masked_fill(~r.mask, -math.inf if c.agg == "max" else math.inf)
-        agg = x.amax(-1) if c.agg == "max" else x.amin(-1)
+    x = aggregate(r, c.statistic, c.agg)  # (B,)
     if c.statistic == "ratio":
-        return ~in_band(agg, lo, hi)
-    return (agg < lo) | (agg > hi)
+        return ~in_band(x, lo, hi)
+    return (x < lo) | (x > hi)
 
 
 def _keep(r: Ratios, c: Criterion, cond: torch.Tensor | None) -> torch.Tensor:
-    """(B, T) 0/1 floats: the loss tokens a token rule keeps."""
-    if cond is None and c.statistic == "ratio" and c.agg == "token":
-        return band_f(r.log_ratio, *_edges(c)).mul_(r.mask_f)
-    out = _outside(r, c) if c.agg == "token" else tokens_of(r.mask, _rollout_fails(r, c))
-    if cond is not None:
-        out &= cond if cond.dim() == 2 else cond[:, None]
-    return as_float(r.mask & ~out, r.dtype)
+    """(B, T) 0/1 floats: the loss tokens a token rule keeps (a rollout rule under per-token advantages: all
+    but the failing rollouts' tokens of the advantage's sign)."""
+    if c.agg == "token":
+        lo, hi = _edges(c)
+        x = statistic(r, c.statistic)
+        keep = band_f(x, lo, hi) if c.statistic == "ratio" else x.clamp(lo, hi).eq_(x)  # (B, T) 1.0 in band
+    else:
+        keep = as_float(~_rollout_fails(r, c), r.dtype)[:, None]  # (B, 1)
+    if cond is not None:  # the rule drops only where A has the sign: every other token is kept
+        exempt = as_float(~cond, r.dtype)
+        exempt = exempt if exempt.dim() == 2 else exempt[:, None]
+        keep = torch.maximum(keep, exempt, out=keep) if keep.shape == exempt.shape else torch.maximum(keep, exempt)
+    return keep.mul_(r.mask_f) if keep.shape == r.mask_f.shape else keep * r.mask_f
 
 
 # ---------------------------------------------------------------------------------------------------------
