@@ -49,6 +49,12 @@ def bands_of(config: Mapping[str, float | None]) -> list[tuple[str, str, float]]
     return out
 
 
+def figure(traces: list[dict], layout: dict) -> go.Figure:
+    """A figure from plain trace and layout dicts, without plotly's per-property validation (tens of ms a
+    figure; st.plotly_chart validates once more anyway, and the tests render every builder)."""
+    return go.Figure(dict(data=traces, layout=layout), _validate=False)
+
+
 def metadata_colors(name: str, values, n: int) -> dict | None:
     """Point colours for a metadata column: a continuous scale for numbers, the palette for categories
     (at most 12; beyond that, by category index on a continuous scale). None when the column does not fit."""
@@ -109,7 +115,7 @@ def rollout_map(
     if noise_s is not None and noise_s > 0:
         mean = -noise_s**2 / 2
         for sign in (-1, 1):
-            traces.append(go.Scatter(
+            traces.append(dict(type="scatter",
                 x=t_grid, y=mean + sign * 2 * noise_s / np.sqrt(t_grid), mode="lines",
                 line=dict(color="rgba(90,90,90,0.6)", width=1.2, dash="dot"), hoverinfo="skip",
                 name="theory: -s²/2 ± 2s/√T", legendgroup="theory", showlegend=sign > 0))
@@ -126,7 +132,7 @@ def rollout_map(
                 marker.update(colorscale=by["colorscale"], cmin=by["cmin"], cmax=by["cmax"],
                               showscale=st_name == "kept",
                               colorbar=dict(title=dict(text=color_by, side="right"), thickness=10, len=0.8))
-        traces.append(go.Scatter(  # SVG: a few hundred points draw faster than a WebGL context starts
+        traces.append(dict(type="scatter",   # SVG: a few hundred points draw faster than a WebGL context starts
             x=T[sel], y=y[sel], mode="markers", name=st_name, marker=marker,
             text=by["text"][sel] if by is not None else None,
             customdata=custom[sel], hovertemplate=hover + f"<extra>{st_name}</extra>"))
@@ -151,7 +157,7 @@ def rollout_map(
             else:
                 (above if v > y_range[1] else below).append(label.split(" = ")[-1])
         elif kind == "curve":  # product clip: S/T = log C / T
-            traces.append(go.Scatter(x=t_grid, y=v / t_grid, mode="lines", name=label, hoverinfo="skip",
+            traces.append(dict(type="scatter", x=t_grid, y=v / t_grid, mode="lines", name=label, hoverinfo="skip",
                                      line=dict(color=color(name), width=1.6, dash="dash")))
     lines = [label for kind, label, _ in bands if kind == "note"]
     if above and below:
@@ -172,7 +178,7 @@ def rollout_map(
         yaxis=dict(range=y_range, title=dict(text="S / T  (geometric log-ratio)"), zeroline=True,
                    zerolinecolor="#ddd", exponentformat="e", tickformat="~g"),
     )
-    return go.Figure(data=traces, layout=layout)
+    return figure(traces, layout)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -199,14 +205,14 @@ def token_heatmap(
     finite = np.abs(values[np.isfinite(values)])
     zmax = max(float(np.quantile(finite, 0.99)) if finite.size else 1.0, 1e-4)
     ids = [str(int(i)) for i in index]
-    traces = [go.Heatmap(
+    traces = [dict(type="heatmap",
         z=np.round(values, 4), x=x, y=y, zmin=-zmax, zmax=zmax, zmid=0.0, colorscale="RdBu_r",
         colorbar=dict(title=dict(text="l_t", side="right"), thickness=12, len=0.9),
         hovertemplate="row %{y}<br>positions ~%{x:.0f}<br>l = %{z:.4g}<extra></extra>", name="log-ratio")]
     if dropped is not None:
         d = np.where(dropped > 0, np.round(dropped, 3), np.nan)
         if np.isfinite(d).any():
-            traces.append(go.Heatmap(
+            traces.append(dict(type="heatmap",
                 z=d, x=x, y=y, zmin=0.0, zmax=1.0, showscale=False,
                 colorscale=[[0.0, "rgba(50,50,50,0.25)"], [1.0, "rgba(50,50,50,0.6)"]],
                 hovertemplate="row %{y}<br>positions ~%{x:.0f}<br>dropped %{z:.0%}"
@@ -224,7 +230,7 @@ def token_heatmap(
                                 tickvals=list(range(0, R, step)), ticktext=ids[::step]),
                      xaxis=dict(title=dict(text=f"position (blocks of {block})" if block > 1 else "position")))
     layout["margin"] = dict(l=80, r=10, t=48 if title else 10, b=10)
-    return go.Figure(data=traces, layout=layout)
+    return figure(traces, layout)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -241,22 +247,24 @@ def coefficient_plot(
 ) -> go.Figure:
     """Each estimator's gradient coefficient on every loss token of one rollout (top; dashes differ so
     coinciding lines stay visible, the legend gives the mean), and the tokens' log-ratios l_t (bottom)."""
-    traces = []
+    traces = []  # SVG paths: one path per line draws fast; no WebGL context to start
     for i, (name, coef) in enumerate(coefficients.items()):
         mean = float(np.mean(coef)) if len(coef) else 0.0
-        traces.append(go.Scattergl(x=positions, y=coef, mode="lines", name=f"{name} (mean {mean:.3g})",
+        traces.append(dict(type="scatter", x=positions, y=coef, mode="lines", name=f"{name} (mean {mean:.3g})",
                                    line=dict(color=color(name), width=2.2 if i == 0 else 1.8, dash=dash(i),
                                              shape="hv"),
                                    hovertemplate=f"{name}<br>t = %{{x}}<br>coefficient = %{{y:.4g}}<extra></extra>"))
-    traces.append(go.Scattergl(x=positions, y=log_ratio, mode="markers", name="l_t", yaxis="y2", showlegend=False,
-                               marker=dict(color="rgba(90,90,90,0.55)", size=3),
-                               hovertemplate="t = %{x}<br>l_t = %{y:.4g}<extra></extra>"))
+    many = len(positions) > 1500  # thousands of markers are thousands of SVG nodes: a thin line instead
+    traces.append(dict(type="scatter", x=positions, y=log_ratio, mode="lines" if many else "markers", name="l_t",
+                       yaxis="y2", showlegend=False, line=dict(color="rgba(90,90,90,0.55)", width=0.7),
+                       marker=dict(color="rgba(90,90,90,0.55)", size=3),
+                       hovertemplate="t = %{x}<br>l_t = %{y:.4g}<extra></extra>"))
     layout = base_layout(height=height, title=title,
                      xaxis=dict(title=dict(text="position t"), anchor="y2"),
                      yaxis=dict(title=dict(text="coefficient"), domain=[0.38, 1.0], rangemode="tozero"),
                      yaxis2=dict(title=dict(text="l_t"), domain=[0.0, 0.3], zeroline=True, zerolinecolor="#bbb"))
     layout["legend"] = dict(orientation="h", yanchor="top", y=-0.25, x=0.0, font=dict(size=11))
-    return go.Figure(data=traces, layout=layout)
+    return figure(traces, layout)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -274,7 +282,7 @@ def weight_histograms(hists: Mapping[str, Mapping], *, height: int = 340, title:
     for i, (name, h) in enumerate(hists.items()):
         counts = np.asarray(h["counts"], dtype=float)
         top = max(top, float(counts.max()) if counts.size else 1.0)
-        traces.append(go.Scatter(
+        traces.append(dict(type="scatter",
             x=centers, y=np.maximum(counts, floor), customdata=counts, mode="lines", line_shape="hvh",
             line=dict(color=color(name), width=2.2 if i == 0 else 1.8, dash=dash(i)),
             name=f"{name} (dropped {h['dropped']:,})",
@@ -287,7 +295,7 @@ def weight_histograms(hists: Mapping[str, Mapping], *, height: int = 340, title:
                    title=dict(text="applied token weight (log scale)"), range=[lo - 2 * width, hi + 2 * width]),
         yaxis=dict(type="log", dtick=1, title=dict(text="kept tokens"),
                    range=[math.log10(0.8), math.log10(top * 2.5)]))
-    return go.Figure(data=traces, layout=layout)
+    return figure(traces, layout)
 
 
 def effective_bars(
@@ -307,15 +315,16 @@ def effective_bars(
     x1 = [label for _ in names for label, _, _ in series]
     y = [effective[n][key] for n in names for _, key, _ in series]
     colors = [alpha(color(n), a) for n in names for _, _, a in series]
-    traces = [go.Bar(x=[x0, x1], y=y, marker=dict(color=colors, line=dict(width=0)), showlegend=False,
+    traces = [dict(type="bar", x=[x0, x1], y=y, marker=dict(color=colors, line=dict(width=0)), showlegend=False,
                      text=[f"{v:.0%}" for v in y], textposition="outside", textfont=dict(size=10),
                      cliponaxis=False, name="kept", hovertemplate="%{x}: %{y:.1%}<extra></extra>")]
     tx = [n for n in names if "rollouts_kept_frac" in (theory or {}).get(n, {})]
     if tx:
-        traces.append(go.Scatter(x=[tx, ["rollouts"] * len(tx)], y=[theory[n]["rollouts_kept_frac"] for n in tx],
+        traces.append(dict(type="scatter", x=[tx, ["rollouts"] * len(tx)],
+                           y=[theory[n]["rollouts_kept_frac"] for n in tx],
                                  mode="markers", name="theory: rollouts kept",
                                  marker=dict(symbol="diamond", size=10, color="black"),
                                  hovertemplate="%{x}<br>theory: %{y:.1%} of rollouts kept<extra></extra>"))
     layout = base_layout(height=height, title=title, bargap=0.15, legend=False,
                      yaxis=dict(range=[0, 1.12], tickformat=".0%"), xaxis=dict(tickfont=dict(size=10), tickangle=0))
-    return go.Figure(data=traces, layout=layout)
+    return figure(traces, layout)
