@@ -180,3 +180,54 @@ def test_training_renders_its_default_run_and_restores_a_view_from_the_url(serve
     assert "tr.K=5" in page.url  # the view stays in the URL
     _shot(page, "training-from-url")
     page.close()
+
+
+def _pick(page, label: str, option: str) -> None:
+    """Choose `option` in the selectbox labelled `label`."""
+    page.locator(f'input[role="combobox"][aria-label="{label}"]').first.click()
+    page.locator('[role="option"]').filter(has_text=option).first.click()
+    _settle(page)
+
+
+def test_upload_with_other_column_names_maps_them_and_refuses_a_pickle(server, browser, tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from seqis.synthetic import make_batch
+
+    b = make_batch("gaussian", n_rollouts=12, max_len=40, seed=2)
+    rows = [b.loss_mask[j].nonzero().flatten().tolist() for j in range(12)]
+    path = tmp_path / "odd.parquet"
+    pq.write_table(pa.table({"policy_lp": [b.trainer_logprobs[j, r].tolist() for j, r in enumerate(rows)],
+                             "sampler_lp": [b.inference_logprobs[j, r].tolist() for j, r in enumerate(rows)],
+                             "adv": b.advantages.tolist()}), path)
+    page = _open(browser, f"{server}/?ex.source=upload&{SMALL}", "explore, upload")
+    page.locator('[data-testid="stFileUploader"] input[type="file"]').set_input_files(str(path))
+    _settle(page)
+    assert page.get_by_text("no trainer logprobs column", exact=False).count()  # said where the user looks
+    _pick(page, "trainer_logprobs", "policy_lp")
+    _pick(page, "inference_logprobs", "sampler_lp")
+    _pick(page, "advantages", "adv")
+    _no_exceptions(page, "explore after mapping the columns")
+    assert page.locator('[data-testid="stSidebar"]').get_by_text("upload odd.parquet: 12 rollouts", exact=False).count()
+    assert not page.locator('[data-testid="stAlertContentError"]').count()  # the error went with the good file
+    _shot(page, "explore-upload-mapped")
+
+    rollout = page.locator('input[aria-label="Rollout"]')
+    rollout.fill("3")
+    rollout.press("Enter")
+    _settle(page)
+    assert "ex.rollout=3" in page.url
+    page.locator('[data-testid="stRadio"] label').filter(has_text="Example batch").first.click()  # another batch
+    _settle(page)
+    assert "ex.rollout" not in page.url  # the pick of the old batch is gone
+
+    page.locator('[data-testid="stRadio"] label').filter(has_text="Upload your batch").first.click()
+    _settle(page)
+    pkl = tmp_path / "batch.pkl"
+    pkl.write_bytes(b"\x80\x04K\x01.")
+    page.locator('[data-testid="stFileUploader"] input[type="file"]').set_input_files(str(pkl))
+    _settle(page)
+    assert page.get_by_text("pickle file is refused", exact=False).count()
+    _no_exceptions(page, "explore after a pickle")
+    page.close()

@@ -56,10 +56,8 @@ def _synthetic(sb) -> data.Source | None:
     return data.Source("synthetic", scenario, cfg, int(seed))
 
 
-def _mapping(where, raw: bytes, name: str, expanded: bool) -> dict[str, str]:
-    """The column-mapping control: role -> a column of the file (only the roles set by hand)."""
-    names = data.file_columns(raw, name)
-    columns = {}
+def _mapping(where, names: list[str], expanded: bool) -> None:
+    """The column-mapping control: one selectbox per role, (automatic) or a column of the file."""
     with where.expander("Column mapping: which column holds what", expanded=expanded):
         st.caption("Pick the file's column for each role when its name is not one the loader knows "
                    "(prime-rl's and verl's names are found automatically). Advantages, or a reward with a group "
@@ -70,10 +68,7 @@ def _mapping(where, raw: bytes, name: str, expanded: bool) -> dict[str, str]:
             options = [AUTO, *names]
             if st.session_state.get(key) not in options:
                 st.session_state[key] = AUTO
-            picked = cols[i % 3].selectbox(role, options, key=key)
-            if picked != AUTO:
-                columns[role] = picked
-    return columns
+            cols[i % 3].selectbox(role, options, key=key)
 
 
 def _file(where, kind: str) -> tuple[data.Source, bytes] | None:
@@ -109,18 +104,21 @@ def _file(where, kind: str) -> tuple[data.Source, bytes] | None:
         name = bound(where.selectbox, "Example batch", f"{P}asset", sorted(found)[0], options=sorted(found),
                      valid=lambda v: v in found)
         raw = found[name].read_bytes()
-    bad_key = f"{P}_bad.{kind}"
-    failed = st.session_state.get(bad_key, (None,))[0] == data.digest(raw)
-    columns = _mapping(where, raw, name, expanded=failed) if kind == "upload" else {}
+    columns, names = {}, []
+    if kind == "upload":  # the mapping as the widgets hold it (drawn below, once we know whether the file loads)
+        names = data.file_columns(data.digest(raw), name, raw)
+        columns = {role: st.session_state[f"{P}map.{role}"] for role in ROLES
+                   if st.session_state.get(f"{P}map.{role}", AUTO) in names}
     try:
-        src = data.source_of_file(raw, name, kind=kind, columns=columns)
+        src, err = data.source_of_file(raw, name, kind=kind, columns=columns), None
     except (ValueError, OSError, ImportError) as e:  # BatchFormatError is a ValueError
-        st.session_state[bad_key] = (data.digest(raw), str(e))
-        msg = str(e) if name in str(e) else f"{name}: {e}"
-        where.error(msg + ("" if kind != "upload" else "  \nOpen **Column mapping** above to point at the file's "
+        src, err = None, str(e) if name in str(e) else f"{name}: {e}"
+    if kind == "upload":
+        _mapping(where, names, expanded=err is not None)
+    if err is not None:
+        where.error(err + ("" if kind != "upload" else "  \nOpen **Column mapping** above to point at the file's "
                                                          "own column names."))
         return None
-    st.session_state.pop(bad_key, None)
     return src, raw
 
 

@@ -29,7 +29,8 @@ import streamlit as st
 import torch
 
 from seqis import ESTIMATORS, PRESETS, diagnostics, run_many
-from seqis.estimators import Ratios
+from seqis.advice import Advice, batch_facts, read, suggest
+from seqis.estimators import Ratios, resolve
 from seqis.io import BatchFormatError
 from seqis.summaries import (
     dropped_map,
@@ -108,12 +109,14 @@ def source_of_file(data: bytes, name: str, kind: str = "upload", columns: dict[s
     return src
 
 
-def file_columns(data: bytes, name: str) -> list[str]:
-    """The column (or array) names in a file, for the column-mapping control; [] when it cannot be read."""
+@st.cache_data(max_entries=8, show_spinner=False)
+def file_columns(file_digest: str, name: str, _data: bytes) -> list[str]:
+    """The column (or array) names in a file (named by its digest), for the column-mapping control; [] when it
+    cannot be read."""
     from seqis.io import column_names
 
     try:
-        return column_names(_Named(data, name))
+        return column_names(_Named(_data, name))
     except BatchFormatError:
         return []
 
@@ -163,6 +166,7 @@ class BatchView:
     token_index: np.ndarray  # (R,) the rollout in each row of the token map (longest first)
     token_block: int  # positions per token-map column
     noise_s: float | None  # a valid-IS Gaussian scenario's s (its closed forms hold), else None
+    facts: dict[str, float]  # what the advice reads: per-token KL, lengths, |l| tails, ESS (seqis.advice)
 
     def rollout(self, j: int) -> tuple[np.ndarray, np.ndarray]:
         """(positions, l_t) over rollout j's loss tokens."""
@@ -193,7 +197,7 @@ def batch_view(src: Source, _payload: bytes | None = None) -> BatchView:
         offsets=np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64),
         positions=cols.cpu().numpy().astype(np.int32), log_ratio=flat_l.float().cpu().numpy(),
         token_values=tm.values.float().cpu().numpy(), token_index=tm.index.cpu().numpy(), token_block=tm.block,
-        noise_s=noise_scale(src),
+        noise_s=noise_scale(src), facts=batch_facts(b, r),
     )
 
 
@@ -280,6 +284,15 @@ def effective_figure(src: Source, ests: Estimators, _payload: bytes | None = Non
     return charts.effective_bars({n: v.effective for n, v in views.items()}, theory, height=340,
                                  title="what survives: tokens, rollouts, ESS / rollouts" + (" (◆ theory)" if noise
                                                                                            else ""))
+
+
+@st.cache_resource(max_entries=16, hash_funcs=HASH)
+def advice_view(src: Source, ests: Estimators, _payload: bytes | None = None) -> Advice:
+    """"What this means for your batch": each shown estimator read against the batch, and where to start."""
+    facts = batch_view(src, _payload).facts
+    readings = [read(n, resolve(n, c), estimator_view(src, n, c, _payload).effective, facts)
+                for n, c in ests]
+    return suggest(facts, readings, {n: dict(c.as_dict()) for n, c in ests})
 
 
 @dataclass(frozen=True)

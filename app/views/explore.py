@@ -61,7 +61,29 @@ def current_estimators(names: list[str]) -> data.Estimators:
 # sections that depend on several estimators: drawn by the full run, and by a column's fragment after a move
 
 
-SHARED_SLOTS = ("heat", "coef", "hist", "eff", "metrics", "effective")  # slots every column's fragment writes
+SHARED_SLOTS = ("advice", "heat", "coef", "hist", "eff", "metrics", "effective")  # every column's fragment writes these
+
+
+def _knobs(knobs: dict) -> str:
+    return ", ".join(f"{k} = {v:g}" if isinstance(v, float) else f"{k} = {v}" for k, v in knobs.items()
+                     if k != "adv_tau")
+
+
+def draw_advice(slot, advice) -> None:
+    """The batch read against each shown estimator, and where to start (seqis.advice)."""
+    f = advice.facts
+    rows = ["| estimator | tokens kept | rollouts kept | ESS | what binds here |", "|---|---:|---:|---:|---|"]
+    rows += [f"| `{r.name}` | {r.tokens_kept:.0%} | {r.rollouts_kept:.0%} | {r.ess:.0%} | {r.why[0]} |"
+             for r in advice.readings]
+    with slot.container():
+        st.markdown(f"**The batch.** {advice.regime}. Rollout lengths: median {f['length_p50']:.0f}, 90th percentile "
+                    f"{f['length_p90']:.0f}, longest {f['length_max']:.0f}. |l| 99th percentile {f['abs_l_p99']:.2g}, "
+                    f"largest {f['abs_l_max']:.2g}; {f['catastrophic']:.0f} tokens with |l| > log 10. Untruncated "
+                    f"sequence weights: ESS {f['ess_seq']:.0%} of the rollouts.")
+        st.markdown(f"**Start with `{advice.suggestion}`** ({_knobs(advice.knobs) or 'no knobs'}): "
+                    + "; ".join(advice.reasons) + "."
+                    + ("" if not advice.caveats else "  \n**Caveats:** " + "; ".join(advice.caveats) + "."))
+        st.markdown("\n".join(rows))
 
 
 def draw_dependents(src: data.Source, payload, names: list[str], slots: dict) -> None:
@@ -76,6 +98,7 @@ def draw_dependents(src: data.Source, payload, names: list[str], slots: dict) ->
     drops = st.session_state.get(f"{P}drops")
     drops = drops if drops in shown else shown[0]
     rollout = int(st.session_state.get(f"{P}rollout", 0))
+    draw_advice(slots["advice"], data.advice_view(src, ests, _payload=payload))
     slots["heat"].plotly_chart(data.token_heatmap_figure(src, drops, dict(ests)[drops], rollout, _payload=payload),
                                config=CHART_CONFIG)
     slots["coef"].plotly_chart(data.coefficient_figure(src, ests, rollout, _payload=payload), config=CHART_CONFIG)
@@ -172,7 +195,11 @@ if not names:
     st.info("Pick at least one estimator.")
     st.stop()
 
-# the page's skeleton first: a column per estimator, then one slot per dependent chart or table
+# the page's skeleton first: the advice, a column per estimator, then one slot per dependent chart or table
+advice_box = st.expander("What this means for your batch", expanded=src.kind != "synthetic")
+advice_box.caption("The batch's mismatch read against each estimator's band and clip (closed forms and the "
+                   "literature's thresholds; seqis.advice), and a suggested starting point. Follows the knobs below.")
+slots = {"advice": advice_box.empty()}
 st.subheader("Rollout map")
 st.caption("One point per rollout: its length T and geometric log-ratio S/T. Dashed: the estimator's bands "
            "(horizontal: a geometric band; curve: a product clip w = C, i.e. S/T = log C / T). Blue: kept, "
@@ -192,7 +219,7 @@ with right:
                     max_value=B - 1, step=1, valid=lambda v: isinstance(v, int) and 0 <= v < B,
                     help="Pick a rollout (a row of the heatmap); its per-token gradient coefficients are drawn "
                          "below for every estimator. Default: the longest.")
-slots = {"heat": left.empty(), "coef": right.empty()}
+slots.update(heat=left.empty(), coef=right.empty())
 right.caption("The coefficient is the token's weight: d loss / d log pi = -weight · adv_tau · A / N. "
               + ", ".join(f"{k} {v[rollout]}" for k, v in bv.metadata.items() if len(v) == B))
 tm_rows = bv.token_values.shape[0]
