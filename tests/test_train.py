@@ -92,7 +92,8 @@ def one_run_gradient(name, cfg, a, logp, logq, reward, p):
 SELF_NORMALISED = Composition(Weight("sequence", self_normalize=True))  # weights / the batch's mean weight
 
 
-@pytest.mark.parametrize("estimator", ["seq_is", TOKEN_IS, "geo_is", "seq_tis", "mis_po", "icepop", SELF_NORMALISED])
+@pytest.mark.parametrize("estimator", ["seq_is", TOKEN_IS, "geo_is", "seq_tis", "mis_po", "icepop", SELF_NORMALISED,
+                                       "prime-rl/default", "slime/mis", "verl/bypass_pg_geo_rs"])
 def test_each_run_gets_the_gradient_it_would_get_alone(estimator):
     chain = BitChain(24, 14, 0.5, 0.5)
     policy = ChainPolicy(chain)

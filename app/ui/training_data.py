@@ -14,15 +14,10 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import pandas as pd
 
-from seqis import ESTIMATORS, lab
+from seqis import ESTIMATORS, PRESETS, lab
 from seqis.lab import huang2026, train_sweeps
 
 from .memo import memo, memo_has
-
-try:  # the framework presets, once they are on main
-    from seqis import PRESETS
-except ImportError:  # pragma: no cover - depends on what has landed
-    PRESETS = {}
 
 FAULTS = ("none", "fp16", "bf16", "fp8", "top-p")
 
