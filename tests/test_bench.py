@@ -38,7 +38,8 @@ def test_repeated_estimators_section_ends_with_a_median_and_range_per_row(capsys
 def test_training_section_prints_its_time_and_ratio(capsys):
     main(["--only", "train", "--quick"])
     out = capsys.readouterr().out
-    (row,) = re.findall(r"^\| cpu \| 200 \| 32 \| ([\d.]+) \| [\d,]+ \| ([\d.]+) \| ([\d.]+) \| (.+) \|$", out, re.M)
+    pattern = r"^\| cpu \| 200 \| 32 \| ([\d.]+) \| [\d.]+ \| [\d,]+ \| ([\d.]+) \| ([\d.]+) \| (.+) \|$"
+    (row,) = re.findall(pattern, out, re.M)
     seconds, floor, ratio = map(float, row[:3])
     assert seconds > 0 and floor > 0 and ratio == pytest.approx(seconds / floor, rel=0.1)
     assert all(0 <= float(v) <= 1 for v in row[3].split(", "))
