@@ -5,7 +5,7 @@ import re
 
 import pytest
 
-from seqis import ESTIMATORS, SEED_ESTIMATORS
+from seqis import ESTIMATORS, PRESETS, SEED_ESTIMATORS
 from seqis.bench import main, sections
 
 
@@ -30,6 +30,7 @@ def test_repeated_estimators_section_ends_with_a_median_and_range_per_row(capsys
         for label, (median, low, high) in rows.items():
             assert 0 < low <= median <= high, label
     assert out.count(f"all {len(ESTIMATORS)} through run_many / slowest single") == 4  # one line per run
+    assert out.count(f"all {len(ESTIMATORS)} + {len(PRESETS)} presets through run_many / slowest single") == 4
     compare = out.split("glibc malloc defaults against freed memory kept")[1]
     ratios = re.findall(r"^\| (.+?) \| [\d.]+ \| [\d.]+ \| ([\d.]+) \|$", compare, re.M)
     assert {label for label, _ in ratios} >= set(labels) and all(float(r) > 0 for _, r in ratios)
