@@ -12,8 +12,11 @@ _ROOT = Path(__file__).resolve().parent.parent
 if str(_ROOT) not in sys.path:
     sys.path.insert(0, str(_ROOT))
 
+import threading  # noqa: E402
+
 import streamlit as st  # noqa: E402
-from ui.device import device_label  # noqa: E402
+from ui import lab_data  # noqa: E402
+from ui.device import device, device_label  # noqa: E402
 
 from seqis.allocator import keep_freed_memory  # noqa: E402
 
@@ -39,6 +42,20 @@ PAGES = [
     st.Page(_explore_by_name, title="Explore", url_path="explore", visibility="hidden"),
 ]
 
+
+
+@st.cache_resource
+def warm_up() -> threading.Thread:
+    """Once per server, after the first page has drawn: Bias & variance's first view (seconds of Monte Carlo)
+    computed in the background, so that page opens with it at once."""
+    t = threading.Thread(target=lab_data.default_run, args=(str(device()),), name="seqis-warm-up", daemon=True)
+    t.start()
+    return t
+
+
 page = st.navigation(PAGES)
 st.sidebar.caption(f"Device: **{device_label()}**")
-page.run()
+try:
+    page.run()
+finally:  # also after a page stops or switches
+    warm_up()

@@ -6,6 +6,7 @@ quick; one renders the untouched first screen of each page.
 """
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -181,3 +182,47 @@ def test_bv_bad_toy_shows_an_error():
     at.run()
     assert not at.exception
     assert any("threshold" in e.value for e in at.error)
+
+
+def test_bv_opens_with_the_first_view_computed_at_start_up(monkeypatch):
+    """The app computes Bias & variance's first view in the background (lab_data.default_run); the page then
+    finds every Monte Carlo result it needs in the memo: no run starts when it opens."""
+    sys.path.insert(0, str(Path(APP).parent))
+    from ui import lab_data
+
+    import seqis.lab
+
+    lab_data.default_run("cpu")
+
+    def refuse(*a, **k):
+        raise AssertionError("the page ran a Monte Carlo that the start-up run should have computed")
+
+    for name in ("monte_carlo_many", "sweep_knob", "sweep_batch_size"):
+        monkeypatch.setattr(seqis.lab, name, refuse)
+    at = open_page("views/bias_variance.py")
+    assert at.title[0].value.startswith("Bias & variance")
+    assert len(at.get("plotly_chart")) == 4
+
+
+def test_memo_computes_a_key_once_while_another_caller_waits():
+    import threading
+    import time
+
+    sys.path.insert(0, str(Path(APP).parent))
+    from ui.memo import memo
+
+    calls = []
+
+    def slow():
+        calls.append(1)
+        time.sleep(0.3)
+        return len(calls)
+
+    key = ("test-memo-in-flight", time.time())
+    results = []
+    threads = [threading.Thread(target=lambda: results.append(memo(key, slow))) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert calls == [1] and results == [1, 1, 1]

@@ -214,3 +214,26 @@ def frontier(toy: ToySpec, ests: Estimators, n_batches: int, mc: MCSpec, progres
         return dict(points=df, lines=pd.concat(lines, ignore_index=True))
 
     return memo(("frontier", toy, ests, n_batches, mc), compute)
+
+
+# the page's first view: its default toy and run (ToySpec(), MCSpec()), these estimators at their defaults, this sweep
+DEFAULT_ESTIMATORS = ("seq_is", "seq_tis", "token_tis", "pg", "geo_mask")
+DEFAULT_SWEEP = "seq_tis · seq_clip"
+
+
+def frontier_batches(n_batches: int) -> int:
+    """Batches of the largest size the frontier draws (fewer than the comparison: each holds 1024 rollouts)."""
+    return max(int(n_batches) // 8, 25)
+
+
+def default_run(device: str) -> None:
+    """Compute the page's first view (comparison, default sweep, frontier) into the memo, so that Bias & variance
+    opens with it at once; the app runs this in the background once per server."""
+    toy, mc = ToySpec(), MCSpec(device=device)
+    ests = tuple((n, ESTIMATORS[n].config()) for n in DEFAULT_ESTIMATORS)
+    compare(toy, ests, mc)
+    name, knob = DEFAULT_SWEEP.split(" · ")
+    cfg = dict(ests)[name]
+    knob_sweep(toy, name, cfg, knob, knob_values(name, knob, cfg), mc)
+    frontier(toy, ests, frontier_batches(mc.n_batches), mc)
+

@@ -15,25 +15,38 @@ import streamlit as st
 
 
 @st.cache_resource
-def _memo_store() -> tuple[OrderedDict, threading.Lock]:
-    return OrderedDict(), threading.Lock()
+def _memo_store() -> tuple[OrderedDict, threading.Lock, dict]:
+    return OrderedDict(), threading.Lock(), {}  # results, their lock, key -> Event of a computation in flight
 
 
 def memo(key: Hashable, compute: Callable[[], object], *, max_entries: int = 32):
-    """compute() once per key (held in an LRU of max_entries shared by every session). Treat the result
-    as read-only: it is shared."""
-    store, lock = _memo_store()
+    """compute() once per key (held in an LRU of max_entries shared by every session; a second caller of a key
+    being computed waits for that result instead of computing it again). Treat the result as read-only."""
+    store, lock, running = _memo_store()
     with lock:
         if key in store:
             store.move_to_end(key)
             return store[key]
-    value = compute()
-    with lock:
-        store[key] = value
-        store.move_to_end(key)
-        while len(store) > max_entries:
-            store.popitem(last=False)
-    return value
+        wait = running.get(key)
+        if wait is None:
+            running[key] = threading.Event()
+    if wait is not None:
+        wait.wait()
+        with lock:
+            if key in store:
+                return store[key]
+        return memo(key, compute, max_entries=max_entries)  # the other computation failed: try ourselves
+    try:
+        value = compute()
+        with lock:
+            store[key] = value
+            store.move_to_end(key)
+            while len(store) > max_entries:
+                store.popitem(last=False)
+        return value
+    finally:
+        with lock:
+            running.pop(key).set()
 
 
 class ProgressSlot:
@@ -56,6 +69,6 @@ class ProgressSlot:
 
 def memo_has(key: Hashable) -> bool:
     """Whether `memo` holds a result for key (a page can then skip its progress bar or its Run button)."""
-    store, lock = _memo_store()
+    store, lock, _ = _memo_store()
     with lock:
         return key in store

@@ -25,8 +25,8 @@ REWARDS = ["random", "threshold", "additive"]
 LAG_OPTIONS = [0, 1, 2, 4, 8, 12, 16, 24, 32]
 B_OPTIONS = [8, 16, 32, 64, 128, 256, 512, 1024]
 NB_OPTIONS = [50, 100, 200, 400, 800, 1600]
-DEFAULT_ESTIMATORS = ["seq_is", "seq_tis", "token_tis", "pg", "geo_mask"]
-DEFAULT_SWEEP = "seq_tis · seq_clip"
+DEFAULT_ESTIMATORS = list(lab_data.DEFAULT_ESTIMATORS)  # the first view, computed in the background at start-up
+DEFAULT_SWEEP = lab_data.DEFAULT_SWEEP
 
 
 def one_of(options):
@@ -198,7 +198,7 @@ else:
 
 # ---- batch-size frontier
 st.subheader("Batch-size frontier")
-frontier_batches = max(int(nb) // 8, 25)
+frontier_batches = lab_data.frontier_batches(nb)
 with ProgressSlot("Batch-size frontier") as progress:
     fr = lab_data.frontier(toy_spec, ests, frontier_batches, mc, progress=progress)
 st.plotly_chart(charts.batch_size_frontier(fr["points"], fr["lines"], zero_mse=zero_mse), width="stretch",
