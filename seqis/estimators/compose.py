@@ -12,7 +12,11 @@ A composition says, as plain data, what happens to each loss token's gradient:
               optionally applied only where the advantage has a sign (PPO-clip, DPPO, OPSM)
     penalty   a term added to the loss: coef * sum_t s_t f(l_t) (prime-rl's KL: f = l^2), s_t the aggregation's
               normaliser; it adds coef * f'(l_t) * s_t to d loss / d log pi_t, beside -weights * adv_tau * A * s_t
-    clamp     l clamped to [-c, c] before the weight and the criteria (verl clamps at 20)
+    clamp     verl's, SkyRL's and slime's SAFETY_BOUND (20), as their code applies it: the weight's exponent is
+              clamped to [-c, c] after aggregating the raw l (token l_t, sequence S_j, geometric S_j / T_j,
+              prefix sum), the criteria see each token's clamped l (prob_diff excepted: probabilities are raw)
+
+Bands are inclusive; a geometric or product ratio within the rounding of S_j / T_j of an edge is on it.
 
 The gradient coefficient on a loss token is weights_t = w_t * 1[kept_t]; the loss is
 -sum_t s_t * weights_t * adv_tau * A_t * log pi_t (+ the penalty). Export, summaries, the lab and the widgets
@@ -141,7 +145,7 @@ class Composition:
     weight: Weight = field(default_factory=Weight)
     criteria: tuple[Criterion, ...] = ()
     penalty: Penalty | None = None
-    log_ratio_clamp: float | None = None  # l -> clamp(l, -c, c) before everything (verl: 20)
+    log_ratio_clamp: float | None = None  # c: weight exponents and criteria's l clamped to [-c, c] (verl: 20)
     adv_tau: float = 1.0
 
     def __post_init__(self):
