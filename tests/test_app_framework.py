@@ -98,3 +98,22 @@ def test_a_preset_beside_the_four_seed_estimators_starts_a_second_row():
     at = explore(**{"ex.est": "seq_tis,seq_mis,geo_mask,mis_po", "ex.fw": "slime", "ex.fw.slime": "slime/mis"})
     assert not at.error
     assert list(at.dataframe[0].value.columns) == ["slime/mis", "seq_tis", "seq_mis", "geo_mask", "mis_po"]
+
+
+def test_the_rollout_map_draws_bands_read_from_the_composition():
+    import math
+    import sys
+
+    sys.path.insert(0, str(Path(APP).parent))
+    from ui.explore_charts import bands_of
+
+    from seqis.estimators import resolve
+
+    assert ("curve", "w = exp(S) clip high = 2", math.log(2.0)) in bands_of(resolve("seq_tis"))
+    geo = [(k, v) for k, _, v in bands_of(resolve("geo_mask"))]
+    assert geo == [("hline", math.log(0.5)), ("hline", math.log(2.0))]
+    # verl's geo RS '0.999_1.001' is a band on -S/T: the lines sit at -log 1.001 and -log 0.999
+    verl = [v for k, _, v in bands_of(resolve("verl/decoupled_geo_rs")) if k == "hline"]
+    assert verl == pytest.approx([-math.log(1.001), -math.log(0.999)])
+    assert [k for k, _, _ in bands_of(resolve("mis_po"))] == ["note", "hline", "hline"]  # the token band: a note
+    assert all(k == "note" for k, _, _ in bands_of(resolve("prime-rl/default")))  # sign-conditioned, per token

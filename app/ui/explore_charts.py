@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import plotly.graph_objects as go
 
+from seqis.estimators.compose import Composition
 from seqis.summaries import HIST_BINS, HIST_LOG10_RANGE
 
 from .style import PALETTE, STATUS_COLORS, STATUS_SYMBOLS, alpha, base_layout, dash, log_ticks
@@ -27,25 +28,42 @@ def _hline(y: float, color_: str, dash: str = "dash", width: float = 1.6) -> dic
 # the rollout map
 
 
-def bands_of(config: Mapping[str, float | None]) -> list[tuple[str, str, float]]:
-    """What an estimator's knobs draw on the (length, geometric log-ratio) plane:
-    ("hline", label, y) for a geometric band or clip, ("curve", label, log C) for a product-ratio clip
-    (w = C is the curve S/T = log C / T), ("note", text, nan) for a per-token knob the map cannot show."""
-    out = []
-    for key in ("geo_mask_low", "geo_mask_high", "geo_clip"):
-        v = config.get(key)
-        if v is not None and 0 < v < math.inf:
-            out.append(("hline", f"{key} = {v:g}", math.log(v)))
-    c = config.get("seq_clip")
-    if c is not None and 0 < c < math.inf:
-        out.append(("curve", f"w = seq_clip = {c:g}", math.log(c)))
-    lo, hi = config.get("token_mask_low"), config.get("token_mask_high")
-    if lo is not None and hi is not None:
-        out.append(("note", f"token band [{lo:g}, {hi:g}] acts per token", math.nan))
-    for key in ("token_clip", "prefix_clip"):
-        v = config.get(key)
-        if v is not None and v < math.inf:
-            out.append(("note", f"{key} {v:g} acts per token", math.nan))
+def _negated(v: float | None) -> float | None:
+    return None if v is None else -v
+
+
+def bands_of(comp: Composition) -> list[tuple[str, str, float]]:
+    """What a correction draws on the (length, geometric log-ratio) plane, read from its composition:
+    ("hline", label, y) for a band or clip on the geometric ratio (a k1 mean band: S/T = -k1), ("curve", label,
+    log C) for one on the product ratio (w = C is the curve S/T = log C / T), ("note", text, nan) for a
+    per-token rule or one the map cannot show (sign-conditioned, k2 / k3, a token's max or min)."""
+    out: list[tuple[str, str, float]] = []
+    w = comp.weight
+
+    def edges(kind: str, what: str, lo: float | None, hi: float | None, log: bool) -> None:
+        for side, v in (("low", lo), ("high", hi)):
+            if v is not None and (0 < v < math.inf if log else math.isfinite(v)):
+                out.append((kind, f"{what} {side} = {v:g}", math.log(v) if log else v))
+
+    if w.level in ("geometric", "sequence"):
+        kind, what = ("hline", "exp(S/T)") if w.level == "geometric" else ("curve", "w = exp(S)")
+        edges(kind, f"{what} clip", None, w.upper, True)
+        if w.band is not None:
+            edges(kind, f"{what} band", *w.band, True)
+    elif w.level != "none" and (w.truncated or w.band is not None):
+        out.append(("note", f"the {w.level} weight is truncated or banded per token", math.nan))
+    for c in comp.criteria:
+        where = {"mean": "hline", "sum": "curve"}.get(c.agg)
+        if c.advantage is None and where is not None and c.statistic in ("ratio", "k1"):
+            if c.statistic == "ratio":
+                edges(where, f"{c.agg} ratio", c.low, c.high, True)
+            else:  # k1 = -l: a band [a, b] on its mean (sum) is S/T (S) in [-b, -a]
+                edges(where, f"{c.agg} k1 (on -S)", _negated(c.high), _negated(c.low), False)
+        else:
+            band = f"[{c.low if c.low is not None else '-inf'}, {c.high if c.high is not None else 'inf'}]"
+            cond = f" when A is {c.advantage}" if c.advantage else ""
+            out.append(("note", f"{c.statistic} {c.agg} {band}{cond} acts per token or is not on this map",
+                        math.nan))
     return out
 
 

@@ -247,7 +247,7 @@ def estimator_view(src: Source, name: str, cfg: Config, _payload: bytes | None =
 def rollout_map_figure(src: Source, name: str, cfg: Config, color_by: str | None = None,
                        _payload: bytes | None = None) -> go.Figure:
     bv, v = batch_view(src, _payload), estimator_view(src, name, cfg, _payload)
-    return charts.rollout_map(name, v.rollouts, charts.bands_of(cfg.as_dict()), metadata=bv.metadata,
+    return charts.rollout_map(name, v.rollouts, charts.bands_of(resolve(name, cfg)), metadata=bv.metadata,
                               noise_s=bv.noise_s, color_by=color_by, height=340)
 
 
