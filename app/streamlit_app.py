@@ -37,6 +37,7 @@ PAGES = [
     st.Page("views/length_thresholds.py", title="Length & thresholds", icon=":material/straighten:",
             url_path="length-thresholds"),
     st.Page("views/training.py", title="Training", icon=":material/trending_up:", url_path="training"),
+    st.Page("views/diagnose.py", title="Diagnose", icon=":material/troubleshoot:", url_path="diagnose"),
     st.Page("views/run.py", title="Run", icon=":material/timeline:", url_path="run"),
     st.Page("views/learn.py", title="Learn", icon=":material/school:", url_path="learn"),
     st.Page(_explore_by_name, title="Explore", url_path="explore", visibility="hidden"),

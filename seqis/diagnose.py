@@ -162,8 +162,9 @@ def best_shift(trainer: torch.Tensor, inference: torch.Tensor, mask: torch.Tenso
     return best, agreement
 
 
-def aligned_pairs(batch: Batch, shift: int = 0) -> _Pairs:
-    """The loss tokens' (log pi, l) with the inference log-probs read `shift` positions later."""
+def realign(batch: Batch, shift: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(trainer, inference, mask) on the CPU in float32, the inference log-probs read `shift` positions later
+    and the mask limited to finite pairs whose partner exists."""
     trainer = batch.trainer_logprobs.detach().cpu().float()
     inference = batch.inference_logprobs.detach().cpu().float()
     mask = batch.loss_mask.cpu()
@@ -174,14 +175,19 @@ def aligned_pairs(batch: Batch, shift: int = 0) -> _Pairs:
         partner[:, max(0, T - shift):] = False  # rolled in from the other end
         partner[:, :max(0, -shift)] = False
         mask = mask & partner
+    return trainer, inference, mask
+
+
+def aligned_pairs(batch: Batch, shift: int = 0) -> _Pairs:
+    """The loss tokens' (log pi, l) with the inference log-probs read `shift` positions later."""
+    trainer, inference, mask = realign(batch, shift)
     a, b = trainer[mask], inference[mask]  # (N,) each
     finite = torch.isfinite(a - b)
     if not bool(finite.all()):  # a log-prob of -inf or NaN on a loss token: leave it out
         keep = torch.zeros_like(mask)
         keep[mask] = finite
         mask, a, b = keep, a[finite], b[finite]
-    extras = getattr(batch, "extras", None) or {}
-    entropy = extras.get("entropy")
+    entropy = batch.extras.get("entropy")
     if entropy is not None:
         entropy = entropy.detach().cpu().float()[mask]
         entropy = entropy if bool(torch.isfinite(entropy).all()) else None
@@ -297,7 +303,8 @@ def _misalignment(shift: int, agreement: dict[int, float]) -> Finding:
         f"{agreement[0] / max(agreement[shift], 1e-12):.0f}x better shifted by {shift}. Re-align them (check "
         "where the response starts and whether the logits were shifted) before any correction: every ratio "
         "of this batch pairs the wrong tokens.",
-        {"shift": shift, "agreement_in_place": agreement[0], "agreement_shifted": agreement[shift]})
+        {"shift": shift, "agreement_in_place": agreement[0], "agreement_shifted": agreement[shift],
+         "agreement": agreement})
 
 
 def _temperature(fit: dict[str, Any], stats: dict[str, float]) -> Finding:

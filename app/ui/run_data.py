@@ -92,5 +92,5 @@ def hand_step_to_explore(run_path: str, step: int) -> str:
     name, payload = load_run(run_path).step_file(step)
     src = explore_data.source_of_file(payload, name, kind="upload")
     hold_batch(src, payload)  # the shared batch
-    set_view({"ex.source": "upload"})  # Explore's file source with no new upload: it shows the held batch
+    set_view({"ex.source": "upload", "dg.source": "batch"})  # Explore and Diagnose: the held batch
     return src.label

@@ -1,0 +1,122 @@
+"""The Diagnose page's figures: the chart that proves each finding, from small tables (seqis.token_tables) and
+a finding's evidence. Plain plotly; no streamlit here."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+
+from .style import EXTRA, PALETTE, STATUS_COLORS, base_layout
+
+SEVERITY_COLORS = {"bad": STATUS_COLORS["dropped"], "warn": STATUS_COLORS["clipped"], "ok": "#2e7d32"}
+UNIT_ROUNDOFF = {"bf16": 2.0**-8, "fp16": 2.0**-11}
+
+
+def _layout(fig: go.Figure, title: str, x: str, y: str, *, height: int = 340, legend: bool = True) -> go.Figure:
+    fig.update_layout(**base_layout(height=height, title=title, legend=legend), hovermode="closest")
+    fig.update_xaxes(title_text=x, zeroline=False)
+    fig.update_yaxes(title_text=y, zeroline=False)
+    return fig
+
+
+def _tokens(fig: go.Figure, points: pd.DataFrame, x: np.ndarray, y: np.ndarray, name: str, color: str) -> None:
+    hover = [f"rollout {r}, position {p}" for r, p in zip(points["rollout"], points["position"])]
+    fig.add_trace(go.Scattergl(x=x, y=y, mode="markers", name=name, text=hover,
+                               marker=dict(size=4, color=color, opacity=0.5),
+                               hovertemplate="%{text}<br>x %{x:.4g}<br>y %{y:.4g}<extra></extra>"))
+
+
+def temperature_figure(points: pd.DataFrame, evidence: dict) -> go.Figure:
+    """Log-ratio against the trainer's log-prob, with the fitted slope 1 - 1/tau drawn through the branching
+    tokens (pi < 1/2) it was fitted on."""
+    fig = go.Figure()
+    x, y = points["trainer_logprob"].to_numpy(), points["log_ratio"].to_numpy()
+    _tokens(fig, points, x, y, "loss tokens (a sample)", PALETTE[0])
+    slope, tau = evidence["slope"], evidence["temperature"]
+    branching = x < math.log(0.5)
+    if branching.any():
+        xs = np.array([float(x[branching].min()), math.log(0.5)])
+        through = float(np.mean(y[branching])) - slope * float(np.mean(x[branching]))
+        fig.add_trace(go.Scatter(x=xs, y=slope * xs + through, mode="lines",
+                                 name=f"slope 1 - 1/tau = {slope:+.3f} (tau = {tau:.3g})",
+                                 line=dict(color=EXTRA[4], width=3)))
+    return _layout(fig, f"Temperature: the log-ratio is linear in log pi (sampler at {tau:.3g}x the trainer's)",
+                   "trainer log-prob log pi", "log-ratio l = log pi - log mu")
+
+
+def truncation_figure(points: pd.DataFrame, evidence: dict) -> go.Figure:
+    """The one-sided histogram of per-token log-ratios, the mean offset marked."""
+    l = points["log_ratio"].to_numpy()
+    fig = go.Figure(go.Histogram(x=l, nbinsx=80, name="loss tokens", marker_color=PALETTE[0]))
+    off = evidence["log_offset"]
+    fig.add_vline(x=0.0, line=dict(color=EXTRA[0], width=1))
+    fig.add_vline(x=off, line=dict(color=EXTRA[4], width=2, dash="dash"),
+                  annotation_text=f"mean offset {off:+.4f}", annotation_position="top left")
+    return _layout(fig, "Sampler truncation: every log-ratio sits at or below 0 (log of the kept mass)",
+                   "log-ratio l", "tokens", legend=False)
+
+
+def misalignment_figure(evidence: dict) -> go.Figure:
+    """Agreement of the trainer's and the sampler's log-probs at each shift: in place against shifted."""
+    agreement = evidence["agreement"]
+    shifts = sorted(agreement)
+    colors = [SEVERITY_COLORS["bad"] if k == evidence["shift"] else PALETTE[5] for k in shifts]
+    fig = go.Figure(go.Bar(x=[str(k) for k in shifts], y=[max(agreement[k], 1e-9) for k in shifts],
+                           marker_color=colors, text=[f"{agreement[k]:.2g}" for k in shifts], textposition="outside"))
+    fig.update_yaxes(type="log")
+    return _layout(fig, f"Misalignment: the log-probs agree best shifted by {evidence['shift']}",
+                   "shift k (inference position t + k against trainer position t)",
+                   "median |log pi - log mu|", legend=False)
+
+
+def precision_figure(points: pd.DataFrame, evidence: dict) -> go.Figure:
+    """|l| against the trainer's probability: rounding noise falls as the token gets likely; the formats'
+    unit roundoffs drawn for scale."""
+    p = np.exp(points["trainer_logprob"].to_numpy())
+    fig = go.Figure()
+    _tokens(fig, points, 1 - p + 1e-12, np.abs(points["log_ratio"].to_numpy()) + 1e-12, "loss tokens (a sample)",
+            PALETTE[0])
+    for i, (name, u) in enumerate(UNIT_ROUNDOFF.items()):
+        fig.add_hline(y=u, line=dict(color=EXTRA[2 + i], dash="dot"), annotation_text=f"{name} unit roundoff",
+                      annotation_position="bottom right")
+    fig.add_hline(y=max(evidence["noise_floor"], 1e-12), line=dict(color=EXTRA[4], width=2, dash="dash"),
+                  annotation_text=f"noise floor ({evidence['dtype']})", annotation_position="top left")
+    fig.update_xaxes(type="log")
+    fig.update_yaxes(type="log")
+    return _layout(fig, "Precision noise: |l| against 1 - pi (rounding moves unlikely tokens most)",
+                   "1 - trainer probability", "|log-ratio|")
+
+
+def catastrophic_figure(points: pd.DataFrame, worst: pd.DataFrame) -> go.Figure:
+    """The sample of tokens and the worst ones, log-ratio against the trainer's log-prob."""
+    fig = go.Figure()
+    _tokens(fig, points, points["trainer_logprob"].to_numpy(), points["log_ratio"].to_numpy(),
+            "loss tokens (a sample)", PALETTE[0])
+    _tokens(fig, worst, worst["trainer_logprob"].to_numpy(), worst["log_ratio"].to_numpy(), "worst tokens",
+            SEVERITY_COLORS["bad"])
+    for y in (math.log(20), -math.log(20)):
+        fig.add_hline(y=y, line=dict(color=EXTRA[0], dash="dot"))
+    return _layout(fig, "Catastrophic tokens: |l| beyond ln 20, mostly where the trainer finds the token unlikely",
+                   "trainer log-prob log pi", "log-ratio l")
+
+
+def histogram_figure(points: pd.DataFrame) -> go.Figure:
+    """The per-token log-ratios of a healthy batch."""
+    fig = go.Figure(go.Histogram(x=points["log_ratio"].to_numpy(), nbinsx=80, marker_color=PALETTE[2]))
+    fig.add_vline(x=0.0, line=dict(color=EXTRA[0], width=1))
+    return _layout(fig, "Per-token log-ratios: centred on 0, narrow", "log-ratio l", "tokens", legend=False)
+
+
+def rollout_figure(tokens: pd.DataFrame) -> go.Figure:
+    """One rollout token by token: both log-probs and the log-ratio at each position."""
+    fig = go.Figure()
+    pos = tokens["position"].to_numpy()
+    fig.add_trace(go.Scatter(x=pos, y=tokens["trainer_logprob"], mode="lines+markers", name="trainer log pi",
+                             line=dict(color=PALETTE[0]), marker=dict(size=4)))
+    fig.add_trace(go.Scatter(x=pos, y=tokens["inference_logprob"], mode="lines+markers",
+                             name="sampler log mu", line=dict(color=PALETTE[1], dash="dot"), marker=dict(size=4)))
+    fig.add_trace(go.Bar(x=pos, y=tokens["log_ratio"], name="log-ratio l", marker_color=EXTRA[1], opacity=0.6))
+    return _layout(fig, "The worst rollout, token by token", "position", "log-prob / log-ratio", height=360)

@@ -1,0 +1,100 @@
+"""Diagnose: why the trainer and the sampler disagree, from one batch (seqis.diagnose).
+
+Findings as cards coloured by severity, each with the chart that proves it; the findings per group of a
+metadata column; the raw ratios before any correction and what each correction truncates and masks; the
+worst rollout token by token. The batch is a tiny-transformer sampler fault (the truth known) or the
+explorer's batch (upload, example or synthetic, shared with Explore).
+"""
+
+import streamlit as st
+from ui import diagnose_data as data
+from ui.batch_source import batch_source
+from ui.state import bound, hold_batch
+from ui.style import CHART_CONFIG
+
+P = "dg."
+SOURCES = {"fault": "Sampler fault demo (tiny transformer)", "batch": "Your batch (upload, example, synthetic)"}
+BADGE = {"bad": ":red-background[**bad**]", "warn": ":orange-background[**warn**]", "ok": ":green-background[ok]"}
+TITLES = {"sampler_truncation": "Sampler truncation (top-p / top-k)", "temperature_mismatch": "Temperature mismatch",
+          "token_misalignment": "Token misalignment", "catastrophic_tokens": "Catastrophic tokens",
+          "precision_noise": "Precision noise", "healthy": "Healthy"}
+HEADLINE = {"sampler_truncation": "log_offset", "temperature_mismatch": "temperature", "token_misalignment": "shift",
+            "catastrophic_tokens": "count", "precision_noise": "dtype"}
+
+st.title("Diagnose")
+st.caption("Why do the trainer's and the sampler's log-probs disagree? Each finding names a cause, shows the "
+           "evidence and says what to do; thresholds follow NeMo-RL's and verl's published guidance.")
+
+kind = bound(st.radio, "Batch", f"{P}source", "fault", options=list(SOURCES), format_func=SOURCES.get,
+             valid=lambda v: v in SOURCES, horizontal=True, label_visibility="collapsed")
+if kind == "fault":
+    c1, c2 = st.columns([3, 1])
+    fault = bound(c1.selectbox, "Fault", f"{P}fault", next(iter(data.FAULTS)), options=list(data.FAULTS),
+                  valid=lambda v: v in data.FAULTS)
+    seed = bound(c2.number_input, "Seed", f"{P}seed", 0, min_value=0, max_value=2**31 - 1, step=1,
+                 valid=lambda v: isinstance(v, int) and v >= 0)
+    src, payload = data.fault_source(fault, int(seed)), None
+    st.caption("128 rollouts of the tiny transformer (seqis.tiny_lm) sampled through this fault and rescored by "
+               "the fp32 trainer; a few seconds the first time.")
+    hold_batch(src, payload)  # Explore shows the same batch
+else:
+    src, payload = batch_source()
+
+try:
+    d = data.diagnosis(src, None, _payload=payload)
+except (ValueError, OSError) as e:
+    st.error(f"{src.label}: {e}")
+    st.stop()
+
+st.page_link("views/explore.py", label="Open this batch in Explore", icon=":material/scatter_plot:")
+
+st.subheader("Findings")
+if d.shift:
+    st.info(f"Everything below reads the inference log-probs {d.shift} position(s) later, where they line up.")
+for f in d.findings:
+    with st.container(border=True):
+        head = HEADLINE.get(f.kind)
+        value = f.evidence.get(head) if head else None
+        shown = f"{value:.4g}" if isinstance(value, float) else value
+        st.markdown(f"{BADGE[f.severity]} **{TITLES.get(f.kind, f.kind)}**" + (f" · {head} = `{shown}`" if head
+                                                                               else ""))
+        st.write(f.message)
+        fig = data.figure(d, f)
+        if fig is not None:
+            st.plotly_chart(fig, config=CHART_CONFIG, key=f"{P}chart.{f.kind}")
+        if f.kind == "catastrophic_tokens":
+            st.dataframe(d.worst, hide_index=True)
+        with st.expander("Evidence"):
+            st.json({k: v for k, v in f.evidence.items() if k != "agreement"})
+
+st.subheader("Per group")
+by = bound(st.selectbox, "Group by a metadata column", f"{P}by", "none", options=["none", *d.metadata_columns],
+           valid=lambda v: v == "none" or v in d.metadata_columns)
+if by != "none":
+    grouped = data.diagnosis(src, by, _payload=payload)
+    rows = [{"group": str(f.group), "severity": f.severity, "finding": f.kind,
+             "evidence": ", ".join(f"{k} {v:.3g}" if isinstance(v, float) else f"{k} {v}"
+                                   for k, v in f.evidence.items() if k in HEADLINE.values())}
+            for f in grouped.findings if f.group is not None]
+    st.dataframe(rows, hide_index=True)
+else:
+    st.caption("Pick a column (environment, turn, rank, ...) to diagnose each of its values on its own.")
+
+st.subheader("Raw ratios, and what each correction truncates and masks")
+tables = data.ratio_tables(src, _payload=payload)
+c1, c2 = st.columns(2)
+c1.caption("Per-token log-ratio l and ratio rho = e^l before any correction")
+c1.dataframe(tables.quantiles, column_config={"log_ratio": st.column_config.NumberColumn(format="%.4g"),
+                                              "ratio": st.column_config.NumberColumn(format="%.4g")})
+c2.caption("Share of loss tokens outside common token bands")
+c2.dataframe(tables.bands, column_config={"share_outside": st.column_config.NumberColumn(format="%.3g")})
+st.caption("Each correction (estimator or framework preset, at its defaults): the share of loss tokens it drops "
+           "or truncates, and the share of rollouts it drops wholly, partly, or truncates.")
+st.dataframe(tables.corrections, column_config={c: st.column_config.ProgressColumn(c, min_value=0.0, max_value=1.0,
+                                                                                   format="%.3f")
+                                                for c in tables.corrections.columns})
+
+st.subheader(f"The worst rollout, token by token (rollout {d.rollout})")
+st.plotly_chart(data.charts.rollout_figure(d.rollout_tokens), config=CHART_CONFIG, key=f"{P}chart.rollout")
+with st.expander("Its tokens"):
+    st.dataframe(d.rollout_tokens, hide_index=True)

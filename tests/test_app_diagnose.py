@@ -1,0 +1,48 @@
+"""The Diagnose page through AppTest: each tiny-transformer fault shows its finding first with its chart, the
+per-group table, the raw ratio tables and the worst rollout; the explorer's batch is diagnosed too."""
+
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("streamlit")
+from streamlit.testing.v1 import AppTest  # noqa: E402
+
+APP = str(Path(__file__).resolve().parent.parent / "app" / "streamlit_app.py")
+
+
+def diagnose_page(**params) -> AppTest:
+    at = AppTest.from_file(APP, default_timeout=300)
+    at.query_params.update(params)
+    at.switch_page("views/diagnose.py").run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def test_a_fault_is_named_first_with_its_chart_and_the_tables():
+    at = diagnose_page(**{"dg.fault": "top-p 0.9 in the sampler"})
+    assert at.title[0].value == "Diagnose"
+    first = [m.value for m in at.markdown if "**" in m.value and "background" in m.value][0]
+    assert "Sampler truncation" in first and "log_offset" in first
+    assert len(at.get("plotly_chart")) == 2  # the finding's histogram and the worst rollout
+    corrections = at.dataframe[2].value
+    assert {"seq_tis", "mis_po"} <= set(corrections.index)
+    assert {"tokens_masked", "rollouts_truncated"} <= set(corrections.columns)
+    at.selectbox(key="dg.by").set_value("group_id").run()
+    assert not at.exception
+    groups = at.dataframe[0].value  # drawn above the ratio tables
+    assert len(groups) and set(groups["finding"]) >= {"sampler_truncation"}
+
+
+@pytest.mark.parametrize("fault, kind", [("log-probs one position late", "Token misalignment"),
+                                         ("kernel bug on one token", "Catastrophic tokens")])
+def test_other_faults_lead_with_their_finding(fault, kind):
+    at = diagnose_page(**{"dg.fault": fault})
+    first = [m.value for m in at.markdown if "background" in m.value][0]
+    assert kind in first and "bad" in first
+
+
+def test_the_explorers_batch():
+    at = diagnose_page(**{"dg.source": "batch"})
+    cards = [m.value for m in at.markdown if "background" in m.value]
+    assert cards and any("Precision noise" in c or "Healthy" in c for c in cards)
