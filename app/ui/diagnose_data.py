@@ -61,21 +61,21 @@ def diagnosis(src: Source, by: str | None, _payload: bytes | None = None) -> Dia
                      rollout_tokens(batch, j, shift), groupable)
 
 
+# the chart that proves each kind of finding, from the page's token tables and the finding's evidence
+FIGURES = {
+    "temperature_mismatch": lambda d, f: charts.temperature_figure(d.points, f.evidence),
+    "sampler_truncation": lambda d, f: charts.truncation_figure(d.points, f.evidence),
+    "token_misalignment": lambda d, f: charts.misalignment_figure(f.evidence),
+    "precision_noise": lambda d, f: charts.precision_figure(d.points, f.evidence),
+    "catastrophic_tokens": lambda d, f: charts.catastrophic_figure(d.points, d.worst),
+    "healthy": lambda d, f: charts.histogram_figure(d.points),
+}
+
+
 def figure(d: Diagnosis, f: Finding) -> go.Figure | None:
-    """The chart that proves a finding."""
-    if f.kind == "temperature_mismatch":
-        return charts.temperature_figure(d.points, f.evidence)
-    if f.kind == "sampler_truncation":
-        return charts.truncation_figure(d.points, f.evidence)
-    if f.kind == "token_misalignment":
-        return charts.misalignment_figure(f.evidence)
-    if f.kind == "precision_noise":
-        return charts.precision_figure(d.points, f.evidence)
-    if f.kind == "catastrophic_tokens":
-        return charts.catastrophic_figure(d.points, d.worst)
-    if f.kind == "healthy":
-        return charts.histogram_figure(d.points)
-    return None
+    """The chart that proves a finding (None for a kind without one)."""
+    build = FIGURES.get(f.kind)
+    return build(d, f) if build is not None else None
 
 
 def _corrections() -> list[str]:
