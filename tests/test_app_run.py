@@ -52,7 +52,7 @@ def test_a_scan_file_and_a_folder_on_the_server(tmp_path):
     scan(root, ["seq_tis"], by="env_name", out=out, workers=1)
     at = run_page(**{"run.source": "file", "run.file": str(out)})
     assert at.dataframe[0].value.iloc[0]["step"] == 1
-    assert [b.label for b in at.button] == ["Open step 1 in Explore"]  # the scan recorded its run folder
+    assert [b.label for b in at.button] == ["Open step 1 in Explore", "Open step 1 in Diagnose"]  # its run folder
     at = run_page(**{"run.source": "folder", "run.path": str(root), "run.estimators": "seq_tis,mis_po"})
     assert set(at.dataframe[0].value["step"]) == {1}
     at = run_page(**{"run.source": "folder", "run.path": str(tmp_path / "nowhere")})
@@ -76,3 +76,10 @@ def test_the_timelines_mark_the_incident_and_keep_one_colour_per_group(tmp_path)
     colors = {t.name: t.line.color for t in drops.data}
     assert colors["a"] == lines["a"].line.color and len(drops.data) == 2 * 3
     assert all(0 <= y <= 1 for t in drops.data for y in t.y)
+
+
+def test_opening_a_step_in_diagnose_shows_its_batch():
+    at = run_page()
+    at.button(key="run.open.diagnose.py.5").click().run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert at.radio(key="dg.source").value == "batch"
