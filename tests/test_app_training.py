@@ -47,12 +47,15 @@ def test_default_run_shows_curves_for_every_estimator(default_page):
 
 
 def test_url_restores_the_view_and_the_run(default_page):
-    at = open_page(**SMALL, **{"tr.est": "seq_is,pg", "tr.K": "5", "tr.fault": "top-p", "tr.top_p": "0.9"})
+    at = open_page(**SMALL, **{"tr.est": "seq_is,pg", "tr.K": "5", "tr.fault": "top-p", "tr.top_p": "0.9",
+                                "tr.opt": "adam", "tr.lr": "0.05", "tr.baseline": "1"})
     assert at.select_slider(key="tr.H").value == 32 and at.select_slider(key="tr.K").value == 5
     assert at.multiselect(key="tr.est").value == ["seq_is", "pg"]
     assert at.selectbox(key="tr.fault").value == "top-p" and at.slider(key="tr.top_p").value == 0.9
     assert list(at.dataframe[0].value["estimator"]) == ["seq_is", "pg"]
-    assert "H=32" in at.caption[0].value and "lag 5" in at.caption[0].value
+    assert at.selectbox(key="tr.opt").value == "adam" and at.checkbox(key="tr.baseline").value
+    caption = at.caption[0].value
+    assert "H=32" in caption and "lag 5" in caption and "Adam" in caption and "batch mean" in caption
 
 
 def test_tabular_toy_and_a_big_run_waits_for_run():
@@ -71,3 +74,27 @@ def test_a_precision_fault_on_the_tabular_toy_is_an_error_not_a_traceback():
     at.run()
     assert not at.exception
     assert any("top_p fault only" in e.value for e in at.error)
+
+
+def test_sweep_small_multiples_put_ours_above_the_published_points():
+    import sys
+
+    import pandas as pd
+
+    sys.path.insert(0, str(Path(APP).parent))
+    from ui import training_charts
+
+    from seqis.lab import huang2026
+
+    pub = huang2026.frame()
+    panels = {}
+    for what, x in (("horizon", "horizon"), ("lag", "lag"), ("batch", "batch_size")):
+        p = pub[(pub["figure"] == what) & (pub["batch_size"] >= (4096 if what == "lag" else 0))]
+        ours = pd.DataFrame({"x": [1, 2], "estimator": "Sequence IS", "mean": [0.9, 0.8], "sem": [0.01, 0.02]})
+        panels[what] = {"ours": ours, "published": p.rename(columns={x: "x"})}
+    fig = training_charts.sweeps(panels)
+    assert len(fig.layout.annotations) == 6  # three sweeps, ours and published
+    top = [t for t in fig.data if t.xaxis == "x"]
+    assert list(top[0].y) == [0.9, 0.8] and list(top[0].error_y.array) == [0.02, 0.04]
+    seq_h = [t for t in fig.data if t.xaxis == "x4" and t.name == "Sequence IS"][0]
+    assert list(seq_h.x) == [128, 256, 512, 1024] and seq_h.y[-1] == 0.7487

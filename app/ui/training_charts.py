@@ -110,9 +110,11 @@ def sweeps(panels: dict[str, dict]) -> go.Figure:
                                                                  dash="dash" if label in DASHED else "solid"),
                                      hovertemplate=f"{label} (published): %{{y:.4f}} at %{{x}}<extra></extra>"),
                           row=2, col=col)
-        for row in (1, 2):
+        for row, xs in ((1, ours["x"]), (2, pub["x"])):  # ticks at the swept values themselves
+            ticks = sorted(set(xs.tolist()))
             fig.update_xaxes(title=SWEEP_AXES[what][0], type="log" if SWEEP_AXES[what][1] else "linear",
-                             row=row, col=col)
+                             tickvals=ticks, ticktext=[f"{t:g}" for t in ticks], row=row, col=col)
             fig.update_yaxes(range=[-0.02, 1.02], row=row, col=col)
-    fig.update_layout(hovermode="closest")
-    return _layout(fig, "Huang's sweeps: final J, ours at CPU scale (top) and published (bottom)", 640)
+    fig = _layout(fig, "Huang's sweeps: final J, ours at CPU scale (top) and published (bottom)", 660)
+    fig.update_layout(hovermode="closest", margin=dict(_MARGIN, t=90))
+    return fig

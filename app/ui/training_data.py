@@ -48,6 +48,8 @@ class TrainSpec:
     lr: float = 3.0
     seeds: int = 3
     fault: str = "none"
+    optimizer: str = "sgd"
+    baseline: bool = False
     top_p: float = 0.95
     device: str = "cpu"
 
@@ -89,7 +91,8 @@ def _train(spec: TrainSpec, progress=None) -> dict:
     names = catalog()
     res = lab.train(spec.chain(), [names[label] for label in spec.estimators], steps=spec.steps, lr=spec.lr,
                     lag=spec.lag, batch_size=spec.batch_size, seeds=spec.seeds, device=spec.device,
-                    fault=spec.sampler_fault(), progress=progress)
+                    fault=spec.sampler_fault(), optimizer=spec.optimizer, baseline=spec.baseline,
+                    progress=progress)
     labels = list(spec.estimators)
     final = pd.DataFrame({"estimator": labels, "final J (mean)": res.final.mean(1),
                           "min over seeds": res.final.min(1), "max over seeds": res.final.max(1),
