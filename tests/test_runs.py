@@ -75,6 +75,7 @@ def test_scan_rows_equal_diagnostics_and_run_on_each_steps_subset(generated, sca
 def test_the_incident_is_the_top_row(scanned):
     top = scanned.iloc[0]
     assert (top["step"], top["group"]) == INCIDENT
+    assert (top["severity"], top["finding"]) == ("bad", "catastrophic_tokens")  # seqis.diagnose names it
     assert top["kl_k3"] > 10 * scanned[scanned["step"] != INCIDENT[0]]["kl_k3"].max()
 
 

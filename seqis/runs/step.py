@@ -5,8 +5,8 @@ runs it as it is).
 A row per (group, estimator): `group` None is the whole step, else a value of the `by` metadata column (as
 a string). Columns: step, group, estimator, every `diagnostics` key, every metric of the estimator,
 `dropped` (the fraction of loss tokens whose gradient it drops, from its kept mask), and the diagnosis of
-that (step, group): `severity` and `finding` (the worst finding's severity and kind) and `findings` (all of
-them as JSON: kind, severity, message, evidence). Without seqis.diagnose these three are None.
+that (step, group) by seqis.diagnose: `severity` and `finding` (the worst finding's severity and kind) and
+`findings` (all of them as JSON: kind, severity, message, evidence).
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ..diagnose import diagnose
 from ..diagnostics import diagnostics
 from ..estimators import run_many
 from .layout import StepFiles
@@ -37,10 +38,7 @@ class ScanSettings:
 
 
 def _diagnose_by_group(batch, by: str | None) -> dict[str | None, list[dict]]:
-    try:
-        from ..diagnose import diagnose
-    except ImportError:  # the diagnosis is optional: rows still carry every metric
-        return {}
+    """group -> its findings as plain dicts, worst first (None: the whole step)."""
     found: dict[str | None, list[dict]] = {}
     for f in diagnose(batch, by=by):
         group = None if f.group is None else str(f.group)
@@ -87,7 +85,7 @@ def step_rows(batch, step: int, settings: ScanSettings) -> list[dict]:
                 "dropped": 1.0 - kept / n_tokens if n_tokens else 0.0,
                 "severity": worst["severity"] if worst else None,
                 "finding": worst["kind"] if worst else None,
-                "findings": json.dumps(found) if findings else None,
+                "findings": json.dumps(found),
             })
     return rows
 
