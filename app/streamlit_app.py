@@ -17,6 +17,7 @@ import threading  # noqa: E402
 import streamlit as st  # noqa: E402
 from ui import lab_data  # noqa: E402
 from ui.device import device, device_label  # noqa: E402
+from ui.style import RESPONSIVE_CSS  # noqa: E402
 
 from seqis.allocator import keep_freed_memory  # noqa: E402
 
@@ -55,6 +56,7 @@ def warm_up() -> threading.Thread:
 
 
 page = st.navigation(PAGES)
+st.html(RESPONSIVE_CSS)
 st.sidebar.caption(f"Device: **{device_label()}**")
 try:
     page.run()

@@ -48,9 +48,11 @@ def alpha(hex_color: str, a: float) -> str:
 def log_ticks(lo: float, hi: float) -> dict:
     """Plain tick labels at 1-3-10 steps for a log axis spanning [lo, hi] (at least two ticks)."""
     vals = [m * 10**k for k in range(-1, 7) for m in (1, 3) if lo / 1.5 <= m * 10**k <= hi * 1.5]
+    if len(vals) > 4:  # a narrow chart: decades only, so the labels stay level and apart
+        vals = [v for v in vals if f"{v:g}".lstrip("0.").startswith("1")]
     if len(vals) < 2:  # a narrow span (every rollout about as long): label its ends
-        vals = sorted({float(f"{lo:.2g}"), float(f"{hi:.2g}")})
-    return dict(tickvals=vals, ticktext=[f"{v:,.0f}" if v >= 1 else f"{v:g}" for v in vals])
+        vals = sorted({float(lo), float(hi)})
+    return dict(tickvals=vals, ticktext=[f"{v:,.0f}" if v >= 1 else f"{v:g}" for v in vals], tickangle=0)
 
 
 def base_layout(*, height: int, title: str | None = None, legend: bool = True, **extra) -> dict:
@@ -78,3 +80,14 @@ def titled(fig: go.Figure, title: str, *, height: int = 420, legend_below: bool 
     if legend_below:
         fig.update_layout(legend=dict(orientation="h", yanchor="top", y=-0.18, xanchor="left", x=0))
     return fig
+
+
+# Columns wrap instead of squeezing: each keeps at least 240 px, so four rollout maps stand side by side at 1600 px
+# and stack at 900 px, and metric labels and chart titles keep their room; a container keyed "narrow..." holds
+# controls that may shrink to 140 px.
+RESPONSIVE_CSS = """<style>
+[data-testid="stMain"] [data-testid="stHorizontalBlock"] { flex-wrap: wrap; row-gap: 1rem; }
+[data-testid="stMain"] [data-testid="stColumn"] { min-width: min(240px, 100%); }
+[data-testid="stMain"] [class*="st-key-narrow"] [data-testid="stColumn"] { min-width: min(140px, 100%); }
+</style>"""
+

@@ -173,7 +173,7 @@ st.sidebar.caption(f"{src.label}: **{B} rollouts x {T} positions**")
 st.sidebar.caption("This view lives in the URL: copy the address to share it.")
 
 intro = st.container()
-c1, c_fw, c_preset, c2 = st.columns([3, 1, 1.5, 1], vertical_alignment="bottom")
+c1, c_fw, c_preset, c2 = st.container(key="narrow-ex-controls").columns([3, 1, 1.5, 1], vertical_alignment="bottom")
 with c1:
     names = bound(st.multiselect, "Estimators", key_estimators(), FIRST_ESTIMATORS, options=list(ESTIMATORS),
                   valid=lambda v: isinstance(v, list) and all(n in ESTIMATORS for n in v),
