@@ -142,7 +142,8 @@ def _why(comp: Composition, facts: dict[str, float], kept: float, clipped: float
                        f"{c.high if c.high is not None else 'inf'}]: {1 - kept:.0%} of the tokens here")
     w = comp.weight
     if w.truncated and w.upper < math.inf:
-        chi2_seq = math.expm1(max(T50, 1.0) * math.log1p(facts["chi2_token"]))  # (1 + chi2)^T - 1
+        log_1p_chi2 = max(T50, 1.0) * math.log1p(facts["chi2_token"])  # log (1 + chi2_seq) = T log (1 + chi2)
+        chi2_seq = math.expm1(log_1p_chi2) if log_1p_chi2 < 700 else math.inf
         best = float(theory.seq_tis_best_clip(chi2_seq)) if w.per_rollout and math.isfinite(chi2_seq) else None
         why.append(f"its {w.level} weight is truncated at {w.upper:g}: {clipped:.0%} of rollouts clipped"
                    + (f" (Li's C* = √(2(1+χ²)) ≈ {best:.2g} at the median length)" if best else ""))
