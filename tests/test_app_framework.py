@@ -52,6 +52,7 @@ def test_a_picked_preset_is_a_column_with_the_frameworks_numbers_and_knobs():
     assert at.selectbox(key=f"ex.{key}.rollout_is").value == "token"  # verl's own knob names and defaults
     assert at.selectbox(key=f"ex.{key}.rollout_rs").value == "seq_mean_k1"
     assert any(PRESETS[key].source in c.value for c in at.caption)
+    assert any(m.value.startswith(f"**{key}** · {PRESETS[key].summary[:40]}") for m in at.markdown)
     yaml = [c.value for c in at.code if "rollout_correction:" in c.value and key in c.value]
     assert yaml and "rollout_rs: seq_mean_k1" in yaml[0]
 

@@ -22,7 +22,7 @@ from ui.state import bound, fragment_rerun
 from ui.style import CHART_CONFIG
 from ui.widgets import config_from_state, knob_widgets
 
-from seqis import ESTIMATORS
+from seqis import ESTIMATORS, PRESETS
 from seqis.estimators.dispatch import entry
 
 P = PREFIX  # "ex."
@@ -128,7 +128,7 @@ def estimator_column(name: str, src: data.Source, payload, names: list[str], slo
     spec, start = entry(name)  # a registry estimator, or a preset starting at its framework's defaults
     plot_slot = st.container()
     panel = st.container(border=True)
-    panel.markdown(f"**{name}** · {spec.summary}")
+    panel.markdown(f"**{name}** · {PRESETS[name].summary if name in PRESETS else spec.summary}")
     cfg, err = knob_widgets(spec.config, f"{P}{name}", container=panel, defaults=start.as_dict())
     if err:
         panel.error(f"{name}: {err}")
