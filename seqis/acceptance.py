@@ -89,10 +89,11 @@ def _rollout_stats(estimators: list[Estimator], batch: Batch) -> list[dict]:
     return rows
 
 
-def _band_row(label: str, log_ratio: torch.Tensor, low: float, high: float) -> dict:
-    """The fraction of rollouts whose log_ratio (B,) lies in [log low, log high]."""
+def _band_row(label: str, log_ratio: torch.Tensor, low: float, high: float, tol: torch.Tensor) -> dict:
+    """The fraction of rollouts whose log_ratio (B,) lies in [log low, log high], a value within tol (B,) of an
+    edge on it (the edges of seqis.run: seqis.estimators.Ratios.edge_tolerance)."""
     n = log_ratio.shape[0]
-    acc = in_band(log_ratio, low, high).double().mean().item()
+    acc = in_band(log_ratio, low, high, tol).double().mean().item()
     return dict(label=label, estimator="", accepted=acc, accepted_se=math.sqrt(acc * (1 - acc) / n),
                 weight_mean=math.nan, weight_mean_se=math.nan, weight_var=math.nan, weight_var_se=math.nan)
 
@@ -123,8 +124,8 @@ def length_sweep(
         batch = gaussian_batch(n_rollouts, int(T), s, generator=g, device=device)
         stats = _rollout_stats(ests, batch)
         if product_band is not None:
-            S = Ratios.of(batch).seq_log_ratio  # (B,)
-            stats.append(_band_row("product band", S, *product_band))
+            r = Ratios.of(batch)
+            stats.append(_band_row("product band", r.seq_log_ratio, *product_band, r.edge_tolerance * r.length))
         rows += [dict(T=int(T), s=s, **row) for row in stats]
     return pd.DataFrame(rows)
 
