@@ -201,6 +201,20 @@ def bench_token_clip(meter, page, url, moves):
     floor(meter, page)
 
 
+def bench_picker(meter, page, url, moves):
+    """Explore with "my framework" picked (verl's bypass_pg_geo_rs_token_tis, a fifth column beside the four seed
+    estimators at 256 x 4096): the preset's own slider, then a seed estimator's, with the picker on."""
+    page.goto(f"{url}/?ex.fw=verl&ex.fw.verl=verl%2Fbypass_pg_geo_rs_token_tis")
+    meter.wait(0.0)
+    for _ in range(moves * 2):
+        move(meter, "Explore preset knob move (picker + 4 estimators)", slider(page, "rollout_is_threshold").first)
+    for _ in range(moves):
+        move(meter, "Explore seq_clip move with the picker on", slider(page, "seq_clip").first)
+    floor(meter, page)
+    page.goto(url)
+    meter.wait(0.0)
+
+
 def bench_scenarios(meter, page, url, moves):
     for scenario in SCENARIOS * 2:
         pick(meter, page, "scenario switch", '[data-testid="stSidebar"]', "Scenario", scenario)
@@ -249,7 +263,7 @@ def bench_bias_variance(meter, page, url, moves):
     meter.wait(0.0)
 
 
-SECTIONS = {"slider": bench_sliders, "clip": bench_token_clip, "scenario": bench_scenarios,
+SECTIONS = {"slider": bench_sliders, "clip": bench_token_clip, "picker": bench_picker, "scenario": bench_scenarios,
             "example": bench_examples, "learn": bench_learn, "bv": bench_bias_variance}
 
 
