@@ -31,7 +31,8 @@ def test_the_example_run_shows_its_incident_and_timelines():
     assert table.iloc[1]["group"] == "whole step"
     assert at.selectbox(key="run.step").value == 5  # the worst step is picked to open
     assert len(at.get("plotly_chart")) == 2
-    assert [b.label for b in at.button][:1] == ["Open step 5 in Explore"]
+    assert at.button(key="run.incident.explore.py.5").label == "Explore"  # one click from the incident
+    assert at.button(key="run.open.explore.py.5").label == "Open step 5 in Explore"
 
 
 def test_opening_a_step_hands_its_batch_to_explore():
@@ -52,7 +53,8 @@ def test_a_scan_file_and_a_folder_on_the_server(tmp_path):
     scan(root, ["seq_tis"], by="env_name", out=out, workers=1)
     at = run_page(**{"run.source": "file", "run.file": str(out)})
     assert at.dataframe[0].value.iloc[0]["step"] == 1
-    assert [b.label for b in at.button] == ["Open step 1 in Explore", "Open step 1 in Diagnose"]  # its run folder
+    labels = [b.label for b in at.button]  # the scan recorded its run folder: its steps open
+    assert labels[-2:] == ["Open step 1 in Explore", "Open step 1 in Diagnose"]
     at = run_page(**{"run.source": "folder", "run.path": str(root), "run.estimators": "seq_tis,mis_po"})
     assert set(at.dataframe[0].value["step"]) == {1}
     at = run_page(**{"run.source": "folder", "run.path": str(tmp_path / "nowhere")})
@@ -80,6 +82,6 @@ def test_the_timelines_mark_the_incident_and_keep_one_colour_per_group(tmp_path)
 
 def test_opening_a_step_in_diagnose_shows_its_batch():
     at = run_page()
-    at.button(key="run.open.diagnose.py.5").click().run()
+    at.button(key="run.incident.diagnose.py.5").click().run()
     assert not at.exception, [e.value for e in at.exception]
     assert at.radio(key="dg.source").value == "batch"

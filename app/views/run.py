@@ -19,6 +19,7 @@ P = "run."
 SOURCES = {"example": "Example run", "folder": "Run folder", "file": "Scan file", "upload": "Upload a scan"}
 METRICS = ["kl_k3", "kl_k1", "chi2_token", "ess_seq", "ppl_ratio", "abs_log_ratio_p99", "abs_log_ratio_max"]
 VIEWS = Path(__file__).resolve().parent
+INCIDENT_BUTTONS = 5  # incidents (distinct steps) with their own open buttons
 
 
 def _choices() -> list[str]:
@@ -94,14 +95,15 @@ def report(df: pd.DataFrame) -> None:
         st.warning("  \n".join(problems))
 
 
-def open_step(run_path: str | None, step: int, where) -> None:
-    """Buttons that carry one step of the run to Explore and to Diagnose."""
+def open_step(run_path: str | None, step: int, where, *, tag: str = "open", short: bool = False) -> None:
+    """Buttons that carry one step of the run to Explore and to Diagnose (`tag` keeps each set's keys apart)."""
     if run_path is None:
         where.caption("The run's files are not on this server: its steps cannot be opened here.")
         return
     pages = [("Explore", "explore.py")] + [("Diagnose", "diagnose.py")] * (VIEWS / "diagnose.py").exists()
     for col, (title, file) in zip(where.columns(len(pages)), pages):
-        if col.button(f"Open step {step} in {title}", key=f"{P}open.{file}.{step}", width="stretch"):
+        label = title if short else f"Open step {step} in {title}"
+        if col.button(label, key=f"{P}{tag}.{file}.{step}", width="stretch"):
             try:
                 run_data.hand_step_to_explore(run_path, step)
             except (ValueError, OSError) as e:
@@ -129,6 +131,11 @@ else:
     show = found[["step", "group", "reason", "kl_k3", "abs_log_ratio_max", "n_rollouts"]].assign(
         group=found["group"].fillna(run_charts.WHOLE_STEP))
     st.dataframe(show, hide_index=True, width="stretch")
+    for _, row in found.drop_duplicates("step").head(INCIDENT_BUTTONS).iterrows():  # one click from an incident
+        text, buttons = st.columns([1, 1], vertical_alignment="center")
+        group = row["group"] if isinstance(row["group"], str) else run_charts.WHOLE_STEP
+        text.markdown(f"**Step {row['step']}** · {group} · {row['reason']}")
+        open_step(run_path, int(row["step"]), buttons, tag="incident", short=True)
 
 metric = bound(st.selectbox, "Mismatch metric", f"{P}metric", "kl_k3", options=[m for m in METRICS if m in df],
                valid=lambda v: v in df)
