@@ -38,7 +38,10 @@ def test_default_run_shows_curves_for_every_estimator(default_page):
     at = default_page
     assert at.title[0].value == "Training under policy lag"
     assert not at.error, [e.value for e in at.error]
-    curves, diag = charts(at)[:2]
+    curves, diag, sweeps = charts(at)
+    published = [t for t in sweeps["data"] if t.get("xaxis") == "x"]  # Huang's horizon sweep, shown at once
+    assert {t["name"] for t in published} == {"Sequence IS", "Token IS", "GeoMean IS"}
+    assert any(b.label.startswith("Run our three sweeps") for b in at.button)
     names = {t["name"] for t in curves["data"] if t.get("showlegend", True) and "name" in t}
     assert names == {"Sequence IS", "Token IS", "GeoMean IS", "Sequence TIS 0-2"}
     final = at.dataframe[0].value.set_index("estimator")["final J (mean)"]

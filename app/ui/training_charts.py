@@ -35,9 +35,10 @@ def _rgba(hex_color: str, alpha: float) -> str:
 
 
 def _layout(fig: go.Figure, title: str, height: int) -> go.Figure:
+    """Title, height, and the legend in a row under the x-axis titles (40 px below the plot area)."""
     fig.update_layout(title=dict(text=title, x=0, xanchor="left", font=dict(size=15)), height=height,
-                      margin=_MARGIN, hovermode="x unified",
-                      legend=dict(orientation="h", yanchor="top", y=-0.15, xanchor="left", x=0))
+                      margin=dict(_MARGIN, b=50), hovermode="x unified",
+                      legend=dict(orientation="h", yanchor="top", y=-60 / height - 0.08, xanchor="left", x=0))
     return fig
 
 
@@ -70,7 +71,8 @@ def learning_curves(J: pd.DataFrame, *, title: str, J0: float) -> go.Figure:
 def diagnostics(grad_norm: pd.DataFrame, kept: pd.DataFrame, cosine: pd.DataFrame) -> go.Figure:
     """‖g‖ (log scale: a collapse is a spike), the kept fraction and cos(g, ∇J) against updates."""
     fig = make_subplots(rows=1, cols=3, horizontal_spacing=0.07,
-                        subplot_titles=("‖g‖ of the update (log)", "fraction of tokens kept", "cos(g, exact ∇J)"))
+                        subplot_titles=("‖g‖ of the update (log; 0 left out)",
+                                        "fraction of tokens kept", "cos(g, exact ∇J)"))
     palette = colors(grad_norm["estimator"].unique())
     for col, df in enumerate((grad_norm, kept, cosine), start=1):
         _band_traces(fig, df, palette, row=1, col=col, showlegend=col == 1)
@@ -87,13 +89,15 @@ SWEEP_AXES = {"horizon": ("horizon H", True), "lag": ("lag K (updates stale)", F
 
 def sweeps(panels: dict[str, dict]) -> go.Figure:
     """Small multiples: our final J (mean ± 2 s.e. over seeds) per sweep on the top row, Huang's published
-    J at step 7,000 below, one column per sweep."""
+    J at step 7,000 below, one column per sweep (only Huang's row while ours are not run)."""
     whats = [w for w in SWEEP_AXES if w in panels]
-    titles = [f"ours: J vs {SWEEP_AXES[w][0]}" for w in whats] + [f"Huang 2026: J vs {SWEEP_AXES[w][0]}"
-                                                                  for w in whats]
-    fig = make_subplots(rows=2, cols=len(whats), subplot_titles=titles, vertical_spacing=0.16,
+    have_ours = any(not panels[w]["ours"].empty for w in whats)
+    pub_row = 2 if have_ours else 1
+    titles = ([f"ours: J vs {SWEEP_AXES[w][0]}" for w in whats] if have_ours else []) + [
+        f"Huang 2026: J vs {SWEEP_AXES[w][0]}" for w in whats]
+    fig = make_subplots(rows=pub_row, cols=len(whats), subplot_titles=titles, vertical_spacing=0.16,
                         horizontal_spacing=0.06)
-    labels = [e for w in whats for e in panels[w]["ours"]["estimator"].unique()]
+    labels = [e for w in whats for part in ("ours", "published") for e in panels[w][part]["estimator"].unique()]
     palette, seen = colors(dict.fromkeys(labels)), set()
     for col, what in enumerate(whats, start=1):
         ours, pub = panels[what]["ours"], panels[what]["published"]
@@ -105,16 +109,20 @@ def sweeps(panels: dict[str, dict]) -> go.Figure:
                                      hovertemplate=f"{label}: %{{y:.3f}} at %{{x}}<extra></extra>"), row=1, col=col)
             seen.add(label)
         for label, d in pub.groupby("estimator", sort=False):
+            line = dict(color=palette[label], dash="dash" if label in DASHED else "solid")
             fig.add_trace(go.Scatter(x=d["x"], y=d["J"], mode="lines+markers", name=label, legendgroup=label,
-                                     showlegend=False, line=dict(color=palette.get(label, "#999999"),
-                                                                 dash="dash" if label in DASHED else "solid"),
+                                     showlegend=label not in seen, line=line,
                                      hovertemplate=f"{label} (published): %{{y:.4f}} at %{{x}}<extra></extra>"),
-                          row=2, col=col)
-        for row, xs in ((1, ours["x"]), (2, pub["x"])):  # ticks at the swept values themselves
+                          row=pub_row, col=col)
+            seen.add(label)
+        rows = ((1, ours["x"]), (2, pub["x"])) if have_ours else ((1, pub["x"]),)
+        for row, xs in rows:  # ticks at the swept values themselves
             ticks = sorted(set(xs.tolist()))
             fig.update_xaxes(title=SWEEP_AXES[what][0], type="log" if SWEEP_AXES[what][1] else "linear",
                              tickvals=ticks, ticktext=[f"{t:g}" for t in ticks], row=row, col=col)
             fig.update_yaxes(range=[-0.02, 1.02], row=row, col=col)
-    fig = _layout(fig, "Huang's sweeps: final J, ours at CPU scale (top) and published (bottom)", 660)
-    fig.update_layout(hovermode="closest", margin=dict(_MARGIN, t=90))
+    title = ("Huang's sweeps: final J, ours at CPU scale (top) and published (bottom)" if have_ours
+             else "Huang's sweeps as published: final J after 7,000 updates (H = 1024, lag 500 unless swept)")
+    fig = _layout(fig, title, 660 if have_ours else 380)
+    fig.update_layout(hovermode="closest", margin=dict(_MARGIN, t=90, b=50))
     return fig

@@ -9,6 +9,7 @@ over seeds per estimator and update), never tensors. `run_sweep` does the same f
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -79,7 +80,8 @@ def _band(values: np.ndarray, labels, what: str) -> pd.DataFrame:
     """(E, S, n) -> long frame: estimator, update, mean, low, high (min and max over seeds)."""
     frames = []
     steps = np.arange(values.shape[-1])
-    with np.errstate(all="ignore"):
+    with warnings.catch_warnings():  # an update no seed has a value for (NaN) stays NaN, silently
+        warnings.simplefilter("ignore", RuntimeWarning)
         for i, label in enumerate(labels):
             v = values[i]
             frames.append(pd.DataFrame({"estimator": label, "update": steps, "mean": np.nanmean(v, 0),
@@ -101,7 +103,8 @@ def _train(spec: TrainSpec, progress=None) -> dict:
                           "mean cos(g, ∇J)": np.nanmean(res.cosine, axis=(1, 2)) if spec.steps else 1.0})
     return {
         "J": _band(res.J, labels, "J"),
-        "grad_norm": _band(res.grad_norm, labels, "‖g‖"),
+        # an update with no successful rollout has g = 0 exactly: left out of the log-scale panel
+        "grad_norm": _band(np.where(res.grad_norm > 0, res.grad_norm, np.nan), labels, "‖g‖"),
         "kept": _band(res.kept, labels, "kept fraction"),
         "cosine": _band(res.cosine, labels, "cos(g, ∇J)"),
         "final": final,
@@ -129,19 +132,25 @@ def has_sweep(what: str, device: str) -> bool:
     return memo_has(("train-sweep", what, device))
 
 
+def published(what: str) -> dict:
+    """Huang's points of one sweep, and an empty frame where ours will go: {"ours", "published", "settings"}."""
+    settings = train_sweeps.CPU_SCALE[what]
+    pub = huang2026.frame()
+    pub = pub[(pub["figure"] == what) & pub["estimator"].isin(settings.estimators)]
+    if what == "lag":  # figure 1 has every batch size: show the largest, as the post does
+        pub = pub[pub["batch_size"] == max(huang2026.BATCHES)]
+    x = {"horizon": "horizon", "lag": "lag", "batch": "batch_size"}[what]
+    ours = pd.DataFrame(columns=["x", "estimator", "mean", "sem", "low", "high"])
+    return {"ours": ours, "published": pub.rename(columns={x: "x"}), "settings": settings}
+
+
 def run_sweep(what: str, device: str, progress=None) -> dict:
     """One of Huang's sweeps at CPU scale (seqis.lab.train_sweeps.CPU_SCALE), memoised by (what, device):
-    {"ours": summary rows (x, estimator, mean, sem, low, high), "published": Huang's points, "settings"}."""
-    settings = train_sweeps.CPU_SCALE[what]
+    `published(what)` with "ours" filled in: summary rows (x, estimator, mean, sem, low, high)."""
 
     def compute():
-        df = train_sweeps.sweep(what, settings, device=device, progress=progress)
-        pub = huang2026.frame()
-        pub = pub[(pub["figure"] == what) & pub["estimator"].isin(settings.estimators)]
-        if what == "lag":  # figure 1 has every batch size: show the largest, as the post does
-            pub = pub[pub["batch_size"] == max(huang2026.BATCHES)]
-        x = {"horizon": "horizon", "lag": "lag", "batch": "batch_size"}[what]
-        return {"ours": train_sweeps.summary(df), "published": pub.rename(columns={x: "x"}),
-                "settings": settings}
+        panel = published(what)
+        df = train_sweeps.sweep(what, panel["settings"], device=device, progress=progress)
+        return {**panel, "ours": train_sweeps.summary(df)}
 
     return memo(("train-sweep", what, device), compute, max_entries=6)
