@@ -22,8 +22,8 @@ import torch
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from seqis import AGGREGATIONS, ESTIMATORS, Batch, knobs, run
-from seqis.estimators import Composition, Criterion, Penalty, Weight
+from seqis import AGGREGATIONS, ESTIMATORS, Batch, knobs, run, run_many
+from seqis.estimators import Composition, Criterion, Penalty, Ratios, Weight
 from seqis.estimators.dispatch import entry, resolve
 
 D = torch.float64
@@ -357,6 +357,9 @@ def compositions(draw):
 
 
 @settings(max_examples=300, deadline=None)
-@given(comp=compositions(), batch=batches(), agg=st.sampled_from(AGGREGATIONS))
-def test_any_composition_matches_its_definition(comp, batch, agg):
-    check_composition(comp, batch, agg)
+@given(comp=compositions(), batch=batches(), agg=st.sampled_from(AGGREGATIONS),
+       paths=st.sampled_from([dict(), dict(shortcuts=False), dict(sparse_share=1.0)]))
+def test_any_composition_matches_its_definition(comp, batch, agg, paths):
+    # paths: the CPU shortcuts, the GPU's passes (shortcuts off), or a token filter always in its sparse form
+    out = run_many([comp], batch, agg=agg, ratios=Ratios.of(batch, **paths))[comp]
+    check_composition(comp, batch, agg, out=out)
