@@ -238,7 +238,9 @@ class EstimatorOutput:
 
     loss      0-d tensor; its gradient flows into trainer_logprobs only
     weights   (B, T) detached gradient coefficient, 0 where the token's gradient is dropped: with
-              agg="token-mean", d loss / d trainer_logprobs = -weights * adv_tau * A / N
+              agg="token-mean", d loss / d trainer_logprobs = -weights * adv_tau * A / N, plus
+              coef * f'(l_t) / N on every loss token when the correction has a penalty (prime-rl's KL:
+              f = l^2, f' = 2 l; seqis.estimators.compose.Penalty); `weights` never includes the penalty
     masks     name -> (B, T) bool: always "kept", plus the estimator's own ("clipped", "token_masked",
               "traj_masked", ...); all are subsets of the loss mask
     metrics   name -> 0-d tensor (seqis.estimators.dispatch; `.scalars()` gives floats)
