@@ -234,7 +234,7 @@ def bench_learn(meter, page, url, moves):
     for i in range(6):
         page.goto(f"{url}/learn")
         meter.wait(0.0)
-        b = page.locator('[data-testid="stMain"] [data-testid="stButton"] button').nth(i)
+        b = page.locator('[data-testid="stMain"] [data-testid="stButton"] button:visible').nth(i)
         b.wait_for(state="visible", timeout=120_000)
         b.scroll_into_view_if_needed()
         meter.arm()
