@@ -4,8 +4,14 @@ The frame: page config, the sidebar's device line, and routing (st.navigation) t
 Pages read widgets, get data through the cached bridges in ui/, and hand results to the chart modules in ui/.
 """
 
+import os
 import sys
 from pathlib import Path
+
+# Before torch loads its OpenMP runtime: idle OpenMP threads sleep instead of spinning. On a busy machine (other
+# processes, or the page's own server threads) spinning threads steal the cores the work needs: one estimator's
+# view took 0.9-1.5 s with spinning and 17-42 ms without, on 2 loaded cores. A value the user set wins.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 # `streamlit run app` puts app/ (not the repo root) on the path; make `seqis` importable uninstalled too.
 _ROOT = Path(__file__).resolve().parent.parent
