@@ -15,6 +15,7 @@ import streamlit as st
 import torch
 
 from seqis import ESTIMATORS, Config, knobs, lab, theory
+from seqis.estimators import resolve
 
 from .memo import memo
 
@@ -82,8 +83,8 @@ def chain_info(toy: ToySpec) -> dict:
 
 def _exact_means(toy: ToySpec, ests: Estimators) -> dict[str, list[float]]:
     """Exact expectations of the single-rollout estimates, where they are cheap: by enumeration (tabular
-    toys, bit chains with H <= 12), else the bit chain's closed forms (pg; token_tis when its clip never
-    binds; seq_is is unbiased)."""
+    toys, bit chains with H <= 12), else the bit chain's closed forms for what a composition reduces to: no
+    weight (naive PG), an untruncated sequence weight (unbiased), a token weight whose clip never binds."""
     chain = toy.chain()
     out = {}
     if toy.toy == "tabular" or toy.horizon <= 12:
@@ -93,12 +94,16 @@ def _exact_means(toy: ToySpec, ests: Estimators) -> dict[str, list[float]]:
     H, k = toy.horizon, toy.threshold
     p, q = float(chain.p[0]), float(chain.q[0])
     max_ratio = max(p / q, (1 - p) / (1 - q))  # the largest token ratio rho_t the chain can produce
-    for name, cfg in ests:
-        if name == "seq_is":
+    for name, cfg in ests:  # read from each estimator's composition, never its name
+        comp = resolve(name, cfg)
+        w, plain = comp.weight, not comp.criteria and comp.penalty is None and comp.log_ratio_clamp is None
+        if not plain or w.band is not None or w.self_normalize or w.clip_low:
+            continue
+        if w.level == "sequence" and w.upper == math.inf:  # untruncated sequence IS: unbiased
             out[name] = chain.true_gradient().tolist()
-        elif name == "pg":
+        elif w.level == "none":  # no correction: naive PG on the sampler's tokens
             out[name] = [theory.bitchain_naive_pg_mean(H, k, p, q)] * H
-        elif name == "token_tis" and cfg.token_clip >= max_ratio:  # the clip never binds: plain token IS
+        elif w.level == "token" and w.upper >= max_ratio:  # a token clip that never binds: plain token IS
             out[name] = [theory.bitchain_token_is_mean(H, k, p, q)] * H
     return out
 
