@@ -55,6 +55,7 @@ def _default_config(cls: type[Config]) -> Config:
     return cls()  # frozen: one instance serves every call
 
 
+@cache
 def _presets() -> dict:
     """seqis.presets.PRESETS, imported when first asked (the package imports seqis.estimators itself)."""
     if importlib.util.find_spec("..presets", __package__) is None:
