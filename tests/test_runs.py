@@ -159,7 +159,9 @@ def test_a_folder_of_step_named_dumps(tmp_path):
             b = make_batch("gaussian", seed=step * 10 + part, n_rollouts=8, max_len=32 + 8 * part)
             save_batch(b, tmp_path / f"global_step_{step}_part{part}.parquet")
     r = load_run(tmp_path)
-    assert r.steps == [3, 10] and r.batch(10).shape[0] == 16
+    b = r.batch(10)
+    assert r.steps == [3, 10] and b.shape[0] == 16
+    assert b.metadata["step"] == [10] * 16 and b.metadata["file"][-1] == "global_step_10_part1.parquet"
     df = scan(tmp_path, ("seq_tis",), by="group_id", workers=1)
     assert set(df["step"]) == {3, 10}
 

@@ -87,9 +87,17 @@ def load_run(path, run_id: str | None = None) -> Run:
 
 
 def read_step(files: StepFiles, *, extras: bool = True) -> tuple[Batch, list[str]]:
+    """A step's batch and notes on what was skipped. Dumps get `step` (and `file`, when the step has several
+    files) in their metadata unless they carry their own."""
     if files.prime_rl:
         return read_prime_rl_files(files.files, extras=extras, tolerate_truncated=True)
-    return concat([load_batch(p) for p in files.files]), []
+    parts = []
+    for p in files.files:
+        b = load_batch(p)
+        labels = {"step": files.step, **({"file": p.name} if len(files.files) > 1 else {})}
+        b.metadata.update({k: [v] * b.shape[0] for k, v in labels.items() if k not in b.metadata})
+        parts.append(b)
+    return concat(parts), []
 
 
 def concat(batches: list[Batch]) -> Batch:
