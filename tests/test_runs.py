@@ -164,6 +164,9 @@ def test_a_folder_of_step_named_dumps(tmp_path):
     assert b.metadata["step"] == [10] * 16 and b.metadata["file"][-1] == "global_step_10_part1.parquet"
     df = scan(tmp_path, ("seq_tis",), by="group_id", workers=1)
     assert set(df["step"]) == {3, 10}
+    out = tmp_path / "scan.parquet"
+    assert cli_main([str(tmp_path), "--out", str(out), "--estimators", "seq_tis", "--workers", "1"]) == 0
+    assert read_scan(out)["group"].isna().all()  # no env_name in these dumps: whole steps only
 
 
 def test_multi_run_exports_need_a_run_id(tmp_path):

@@ -35,13 +35,25 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="the scan's parquet (also its cache)")
     p.add_argument("--estimators", default=None,
                    help="comma-separated estimator names or preset keys (default: every registry estimator)")
-    p.add_argument("--by", default="env_name", help="metadata column to group by ('none': whole steps only)")
+    p.add_argument("--by", default=None, help="metadata column to group by ('none': whole steps only; default: "
+                   "env_name when the run's first step has it)")
     p.add_argument("--engine", default="local", choices=("local", "ray"),
                    help="local processes, or Ray Data (a cluster when RAY_ADDRESS is set)")
     p.add_argument("--workers", type=int, default=None, help="processes / local Ray CPUs (default: every core)")
     p.add_argument("--run-id", default=None, help="which run of a multi-run export")
     p.add_argument("--include-unstable", action="store_true", help="also read steps still being written")
     return p
+
+
+def _default_by(path, run_id) -> str | None:
+    """env_name when the run's first step carries it (prime-rl exports do), else None."""
+    from .run import load_run
+
+    r = load_run(path, run_id)
+    if not r.steps:
+        return None
+    batch, _ = r.read(r.steps[0], extras=False)
+    return "env_name" if "env_name" in batch.metadata else None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -52,7 +64,9 @@ def main(argv: list[str] | None = None) -> int:
     with warnings.catch_warnings(record=True):  # every problem is in the summary printed below
         warnings.simplefilter("always")
         try:
-            df = scan(args.path, names, by=None if args.by.lower() == "none" else args.by, engine=args.engine,
+            by = _default_by(args.path, args.run_id) if args.by is None else None if args.by.lower() == "none" \
+                else args.by
+            df = scan(args.path, names, by=by, engine=args.engine,
                       out=args.out, include_unstable=args.include_unstable, workers=args.workers,
                       run_id=args.run_id, progress=ProgressBar())
         except (ValueError, FileNotFoundError, ImportError) as e:
