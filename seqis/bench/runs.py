@@ -32,6 +32,13 @@ print(json.dumps({"base_kb": base, "peak_kb": resource.getrusage(resource.RUSAGE
 """
 
 
+def _probe(run: Path, warm: Path) -> dict:
+    """Baseline and peak RSS (kB) of a fresh interpreter scanning `run` after a warm-up scan of `warm`."""
+    out = subprocess.run([sys.executable, "-c", _MEMORY_PROBE, str(run), str(warm)], capture_output=True,
+                         text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
 def _parse_floor(files: list[Path]) -> None:
     import pyarrow.json as pj
 
@@ -73,9 +80,11 @@ def run(device: str, quick: bool) -> None:
                 times.append(time.perf_counter() - t0)
             return statistics.median(times)
 
-        probe = subprocess.run([sys.executable, "-c", _MEMORY_PROBE, str(root), str(warm)],  # first: a quiet tree
-                               capture_output=True, text=True, check=True)
-        mem = json.loads(probe.stdout.strip().splitlines()[-1])
+        short = Path(tmp) / "two_steps"  # the run's first two steps: memory must not grow with the run's length
+        short.mkdir()
+        for s in r.steps[:2]:
+            (short / f"step_{s}").symlink_to(root / f"step_{s}")
+        mem, mem_short = (_probe(run, warm) for run in (root, short))  # first: on a quiet process tree
         workers = default_workers()
         floor = timed(lambda: _parse_floor(files))
         local = timed(lambda: scan(root, by="env_name", workers=workers))
@@ -93,4 +102,5 @@ def run(device: str, quick: bool) -> None:
           f"a one-step warm-up scan): {over_kb / 1024:.0f} MB = {over_kb * 1024 / step_bytes:.2f}x the largest "
           f"step's JSONL "
           f"({step_bytes / 2**20:.1f} MB), {over_kb * 1024 / batch_bytes:.1f}x that step as a Batch "
-          f"({batch_bytes / 2**20:.1f} MB); each local worker holds one step at a time")
+          f"({batch_bytes / 2**20:.1f} MB); each local worker holds one step at a time. The run's first two steps "
+          f"alone: {(mem_short['peak_kb'] - mem_short['base_kb']) / 1024:.0f} MB over")
