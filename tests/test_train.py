@@ -383,3 +383,6 @@ def test_sweep_rows_and_summary():
     assert sorted(set(by_b["x"])) == [4, 8]
     with pytest.raises(ValueError, match="what must be one of"):
         train_sweeps.sweep("depth", small)
+    collapse = train_sweeps.COLLAPSE.with_(horizon=16, steps=3, seeds=1, values=(8,))
+    assert collapse.optimizer == "adam" and collapse.baseline
+    assert len(train_sweeps.sweep("batch", collapse)) == 2
