@@ -4,7 +4,9 @@
     .venv/bin/python scripts/make_assets.py --only gaussian catastrophic
 
 Everything is seeded: running it again writes the same batches (the tiny transformer's training is
-deterministic on the CPU for a fixed thread count; the script pins 2 threads).
+deterministic on the CPU for a fixed thread count; the script pins 2 threads). The tiny transformer's batches
+use its shipped weights (assets/models/tiny_lm_seed0.safetensors); `--only tiny_lm_weights` retrains them
+(four minutes on a busy 2-core machine).
 """
 
 from __future__ import annotations
@@ -22,12 +24,26 @@ from seqis.synthetic import make_batch
 
 def precision_tiny_lm() -> tuple[Batch, dict]:
     """Genuine bf16-vs-fp32 mismatch: the tiny transformer samples in bf16 and is rescored in fp32."""
-    from seqis.tiny_lm import TinyLMConfig, rollouts, train
+    return make_batch("tiny_lm", seed=0), {}
+
+
+def tiny_lm_fault(**fault):
+    """The tiny transformer (its shipped weights) sampled through one sampler fault (seqis.sampler_faults)."""
+    return lambda: (make_batch("tiny_lm", seed=0, **fault), {})
+
+
+def tiny_lm_weights(out: Path) -> None:
+    """The tiny transformer's weights (assets/models/): `train(TinyLMConfig(), seed=0)` on 2 CPU threads."""
+    from safetensors.torch import save_file
+
+    from seqis.tiny_lm import WEIGHTS, TinyLMConfig, train
 
     t = time.perf_counter()
-    lm, lang = train(TinyLMConfig(), seed=0)
-    print(f"  trained the tiny transformer in {time.perf_counter() - t:.0f} s")
-    return rollouts(lm, lang, n_prompts=16, group_size=8, seed=0), {}
+    lm, _ = train(TinyLMConfig(), seed=0)
+    path = out / WEIGHTS.relative_to(ASSETS_DIR)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    save_file({k: v.contiguous() for k, v in lm.state_dict().items()}, str(path))
+    print(f"{path.name}: trained in {time.perf_counter() - t:.0f} s, {path.stat().st_size / 2**20:.2f} MB")
 
 
 def gaussian() -> tuple[Batch, dict]:
@@ -56,6 +72,13 @@ ASSETS = {  # name -> (file, maker)
     "catastrophic": ("catastrophic.jsonl", catastrophic),
     "policy_lag": ("policy_lag_k8_verl.npz", policy_lag_verl),
     "long_context": ("long_context_16k_prime_rl.safetensors", long_context_prime_rl),
+    # the tiny transformer's sampler faults, the truth in the metadata (kept_log_mass, bug_tokens)
+    "tiny_lm_top_p": ("tiny_lm_top_p0.9.parquet", tiny_lm_fault(top_p=0.9)),
+    "tiny_lm_top_k": ("tiny_lm_top_k20.parquet", tiny_lm_fault(top_k=20)),
+    "tiny_lm_temperature": ("tiny_lm_temperature0.7.parquet", tiny_lm_fault(temperature=0.7)),
+    "tiny_lm_off_by_one": ("tiny_lm_off_by_one.parquet", tiny_lm_fault(shift=1)),
+    "tiny_lm_kernel_bug": ("tiny_lm_kernel_bug.parquet", tiny_lm_fault(bug_rate=0.005)),
+    "tiny_lm_fp16": ("tiny_lm_fp16.parquet", tiny_lm_fault(sampler_dtype="fp16")),
 }
 
 
@@ -84,11 +107,14 @@ EXAMPLE_RUN = dict(steps=8, ranks=2, rollouts_per_rank=6, envs=("math", "code", 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--only", nargs="+", choices=[*ASSETS, "prime_rl_run"], help="make only these")
+    ap.add_argument("--only", nargs="+", choices=[*ASSETS, "prime_rl_run", "tiny_lm_weights"],
+                    help="make only these")
     ap.add_argument("--out", type=Path, default=ASSETS_DIR)
     args = ap.parse_args()
     torch.set_num_threads(2)
     args.out.mkdir(parents=True, exist_ok=True)
+    if args.only is not None and "tiny_lm_weights" in args.only:  # minutes: only when asked for by name
+        tiny_lm_weights(args.out)
     if args.only is None or "prime_rl_run" in args.only:
         prime_rl_run(args.out)
     for name in args.only or ASSETS:

@@ -18,7 +18,9 @@ group); the response runs until EOS or max_len; reward = 1 if the response conta
 prompt's word (in word order), so longer responses succeed more often.
 
     lm, lang = train(TinyLMConfig(), seed=0)            # ~1 minute on 2 CPU cores
+    lm, lang = pretrained()                             # the same model, from assets/models/, in milliseconds
     batch = rollouts(lm, lang, n_prompts=16, group_size=8, seed=0)
+    faulty = rollouts(lm, lang, sampling=Sampling(top_p=0.9))   # a sampler fault (seqis.sampler_faults)
 
 Everything is seeded through explicit torch.Generators (initialisation, data, sampling).
 """

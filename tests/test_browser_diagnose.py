@@ -1,0 +1,38 @@
+"""The Diagnose page in headless Chromium (the server and browser of test_browser.py): for each fault asset
+of the tiny transformer, every finding's chart renders without an exception, and the expected finding leads."""
+
+import pytest
+from test_browser import _no_exceptions, _settle, _shot, browser, server  # noqa: F401 (fixtures)
+
+pytestmark = pytest.mark.browser
+
+ASSETS = {  # asset -> the title of the finding that must lead
+    "tiny_lm_top_p0.9.parquet": "Sampler truncation",
+    "tiny_lm_top_k20.parquet": "Sampler truncation",
+    "tiny_lm_temperature0.7.parquet": "Temperature mismatch",
+    "tiny_lm_off_by_one.parquet": "Token misalignment",
+    "tiny_lm_kernel_bug.parquet": "Catastrophic tokens",
+    "tiny_lm_fp16.parquet": "Precision noise",
+    "precision_tiny_lm_bf16.parquet": "Precision noise",
+}
+
+
+def test_every_fault_asset_renders_each_findings_chart(server, browser):  # noqa: F811
+    page = browser.new_page(viewport={"width": 1600, "height": 1000})
+    errors = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    for asset, lead in ASSETS.items():
+        page.goto(f"{server}/diagnose?dg.source=batch&ex.source=asset&ex.asset={asset}")
+        _settle(page, timeout_s=180)
+        _no_exceptions(page, asset)
+        cards = page.locator('[data-testid="stMarkdownContainer"]', has_text="· ")
+        first = page.locator('[data-testid="stMain"]').get_by_text(lead).first
+        assert first.count(), f"{asset}: no {lead} finding"
+        charts = page.locator('[data-testid="stPlotlyChart"]')
+        page.wait_for_function("n => document.querySelectorAll('[data-testid=\"stPlotlyChart\"] .main-svg').length"
+                               " >= n", arg=charts.count(), timeout=60_000)
+        assert charts.count() >= 2, f"{asset}: {charts.count()} charts"  # a finding's chart and the worst rollout
+        assert cards.count() >= 1
+        _shot(page, f"diagnose-{asset.split('.parquet')[0]}")
+    assert not errors, errors
+    page.close()
