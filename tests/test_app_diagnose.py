@@ -26,6 +26,8 @@ def test_a_fault_is_named_first_with_its_chart_and_the_tables():
     assert "Sampler truncation" in first and "log_offset" in first
     assert len(at.get("plotly_chart")) == 2  # the finding's histogram and the worst rollout
     corrections = at.dataframe[2].value
+    worst = at.dataframe[3].value
+    assert {"position", "token_id", "trainer_logprob", "inference_logprob", "entropy"} <= set(worst.columns)
     assert {"seq_tis", "mis_po"} <= set(corrections.index)
     assert {"tokens_masked", "rollouts_truncated"} <= set(corrections.columns)
     at.selectbox(key="dg.by").set_value("group_id").run()
@@ -40,6 +42,14 @@ def test_other_faults_lead_with_their_finding(fault, kind):
     at = diagnose_page(**{"dg.fault": fault})
     first = [m.value for m in at.markdown if "background" in m.value][0]
     assert kind in first and "bad" in first
+
+
+def test_a_fault_opens_in_explore():
+    at = diagnose_page(**{"dg.fault": "sampler at temperature 0.7"})
+    at.button(key="dg.open.explore").click().run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert at.title[0].value.startswith("Explore")
+    assert any("tiny_lm" in c.value for c in at.caption)  # Explore names the batch it shows
 
 
 def test_the_explorers_batch():

@@ -9,7 +9,7 @@ explorer's batch (upload, example or synthetic, shared with Explore).
 import streamlit as st
 from ui import diagnose_data as data
 from ui.batch_source import batch_source
-from ui.state import bound, hold_batch
+from ui.state import bound, hold_batch, set_view
 from ui.style import CHART_CONFIG
 
 P = "dg."
@@ -46,7 +46,11 @@ except (ValueError, OSError) as e:
     st.error(f"{src.label}: {e}")
     st.stop()
 
-st.page_link("views/explore.py", label="Open this batch in Explore", icon=":material/scatter_plot:")
+if st.button("Open this batch in Explore", icon=":material/scatter_plot:", key=f"{P}open.explore"):
+    hold_batch(src, payload)
+    if kind == "fault":  # Explore's file source with no new upload shows the held batch
+        set_view({"ex.source": "upload"})
+    st.switch_page("views/explore.py")
 
 st.subheader("Findings")
 if d.shift:
@@ -62,8 +66,6 @@ for f in d.findings:
         fig = data.figure(d, f)
         if fig is not None:
             st.plotly_chart(fig, config=CHART_CONFIG, key=f"{P}chart.{f.kind}")
-        if f.kind == "catastrophic_tokens":
-            st.dataframe(d.worst, hide_index=True)
         with st.expander("Evidence"):
             st.json({k: v for k, v in f.evidence.items() if k != "agreement"})
 
@@ -93,6 +95,10 @@ st.caption("Each correction (estimator or framework preset, at its defaults): th
 st.dataframe(tables.corrections, column_config={c: st.column_config.ProgressColumn(c, min_value=0.0, max_value=1.0,
                                                                                    format="%.3f")
                                                 for c in tables.corrections.columns})
+
+st.subheader("The worst tokens")
+st.caption("The loss tokens of largest |log-ratio| (token ids and the trainer's entropy when the batch has them).")
+st.dataframe(d.worst, hide_index=True)
 
 st.subheader(f"The worst rollout, token by token (rollout {d.rollout})")
 st.plotly_chart(data.charts.rollout_figure(d.rollout_tokens), config=CHART_CONFIG, key=f"{P}chart.rollout")
