@@ -204,3 +204,19 @@ def test_correction_fractions_against_a_loop_over_rollouts():
         assert row["rollouts_masked"] == pytest.approx(masked / valid)
         assert row["rollouts_partly_masked"] == pytest.approx(partly / valid)
         assert row["rollouts_truncated"] == pytest.approx(truncated / valid)
+
+
+def test_command_line_prints_the_findings_and_strict_fails_on_bad(capsys):
+    import json
+
+    from seqis.__main__ import main
+    from seqis.io import ASSETS_DIR
+
+    bug = str(ASSETS_DIR / "tiny_lm_kernel_bug.parquet")
+    assert main(["diagnose", bug]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("BAD  catastrophic_tokens: count 50")
+    assert main(["diagnose", bug, "--strict", "--json", "--by", "reward"]) == 1
+    found = json.loads(capsys.readouterr().out)
+    assert {f["group"] for f in found} == {None, 0.0, 1.0} and found[0]["kind"] == "catastrophic_tokens"
+    assert main(["diagnose", str(ASSETS_DIR / "tiny_lm_fp16.parquet"), "--strict"]) == 0
