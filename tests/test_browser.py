@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 import shutil
 import socket
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -46,18 +45,14 @@ def _free_port() -> int:
 
 @pytest.fixture(scope="module")
 def server():
-    from seqis.bench.browser import start_server
+    from seqis.bench.browser import start_server, stop_server
 
     port = _free_port()
     proc, _ = start_server(ROOT, port, sys.executable)
     try:
         yield f"http://127.0.0.1:{port}"
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop_server(proc)
 
 
 @pytest.fixture(scope="module")

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import socket
 import statistics
 import subprocess
 import sys
@@ -91,6 +92,9 @@ def start_server(root: Path, port: int, python: str) -> tuple[subprocess.Popen, 
     cmd = [python, "-m", "streamlit", "run", str(root / "app"), "--server.port", str(port),
            "--server.address", "127.0.0.1", "--server.headless", "true", "--browser.gatherUsageStats", "false",
            "--server.fileWatcherType", "none"]
+    with socket.socket() as s:  # a server still on the port would answer the health check in our place
+        if s.connect_ex(("127.0.0.1", port)) == 0:
+            raise RuntimeError(f"port {port} is already in use: stop that server or pick another port")
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     deadline = time.time() + 90
@@ -105,6 +109,16 @@ def start_server(root: Path, port: int, python: str) -> tuple[subprocess.Popen, 
             time.sleep(0.2)
     proc.kill()
     raise RuntimeError("streamlit did not answer /_stcore/health")
+
+
+def stop_server(proc: subprocess.Popen) -> None:
+    """Stop a server start_server started; kill it if it has not gone within 10 s (a live one keeps the port)."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=10)
 
 
 class Meter:
@@ -300,11 +314,7 @@ def measure(root: Path, port: int, python: str, only: list[str], moves: int) -> 
             floor(meter, page)
             browser.close()
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop_server(proc)
     return meter.results
 
 
