@@ -6,8 +6,6 @@ VENV := .venv
 BIN := $(VENV)/bin
 TORCH ?= torch==2.13.0
 PORT ?= 8501
-# glibc keeps freed memory for reuse (seqis/allocator.py says why); the app also applies it at start-up
-GLIBC_TUNABLES ?= glibc.malloc.trim_threshold=1073741824:glibc.malloc.mmap_threshold=33554432
 
 .PHONY: test run bench lint venv browser clean
 
@@ -33,7 +31,7 @@ test: venv browser
 	$(BIN)/python -m pytest -q
 
 run: venv
-	GLIBC_TUNABLES=$(GLIBC_TUNABLES) $(BIN)/streamlit run app --server.port $(PORT) --browser.gatherUsageStats false
+	$(BIN)/streamlit run app --server.port $(PORT) --browser.gatherUsageStats false
 
 bench: venv
 	$(BIN)/python -m seqis.bench

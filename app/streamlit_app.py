@@ -25,9 +25,6 @@ from ui import lab_data  # noqa: E402
 from ui.device import device, device_label  # noqa: E402
 from ui.style import RESPONSIVE_CSS  # noqa: E402
 
-from seqis.allocator import keep_freed_memory  # noqa: E402
-
-keep_freed_memory()  # (B, T) tensors reuse freed memory instead of page-faulting fresh pages (seqis.allocator)
 st.set_page_config(page_title="seqis: sequence-level IS explorer", page_icon=":material/balance:", layout="wide")
 
 EXPLORE = st.Page("views/explore.py", title="Explore", icon=":material/scatter_plot:", url_path="home", default=True)

@@ -1,11 +1,11 @@
-"""glibc's malloc told to keep freed memory for reuse: an opt-in process setting for CPU work on large batches.
+"""glibc's malloc told to keep freed memory for reuse: an opt-in process setting, measured by the benchmark.
 
-Each estimator allocates a few (B, T) tensors per call. With glibc's defaults, a freed block above the mmap
-threshold (128 KiB, raised dynamically) goes back to the OS and the next tensor of that size page-faults in
-fresh memory: on 2-core machines that costs as much as the arithmetic (256 x 4096 fp32: seq_tis about 2.5-3x
-slower). A long-running CPU trainer usually has a caching allocator (jemalloc, tcmalloc; torch's own on a GPU);
-the explorer applies this at start-up, and a trainer can do the same, or set it for the whole process from the
-shell before Python starts:
+Each estimator allocates a few (B, T) tensors per call. If a freed block goes back to the OS, the next tensor of
+that size page-faults in fresh memory. glibc raises its mmap threshold by itself once a large block is freed,
+so in a warmed-up process this setting changes little: `python -m seqis.bench --only estimators` (which
+prints both) measured 0.97-1.06x on 256 x 4096 on a 2-core CPU (2026-11-30), so neither the explorer nor
+`make run` applies it. A trainer whose first steps allocate in another pattern can try it, from Python or
+from the shell before Python starts:
 
     export GLIBC_TUNABLES=glibc.malloc.trim_threshold=1073741824:glibc.malloc.mmap_threshold=33554432
 """

@@ -9,7 +9,7 @@ import warnings
 import pytest
 import torch
 
-from seqis.io import BatchFormatError, load_batch, prime_rl
+from seqis.io import BatchFormatError, load_batch, prime_rl_lines
 from seqis.io.prime_rl import read_prime_rl, read_prime_rl_files
 from seqis.runs.example import SCHEMAS, write_prime_rl_run
 
@@ -142,7 +142,7 @@ def test_an_upload_is_recognised_and_its_records_read(one_rank):
 def test_lines_longer_than_a_block_and_no_extras(tmp_path, monkeypatch):
     write_prime_rl_run(tmp_path, steps=1, ranks=1, rollouts_per_rank=3, incident=None)
     want = load_batch(tmp_path / "step_0" / "rank_0.jsonl")
-    monkeypatch.setattr(prime_rl, "_BLOCK", 1024)  # every line straddles blocks: read as one block
+    monkeypatch.setattr(prime_rl_lines, "_BLOCK", 1024)  # every line straddles blocks: read as one block
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         b, notes = read_prime_rl_files([tmp_path / "step_0" / "rank_0.jsonl"], extras=False)

@@ -9,7 +9,8 @@ from pathlib import Path
 from ..types import Batch
 from .assemble import _assemble
 from .columns import FORMATS, MAX_BYTES, BatchFormatError
-from .prime_rl import is_prime_rl_export, rank_files, read_prime_rl_bytes, read_prime_rl_files
+from .prime_rl import rank_files, read_prime_rl_bytes, read_prime_rl_files
+from .prime_rl_lines import is_prime_rl_export
 from .readers import _json_source, _Npz, _Parquet, _pt_source, _Safetensors, _Source
 
 # ---------------------------------------------------------------------------------------------------------
