@@ -9,6 +9,7 @@ Inputs are stored in the file too (the test does not regenerate them). Every bat
 k3 metrics are not affected by the (old) cap at l = 40.
 """
 
+import json
 import math
 import sys
 
@@ -60,7 +61,7 @@ BATCHES = {
 
 
 def record() -> dict[str, np.ndarray]:
-    arrays = {}
+    arrays = {"variants": np.array(json.dumps(VARIANTS))}  # the test reads the non-default configs from here
     for bname, (tl, il, adv, mask) in BATCHES.items():
         arrays[f"{bname}/input/trainer_logprobs"] = tl.numpy()
         arrays[f"{bname}/input/inference_logprobs"] = il.numpy()

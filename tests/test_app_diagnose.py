@@ -1,22 +1,16 @@
 """The Diagnose page through AppTest: each tiny-transformer fault shows its finding first with its chart, the
 per-group table, the raw ratio tables and the worst rollout; the explorer's batch is diagnosed too."""
 
-from pathlib import Path
 
 import pytest
 
 pytest.importorskip("streamlit")
+from pages import open_view  # noqa: E402
 from streamlit.testing.v1 import AppTest  # noqa: E402
-
-APP = str(Path(__file__).resolve().parent.parent / "app" / "streamlit_app.py")
 
 
 def diagnose_page(**params) -> AppTest:
-    at = AppTest.from_file(APP, default_timeout=300)
-    at.query_params.update(params)
-    at.switch_page("views/diagnose.py").run()
-    assert not at.exception, [e.value for e in at.exception]
-    return at
+    return open_view("views/diagnose.py", timeout=300, **params)
 
 
 def test_a_fault_is_named_first_with_its_chart_and_the_tables():

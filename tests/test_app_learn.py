@@ -1,23 +1,18 @@
 """The Learn page through AppTest: one card per registry row with its formula, trades, reduction, source
 and defaults; every preset opens Explore with its setting (widgets and URL)."""
 
-from pathlib import Path
 
 import pytest
 
 pytest.importorskip("streamlit")
+from pages import APP, open_view  # noqa: E402
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
 from seqis import ESTIMATORS  # noqa: E402
 
-APP = str(Path(__file__).resolve().parent.parent / "app" / "streamlit_app.py")
-
 
 def learn() -> AppTest:
-    at = AppTest.from_file(APP, default_timeout=90)
-    at.switch_page("views/learn.py").run()
-    assert not at.exception, [e.value for e in at.exception]
-    return at
+    return open_view("views/learn.py", timeout=90)
 
 
 def test_one_card_per_estimator():

@@ -7,20 +7,15 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("streamlit")
+from pages import APP, open_view  # noqa: E402
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
 from seqis.runs import scan  # noqa: E402
 from seqis.runs.example import write_prime_rl_run  # noqa: E402
 
-APP = str(Path(__file__).resolve().parent.parent / "app" / "streamlit_app.py")
-
 
 def run_page(**params) -> AppTest:
-    at = AppTest.from_file(APP, default_timeout=120)
-    at.query_params.update(params)
-    at.switch_page("views/run.py").run()
-    assert not at.exception, [e.value for e in at.exception]
-    return at
+    return open_view("views/run.py", **params)
 
 
 def test_the_example_run_shows_its_incident_and_timelines():

@@ -8,10 +8,11 @@ import math
 
 import pytest
 import torch
-from hypothesis import assume, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
+from strategies import configs
 
-from seqis import AGGREGATIONS, ESTIMATORS, PRESETS, SEED_ESTIMATORS, Batch, diagnostics, knobs, run, run_many
+from seqis import AGGREGATIONS, ESTIMATORS, PRESETS, SEED_ESTIMATORS, Batch, diagnostics, run, run_many
 from seqis.estimators._kernels import MAX_LOG_WEIGHT
 
 NAMES = list(ESTIMATORS)
@@ -40,22 +41,6 @@ def batches(draw):
     scale = draw(st.sampled_from([0.0, 1e-3, 0.05, 0.5, 3.0, 50.0]))
     pad = draw(st.sampled_from([-math.inf, math.nan, 0.0, 7.0]))
     return make_batch(B, T, seed=seed, scale=scale, pad=pad, per_token_adv=draw(st.booleans()))
-
-
-@st.composite
-def configs(draw, name):
-    """A config of the estimator with each knob at its default, an end or the middle of its slider range,
-    open (0 / inf for band edges and clips) or off (None, where that is allowed)."""
-    values = {}
-    for f in knobs(ESTIMATORS[name].config):
-        lo, hi = f.metadata["ui"]
-        options = [f.default, lo, hi, math.sqrt(lo * hi)]
-        options += [None] if f.metadata["optional"] else [0.0 if f.metadata["ge"] == 0 else math.inf]
-        values[f.name] = draw(st.sampled_from(options))
-    try:
-        return ESTIMATORS[name].config(**values)
-    except ValueError:  # a band whose low is not below its high
-        assume(False)
 
 
 def grad_of(out, batch):

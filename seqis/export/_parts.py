@@ -1,4 +1,5 @@
-"""Reading a composition's parts the way exporters need them: the PPO-clip pattern, plain weights, open edges."""
+"""Reading a composition's parts the way exporters need them: the PPO-clip pattern, the three token-IS modes,
+plain weights, open edges."""
 
 from __future__ import annotations
 
@@ -52,3 +53,25 @@ def open_low(x: float | None) -> bool:
 
 def open_high(x: float | None) -> bool:
     return x is None or x == math.inf
+
+
+def token_is_mode(comp: Composition, no: str) -> tuple[str | None, float, float]:
+    """The token IS corrections NeMo-RL and OpenRLHF both ship, as (mode, low, high): "tis" (rho_t clamped to
+    [low, high]), "icepop" (rho_t inside [low, high], else 0), "seq-mask-tis" (raw rho_t on rollouts whose
+    geometric ratio exp(S/T) lies in [low, high]), or None for a plain token ratio. Anything else raises
+    CannotExpress starting with `no` (the framework's sentence)."""
+    w, crit = comp.weight, comp.criteria
+    if w.level != "token" or w.self_normalize:
+        raise CannotExpress(f"{no} (this weight: {w.level}{', normalised' if w.self_normalize else ''})")
+    if crit:
+        c = crit[0]
+        if len(crit) > 1 or not is_plain(w, "token") or (c.statistic, c.agg, c.advantage) != ("ratio", "mean", None):
+            raise CannotExpress(f"{no} (seq-mask-tis is its only rejection)")
+        return "seq-mask-tis", c.low or 0.0, math.inf if c.high is None else c.high
+    if w.band is not None:
+        if not math.isinf(w.upper) or w.clip_low > 0:
+            raise CannotExpress(f"{no} (not both)")
+        return "icepop", *w.band
+    if not math.isinf(w.upper) or w.clip_low > 0:
+        return "tis", w.clip_low, w.upper
+    return None, w.clip_low, w.upper

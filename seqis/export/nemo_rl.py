@@ -6,11 +6,9 @@ on rollouts whose geometric ratio exp(S/T) lies in [ratio_min, ratio].
 
 from __future__ import annotations
 
-import math
-
 from ..estimators.compose import Composition
 from ._format import CannotExpress, Settings, adv_tau_note, yaml
-from ._parts import is_plain
+from ._parts import token_is_mode
 
 HEADER = ["NeMo-RL GRPO loss_fn (ClippedPGLossFn)"]
 SUFFIX = "nemo-rl.yaml"
@@ -21,23 +19,14 @@ def settings(comp: Composition) -> Settings:
     w, crit, notes = comp.weight, comp.criteria, []
     if comp.penalty is not None:
         raise CannotExpress("NeMo-RL's KL penalty is to a reference policy, not the sampler")
-    kind, lo, hi = None, None, None
     if w.level == "none" and not crit:
         keys = dict(use_importance_sampling_correction=False)
-    elif w.level != "token" or w.self_normalize:
-        raise CannotExpress(f"{_NO} (this weight: {w.level}{', normalised' if w.self_normalize else ''})")
-    elif crit:
-        c = crit[0]
-        if len(crit) > 1 or not is_plain(w, "token") or (c.statistic, c.agg, c.advantage) != ("ratio", "mean", None):
-            raise CannotExpress(f"{_NO} (seq-mask-tis is its only rejection)")
-        kind, lo, hi = "seq-mask-tis", c.low or 0.0, math.inf if c.high is None else c.high
-    elif w.band is not None:
-        if not math.isinf(w.upper) or w.clip_low > 0:
-            raise CannotExpress(f"{_NO} (not both)")
-        kind, (lo, hi) = "icepop", w.band
-    elif not math.isinf(w.upper) or w.clip_low > 0:
-        kind, lo, hi = "tis", w.clip_low or None, w.upper
-    if w.level == "token":
+    else:
+        kind, lo, hi = token_is_mode(comp, _NO)
+        if kind is None:  # a plain token ratio: importance sampling on, nothing truncated
+            lo, hi = None, None
+        elif kind == "tis":
+            lo = lo or None  # NeMo-RL's ratio_min unset: no lower clamp
         keys = dict(use_importance_sampling_correction=True, truncated_importance_sampling_type=kind,
                     truncated_importance_sampling_ratio=hi, truncated_importance_sampling_ratio_min=lo)
     if comp.log_ratio_clamp is not None:

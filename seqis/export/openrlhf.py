@@ -3,11 +3,9 @@ zeroes it outside, seq-mask-tis keeps raw rho_t on rollouts whose geometric rati
 
 from __future__ import annotations
 
-import math
-
 from ..estimators.compose import Composition
 from ._format import CannotExpress, Settings, adv_tau_note, flags
-from ._parts import is_plain
+from ._parts import token_is_mode
 
 HEADER = ["OpenRLHF train_ppo_ray flags"]
 SUFFIX = "openrlhf.sh"
@@ -20,19 +18,8 @@ def settings(comp: Composition) -> Settings:
         raise CannotExpress("OpenRLHF's KL term is to a reference model, not the sampler")
     if w.level == "none" and not crit:
         return Settings({"--algo.advantage.is_correction_enable": False})
-    if w.level != "token" or w.self_normalize or len(crit) > 1:
-        raise CannotExpress(_NO)
-    if crit:
-        c = crit[0]
-        if not is_plain(w, "token") or (c.statistic, c.agg, c.advantage) != ("ratio", "mean", None):
-            raise CannotExpress(f"{_NO} (seq-mask-tis is its only rejection)")
-        kind, lo, hi = "seq-mask-tis", c.low or 0.0, math.inf if c.high is None else c.high
-    elif w.band is not None and math.isinf(w.upper) and w.clip_low == 0:
-        kind, (lo, hi) = "icepop", w.band
-    elif w.band is None:
-        kind, lo, hi = "tis", w.clip_low, w.upper
-    else:
-        raise CannotExpress(f"{_NO} (not both)")
+    kind, lo, hi = token_is_mode(comp, _NO)
+    kind = kind or "tis"  # a plain token ratio: tis with open bounds
     if comp.log_ratio_clamp is not None:
         notes.append(f"OpenRLHF clamps no log-ratio of the IS weight (this correction: +-{comp.log_ratio_clamp})")
     adv_tau_note(comp.adv_tau, notes)

@@ -1,0 +1,16 @@
+"""How the AppTest tests open a page of the explorer: the whole app (its frame and navigation), one view."""
+
+from pathlib import Path
+
+from streamlit.testing.v1 import AppTest
+
+APP = str(Path(__file__).resolve().parent.parent / "app" / "streamlit_app.py")
+
+
+def open_view(view: str, *, timeout: float = 120, **params) -> AppTest:
+    """The app on `view` (e.g. "views/run.py") with `params` in the URL, run once, with no exception."""
+    at = AppTest.from_file(APP, default_timeout=timeout)
+    at.query_params.update(params)
+    at.switch_page(view).run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at

@@ -1,0 +1,28 @@
+"""Hypothesis strategies the property tests share: an estimator's config drawn from its declared knobs."""
+
+import math
+
+from hypothesis import assume
+from hypothesis import strategies as st
+
+from seqis import ESTIMATORS, knobs
+
+
+@st.composite
+def configs(draw, name, adv_taus=None):
+    """A config of the estimator with each knob at its default, an end or the middle of its slider range,
+    open (0 / inf for band edges and clips) or off (None, where that is allowed). `adv_taus`: draw adv_tau
+    from these values instead of its range."""
+    values = {}
+    for f in knobs(ESTIMATORS[name].config):
+        if f.name == "adv_tau" and adv_taus is not None:
+            values[f.name] = draw(st.sampled_from(adv_taus))
+            continue
+        lo, hi = f.metadata["ui"]
+        options = [f.default, lo, hi, math.sqrt(lo * hi)]
+        options += [None] if f.metadata["optional"] else [0.0 if f.metadata["ge"] == 0 else math.inf]
+        values[f.name] = draw(st.sampled_from(options))
+    try:
+        return ESTIMATORS[name].config(**values)
+    except ValueError:  # a band whose low is not below its high
+        assume(False)
