@@ -124,9 +124,16 @@ def test_upload_loads_and_a_bad_one_keeps_the_previous_batch(tmp_path):
     at = explore(**{"ex.source": "upload"})
     at.file_uploader[0].upload("tiny.npz", path.read_bytes()).run()
     assert not at.exception and not at.error
+    assert at.title[0].value == "Diagnose"  # a new upload opens on Diagnose first
+    assert any("upload tiny.npz" in s.value and "opens here first" in s.value for s in at.success)
+    next(b for b in at.button if b.key == "dg.open.explore").click().run()  # the link carries it to Explore
+    assert not at.exception and at.title[0].value.startswith("Explore")
     captions = " ".join(c.value for c in at.sidebar.caption)
     assert "upload tiny.npz: **24 rollouts" in captions
+    assert "uploaded earlier in this session" in " ".join(c.value for c in at.caption)
     assert list(at.dataframe[0].value.columns) == list(SEED_ESTIMATORS)
+    at.run()
+    assert at.title[0].value.startswith("Explore")  # seen once: it stays on Explore now
 
     at.file_uploader[0].upload("broken.parquet", b"this is not parquet").run()
     assert not at.exception
@@ -284,6 +291,9 @@ def test_an_upload_with_other_column_names_is_mapped_in_the_page(tmp_path):
     at.selectbox(key="ex.map.inference_logprobs").set_value("sampler_lp")
     at.selectbox(key="ex.map.advantages").set_value("adv").run()
     assert not at.exception and not at.error  # the error is gone once the file loads
+    assert at.title[0].value == "Diagnose"  # and the batch opens on Diagnose first
+    next(b for b in at.button if b.key == "dg.open.explore").click().run()
+    assert not at.exception and not at.error
     assert f"upload odd.parquet: **{B} rollouts" in " ".join(c.value for c in at.sidebar.caption)
 
 

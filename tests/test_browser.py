@@ -1,8 +1,8 @@
 """The real page in a real browser: `streamlit run app` on a free loopback port, every page opened in
 headless Chromium (Playwright driving the system's chromium, e.g. Debian's /usr/bin/chromium), a slider
-moved on Explore until its chart changes, an upload whose columns have other names mapped in the page (the
-rollout pick resets when the batch changes; a pickle is refused with a message), and no exception element
-anywhere.
+moved on Explore until its chart changes, an upload whose columns have other names mapped in the page (it
+opens on Diagnose first and a button carries it to Explore; the rollout pick resets when the batch changes; a
+pickle is refused with a message), and no exception element anywhere.
 
 Skips, saying so, when Playwright or a chromium cannot be found (`make browser` installs Debian's).
 SEQIS_SHOTS=/some/dir saves a screenshot of every page there (wide and narrow).
@@ -205,9 +205,16 @@ def test_upload_with_other_column_names_maps_them_and_refuses_a_pickle(server, b
     _pick(page, "trainer_logprobs", "policy_lp")
     _pick(page, "inference_logprobs", "sampler_lp")
     _pick(page, "advantages", "adv")
-    _no_exceptions(page, "explore after mapping the columns")
-    assert page.locator('[data-testid="stSidebar"]').get_by_text("upload odd.parquet: 12 rollouts", exact=False).count()
+    _no_exceptions(page, "diagnose after mapping the columns")
+    assert page.locator('[data-testid="stMain"] h1').first.inner_text().startswith("Diagnose")  # opens here first
+    assert page.get_by_text("upload odd.parquet loaded", exact=False).count()
     assert not page.locator('[data-testid="stAlertContentError"]').count()  # the error went with the good file
+    _shot(page, "diagnose-upload-first")
+    page.get_by_role("button", name="Open this batch in Explore").click()  # the link carries it to Explore
+    _settle(page)
+    _no_exceptions(page, "explore with the mapped upload")
+    assert page.locator('[data-testid="stMain"] h1').first.inner_text().startswith("Explore")
+    assert page.locator('[data-testid="stSidebar"]').get_by_text("upload odd.parquet: 12 rollouts", exact=False).count()
     _shot(page, "explore-upload-mapped")
 
     rollout = page.locator('input[aria-label="Rollout"]')

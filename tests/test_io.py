@@ -100,6 +100,37 @@ def test_round_trip(tmp_path, fmt, layout, split, per_token_adv):
     assert_same(b, upload)
 
 
+@pytest.mark.parametrize("fmt, layout, split", COMBOS, ids=lambda x: str(x))
+def test_per_token_extras_round_trip(tmp_path, fmt, layout, split):
+    b = example()
+    B, T = b.loss_mask.shape
+    g = torch.Generator().manual_seed(5)
+    entropy, ids = torch.rand(B, T, generator=g), torch.randint(0, 50_000, (B, T), generator=g)
+    b = Batch(b.trainer_logprobs, b.inference_logprobs, b.advantages, b.loss_mask, b.metadata,
+              extras={"entropy": entropy, "token_ids": ids})
+    path = tmp_path / f"batch{fmt}"
+    save_batch(b, path, layout=layout, split_by=split)
+    loaded = load_batch(path)
+    assert_same(b, loaded)
+    assert sorted(loaded.extras) == ["entropy", "token_ids"]
+    assert loaded.extras["entropy"].dtype == torch.float32 and loaded.extras["token_ids"].dtype == torch.int64
+    m, lm = b.loss_mask, loaded.loss_mask
+    assert torch.equal(loaded.extras["entropy"][lm], entropy[m])
+    assert torch.equal(loaded.extras["token_ids"][lm], ids[m])
+    if layout == "rows":  # past a rollout's end: NaN entropy and token id -1, as prime-rl's reader gives
+        past = torch.arange(lm.shape[1])[None, :] > lm.int().cumsum(-1).argmax(-1, keepdim=True)
+        assert torch.isnan(loaded.extras["entropy"][past]).all() and (loaded.extras["token_ids"][past] == -1).all()
+
+
+def test_a_per_rollout_entropy_column_is_metadata_not_an_extra(tmp_path):
+    b = example()
+    b = Batch(b.trainer_logprobs, b.inference_logprobs, b.advantages, b.loss_mask,
+              {**b.metadata, "entropy": [0.5] * b.loss_mask.shape[0]})
+    save_batch(b, tmp_path / "b.parquet")
+    loaded = load_batch(tmp_path / "b.parquet")
+    assert "entropy" not in loaded.extras and loaded.metadata["entropy"] == [0.5] * b.loss_mask.shape[0]
+
+
 @pytest.mark.parametrize("fmt", [".parquet", ".npz", ".safetensors", ".pt"])
 def test_float64_survives_binary_formats(tmp_path, fmt):
     b = example(dtype=torch.float64)

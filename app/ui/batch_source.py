@@ -137,7 +137,11 @@ def batch_source() -> tuple[data.Source, bytes | None]:
         got = _file(box, kind)
     if got is None:
         held = current_batch() or (_first_batch(), None)
-        (box if kind != "synthetic" else st.sidebar).caption(f"Showing the previous batch: {held[0].label}")
+        if kind == "upload" and held[0].kind == "upload" and st.session_state.get(f"{P}upload") is None:
+            box.caption(f"Showing **{held[0].label}**, uploaded earlier in this session; drop another file above "
+                        "to replace it.")
+        else:
+            (box if kind != "synthetic" else st.sidebar).caption(f"Showing the previous batch: {held[0].label}")
         got = held
     if hold_batch(*got):
         for key in BATCH_DEPENDENT:  # a rollout index or a metadata column of the old batch means nothing here

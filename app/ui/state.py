@@ -6,7 +6,8 @@ switches), else the default; each rerun writes the current value back into the U
 its default is left out, so links stay short). Keys are prefixed per page ("ex.", "bv.", "lt.") so
 pages never share widget state. `set_view` sets a whole view at once (Learn's presets).
 
-Also every session-state key shared between pages: BATCH_KEY (the batch Explore shows; `current_batch`).
+Also every session-state key shared between pages: BATCH_KEY (the batch Explore shows; `current_batch`) and
+SEEN_KEY (the uploads this session has already shown; `first_look`).
 """
 
 from __future__ import annotations
@@ -157,6 +158,21 @@ def hold_batch(src, payload: bytes | None) -> bool:
     before = st.session_state.get(BATCH_KEY)
     st.session_state[BATCH_KEY] = (src, payload)
     return before is not None and before[0] != src
+
+
+SEEN_KEY = "batch.uploads_seen"  # digests of the uploads this session has shown
+ARRIVED_KEY = "batch.upload_arrived"  # the label of an upload Explore just sent to Diagnose (read once)
+
+
+def first_look(src) -> bool:
+    """True the first time this session shows the uploaded batch `src` (an explore_data.Source), on any page:
+    an upload opens on Diagnose first. Marks it seen."""
+    if src.kind != "upload":
+        return False
+    seen = st.session_state.setdefault(SEEN_KEY, set())
+    new = src.digest not in seen
+    seen.add(src.digest)
+    return new
 
 
 def fragment_rerun() -> bool:

@@ -3,13 +3,14 @@
 Findings as cards coloured by severity, each with the chart that proves it; the findings per group of a
 metadata column; the raw ratios before any correction and what each correction truncates and masks; the
 worst rollout token by token. The batch is a tiny-transformer sampler fault (the truth known) or the
-explorer's batch (upload, example or synthetic, shared with Explore).
+explorer's batch (upload, example or synthetic, shared with Explore). A new upload on Explore opens here
+first; a button carries it back to Explore.
 """
 
 import streamlit as st
 from ui import diagnose_data as data
 from ui.batch_source import batch_source
-from ui.state import bound, hold_batch, set_view
+from ui.state import ARRIVED_KEY, bound, first_look, hold_batch, set_view
 from ui.style import CHART_CONFIG
 
 P = "dg."
@@ -39,6 +40,12 @@ if kind == "fault":
     hold_batch(src, payload)  # Explore shows the same batch
 else:
     src, payload = batch_source()
+    first_look(src)  # seen here: Explore will not send it back
+    arrived = st.session_state.pop(ARRIVED_KEY, None)
+    if arrived is not None:
+        st.success(f"**{arrived}** loaded. An upload opens here first: what its mismatch says and why. "
+                   "**Open this batch in Explore** (below) to see what each correction keeps and drops.",
+                   icon=":material/upload_file:")
 
 try:
     d = data.diagnosis(src, None, _payload=payload)

@@ -18,7 +18,7 @@ from ui import framework
 from ui.batch_source import batch_source
 from ui.png import to_png
 from ui.presets import FIRST_ESTIMATORS, FIRST_SCENARIO, PREFIX, key_estimators
-from ui.state import bound, fragment_rerun
+from ui.state import ARRIVED_KEY, bound, first_look, fragment_rerun, set_view
 from ui.style import CHART_CONFIG
 from ui.widgets import config_from_state, knob_widgets
 
@@ -163,6 +163,10 @@ column_fragment = st.fragment(estimator_column)
 
 st.title("Explore: one batch, several estimators")
 src, payload = batch_source()
+if first_look(src):  # a new upload opens on Diagnose first: why its log-probs disagree, then what corrections do
+    st.session_state[ARRIVED_KEY] = src.label
+    set_view({"dg.source": "batch"})
+    st.switch_page("views/diagnose.py")
 try:
     bv = data.batch_view(src, _payload=payload)
 except (ValueError, OSError, RuntimeError) as e:  # RuntimeError: out of memory

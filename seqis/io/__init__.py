@@ -20,7 +20,8 @@ columns={"trainer_logprobs": "logp_fsdp"}):
   advantages          advantages, one per rollout or one per token; or else
   reward + group_id   advantage = reward - mean reward of the rollout's group (GRPO)
 Every other per-rollout column (prompt id, text, env name, step, a scalar broadcast to every rollout) is
-kept in Batch.metadata; per-token extras (input ids, entropies) are skipped.
+kept in Batch.metadata. Per-token `entropy` and `token_ids` columns are kept in Batch.extras (NaN and -1 past
+a rollout's end; save_batch writes them); other per-token columns are skipped.
 
 prime-rl's token export (`token_exports/step_N/rank_R.jsonl`, recognised by its first key
 `schema_version`) is read by seqis.io.prime_rl: the rl loss channel's mask, the entropy and token ids

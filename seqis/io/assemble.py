@@ -147,6 +147,9 @@ def _layout(src: _Source, roles: dict, tl, tl_name: str) -> _Layout:
     return _Layout("packed", lengths, tl_name, tuple(t.shape))
 
 
+EXTRAS = {"entropy": (torch.float32, float("nan")), "token_ids": (torch.int64, -1)}  # name: dtype, past the end
+
+
 def _positions(lay: _Layout):
     """Set lay.pos, the (B, T) positions inside each rollout; None when every rollout fills T."""
     if lay.B and not bool((lay.lengths == lay.T).all()):
@@ -319,6 +322,15 @@ def _assemble(src: _Source, columns: dict | None) -> Batch:
 
     used = {roles[r] for r in ("trainer_logprobs", "inference_logprobs", "loss_mask", "advantages", "position_ids",
                                "seq_lens")}
+    extras = {}
+    for name, (dtype, fill) in EXTRAS.items():  # per-token extras the views read, when the file has them per token
+        if name in names and name not in used:
+            try:
+                x = _tokens(_get(src, name), name, lay).to(dtype)  # (B, T)
+            except BatchFormatError:  # not per token (e.g. one entropy per rollout): metadata below, if anything
+                continue
+            extras[name] = x if lay.pos is None else x.masked_fill_(~lay.pos, fill)
+            used.add(name)
     for name in names:
         if name in used or name in metadata or src.skip_extra(name, B):
             continue
@@ -326,7 +338,7 @@ def _assemble(src: _Source, columns: dict | None) -> Batch:
         if values is not None:
             metadata[name] = values
     try:
-        return Batch(trainer, inference, advantages, loss_mask, metadata)
+        return Batch(trainer, inference, advantages, loss_mask, metadata, extras=extras)
     except ValueError as e:
         raise BatchFormatError(str(e)) from None
 

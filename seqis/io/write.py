@@ -31,7 +31,8 @@ def save_batch(batch: Batch, path, *, format: str | None = None, layout: str | N
     jsonl and json), "padded" ([B, T]; the default for npz, safetensors and pt) or "packed" (1-D tokens split
     by `split_by`, "position_ids" or "seq_lens"). columns: role -> name to write, e.g. VERL_NAMES.
     compress: zip-deflate an npz. Positions off the loss mask that are not finite are written as 0.
-    Metadata becomes per-rollout columns (text columns of a safetensors file go into its header).
+    Metadata becomes per-rollout columns (text columns of a safetensors file go into its header); per-token
+    extras (entropy, token ids) become token columns, which load_batch reads back into Batch.extras.
     """
     path = Path(path)
     fmt = _suffix(format, path.name)
@@ -45,9 +46,10 @@ def save_batch(batch: Batch, path, *, format: str | None = None, layout: str | N
     names = {r: (columns or {}).get(r, r) for r in ("trainer_logprobs", "inference_logprobs", "loss_mask",
                                                      "advantages")}
     written = set(names.values()) | ({split_by} if layout == "packed" else set())
-    clash = sorted(set(batch.metadata) & written)
+    clash = sorted((set(batch.metadata) | set(batch.extras)) & written) or sorted(set(batch.metadata) & set(
+        batch.extras))
     if clash:
-        raise ValueError(f"metadata column {clash[0]!r} clashes with a batch column of that name")
+        raise ValueError(f"metadata or extras column {clash[0]!r} clashes with another column of that name")
 
     mask = batch.loss_mask.detach().cpu()  # (B, T)
     B, T = mask.shape
@@ -60,7 +62,8 @@ def save_batch(batch: Batch, path, *, format: str | None = None, layout: str | N
 
     token_cols = {names["trainer_logprobs"]: clean(batch.trainer_logprobs),
                   names["inference_logprobs"]: clean(batch.inference_logprobs),
-                  names["loss_mask"]: mask}
+                  names["loss_mask"]: mask,
+                  **{k: clean(x) for k, x in batch.extras.items()}}  # per-token extras (entropy, token ids)
     adv = batch.advantages.detach().cpu()
     if adv.dtype == torch.bfloat16 and fmt not in (".safetensors", ".pt"):
         adv = adv.float()
