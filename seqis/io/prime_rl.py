@@ -37,7 +37,15 @@ import torch
 
 from ..types import Batch
 from .columns import BatchFormatError
-from .prime_rl_lines import LOGPROB_TOLERANCE, RANK_FILE, SCHEMA_VERSIONS, _complete_part, _line_numbers, _parse
+from .prime_rl_lines import (
+    LOGPROB_TOLERANCE,
+    RANK_FILE,
+    SCHEMA_VERSIONS,
+    LineSpan,
+    _complete_part,
+    _line_numbers,
+    _parse,
+)
 
 
 def rank_files(folder: Path) -> list[Path]:
@@ -174,14 +182,16 @@ def _first_number(x: np.ndarray) -> float | None:
     return float(x[finite[0]]) if finite.size else None
 
 
-def _records(source: bytes | Path, extras: bool, tolerate_truncated: bool, notes: list[str]) -> _Records | None:
-    """One file (its bytes, or its path) as records (None: no records); errors and notes name lines."""
-    end = _complete_part(source, tolerate_truncated, notes)
-    table = _parse(source, end, extras)
+def _records(source: bytes | Path, extras: bool, tolerate_truncated: bool, notes: list[str],
+             first_line: int = 1) -> _Records | None:
+    """One file (its bytes, or its path) as records (None: no records); errors and notes name lines, the
+    source's first line numbered `first_line` (a span of a larger file)."""
+    end = _complete_part(source, tolerate_truncated, notes, first_line)
+    table = _parse(source, end, extras, first_line)
     if table.num_rows == 0:
         notes.append("no records")
         return None
-    return _Records(table, _line_numbers(source, end, table.num_rows), extras)
+    return _Records(table, _line_numbers(source, end, table.num_rows, first_line), extras)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -239,19 +249,26 @@ def read_prime_rl_bytes(data: bytes, *, extras: bool = True) -> Batch:
 
 
 def read_prime_rl_files(paths, *, extras: bool = True, tolerate_truncated: bool = True,
-                        max_bytes: int | None = None) -> tuple[Batch, list[str]]:
+                        max_bytes: int | None = None, spans: list[LineSpan] | None = None) -> tuple[Batch, list[str]]:
     """One Batch from rank files, in the order given, and notes naming what was skipped (a truncated last
-    line: a file still being written; an empty file). Errors name the file and the line."""
+    line: a file still being written; an empty file). Errors name the file and the line. `spans`: the lines
+    of each file to read (one LineSpan per path; prime-rl's first layout), else every line."""
     paths = [Path(p) for p in paths]
-    if max_bytes is not None and (total := sum(p.stat().st_size for p in paths)) > max_bytes:
+    if spans is not None and len(spans) != len(paths):
+        raise ValueError(f"{len(spans)} spans for {len(paths)} files")
+    sizes = [p.stat().st_size for p in paths] if spans is None else [s.end - s.start for s in spans]
+    if max_bytes is not None and (total := sum(sizes)) > max_bytes:
         raise BatchFormatError(f"{paths[0].parent.name}: {total / 2**20:.1f} MB of rank files, over the "
                                f"{max_bytes / 2**20:.0f} MB limit")
     notes: list[str] = []
     records = []
-    for p in paths:
+    for i, p in enumerate(paths):
         file_notes: list[str] = []
         try:
-            r = _records(p, extras, tolerate_truncated, file_notes)
+            if spans is None:
+                r = _records(p, extras, tolerate_truncated, file_notes)
+            else:
+                r = _records(spans[i].read(p), extras, tolerate_truncated, file_notes, spans[i].first_line)
         except BatchFormatError as e:
             raise BatchFormatError(f"{p.name}: {e}") from None
         except OSError as e:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
@@ -15,6 +16,20 @@ SCHEMA_VERSIONS = (1,)  # the versions this reader knows (prime-rl has written 1
 LOGPROB_TOLERANCE = 1e-6  # a log-prob above this on a loss token is refused (as load_batch does)
 RANK_FILE = re.compile(r"^rank_(\d+)\.jsonl$")
 _BLOCK = 1 << 22  # pyarrow JSON block; a line longer than this is read with one block for the file
+
+
+class LineSpan(NamedTuple):
+    """Whole lines of a file: bytes [start, end) and the 1-based line number of the first (prime-rl's first
+    export layout appends every step to one file per rank: a step is a span of each file)."""
+
+    start: int
+    end: int
+    first_line: int
+
+    def read(self, path: Path) -> bytes:
+        with open(path, "rb") as f:
+            f.seek(self.start)
+            return f.read(self.end - self.start)
 
 
 def _schema(extras: bool):
@@ -64,9 +79,10 @@ def _tail(source: bytes | Path, n: int) -> bytes:
         return f.read()
 
 
-def _complete_part(source: bytes | Path, tolerate_truncated: bool, notes: list[str]) -> int:
+def _complete_part(source: bytes | Path, tolerate_truncated: bool, notes: list[str], first_line: int = 1) -> int:
     """Where the file's complete lines end: a last line without its newline that is not whole JSON is a
-    record still being written (refused, or skipped with a note). A file is read from its end only."""
+    record still being written (refused, or skipped with a note). A file is read from its end only.
+    `first_line`: the line number of the source's first line (a span of a larger file)."""
     size = _size(source)
     tail = _tail(source, 1 << 20)
     if not tail or tail.endswith(b"\n"):
@@ -82,7 +98,7 @@ def _complete_part(source: bytes | Path, tolerate_truncated: bool, notes: list[s
         return size
     except (ValueError, RecursionError):
         pass
-    line = _count_newlines(source, cut) + 1
+    line = _count_newlines(source, cut) + first_line
     msg = f"line {line}: truncated JSON line (a file still being written?)"
     if not tolerate_truncated:
         raise BatchFormatError(msg + "; loading its step folder skips such a line")
@@ -109,27 +125,27 @@ def _last_byte(source: bytes | Path, end: int) -> bytes:
         return f.read(1)
 
 
-def _line_numbers(source: bytes | Path, end: int, n_rows: int) -> np.ndarray:
-    """1-based line number of each record (blank lines are not records)."""
+def _line_numbers(source: bytes | Path, end: int, n_rows: int, first_line: int = 1) -> np.ndarray:
+    """Line number of each record (blank lines are not records), the source's first line `first_line`."""
     n_lines = _count_newlines(source, end) + (end > 0 and _last_byte(source, end) != b"\n")
     if n_rows == n_lines:
-        return np.arange(1, n_rows + 1)
+        return np.arange(first_line, first_line + n_rows)
     lines = _bytes(source, end).split(b"\n")
-    return np.array([i + 1 for i, line in enumerate(lines) if line.strip()][:n_rows])
+    return np.array([i + first_line for i, line in enumerate(lines) if line.strip()][:n_rows])
 
 
 def _kind_of(v) -> str:
     return "null" if v is None else type(v).__name__
 
 
-def _bad_line(source: bytes | Path, end: int, schema) -> BatchFormatError | None:
+def _bad_line(source: bytes | Path, end: int, schema, first_line: int = 1) -> BatchFormatError | None:
     """The first line pyarrow could not read, named (a slow second pass, only after a failure)."""
     import pyarrow as pa
 
     for i, line in enumerate(_bytes(source, end).split(b"\n")):
         if not line.strip():
             continue
-        where = f"line {i + 1}"
+        where = f"line {i + first_line}"
         try:
             rec = json.loads(line)
         except (ValueError, RecursionError) as e:
@@ -158,7 +174,7 @@ def _bad_line(source: bytes | Path, end: int, schema) -> BatchFormatError | None
     return None
 
 
-def _parse(source: bytes | Path, end: int, extras: bool):
+def _parse(source: bytes | Path, end: int, extras: bool, first_line: int = 1):
     """The needed fields of the first `end` bytes; a whole file on disk is streamed, never held in memory."""
     import pyarrow as pa
     import pyarrow.json as pj
@@ -178,7 +194,7 @@ def _parse(source: bytes | Path, end: int, extras: bool):
         except pa.ArrowInvalid as e:
             if "straddl" in str(e) and block < end + 1:
                 continue  # a line longer than a block: read the file as one block
-            bad = _bad_line(source, end, schema)
+            bad = _bad_line(source, end, schema, first_line)
             raise bad or BatchFormatError(f"unreadable as JSON lines ({e})") from None
     raise AssertionError("unreachable")
 

@@ -20,6 +20,7 @@ from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from multiprocessing import get_context
 from pathlib import Path
 
+from ..io.prime_rl_lines import LineSpan
 from .layout import StepFiles
 from .step import ScanSettings, scan_step
 
@@ -63,12 +64,13 @@ def run_local(tasks: list[StepFiles], settings: ScanSettings, workers: int | Non
 
 def _task_row(files: StepFiles) -> dict:
     return {"step": files.step, "files": [str(p) for p in files.files], "stable": files.stable,
-            "prime_rl": files.prime_rl}
+            "prime_rl": files.prime_rl, "spans": json.dumps(files.spans), "notes": json.dumps(files.notes)}
 
 
 def _ray_scan_step(row: dict, estimators: list[str], by: str | None) -> dict:
     files = StepFiles(int(row["step"]), tuple(Path(p) for p in row["files"]), bool(row["stable"]),
-                      bool(row["prime_rl"]))
+                      bool(row["prime_rl"]), tuple(LineSpan(*s) for s in json.loads(row["spans"])),
+                      tuple(json.loads(row["notes"])))
     return {"result": json.dumps(scan_step(files, ScanSettings(tuple(estimators), by)))}
 
 

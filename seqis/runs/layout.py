@@ -4,7 +4,8 @@ prime-rl (`enable_token_export`) writes `<output_dir>/token_exports/step_N/rank_
 export: `<output_dir>/<run_id>/token_exports/step_N/...`) and touches `step_N/STABLE` once every rank has
 flushed the step. A step folder without it is still being written. Exports from before prime-rl wrote the
 marker (June 2026) have none anywhere: then every step folder counts as complete, and a half-written last
-line is still skipped with a warning.
+line is still skipped with a warning. prime-rl's very first layout, `token_exports/rank_R.jsonl` with every
+step appended (May 2026), is cut into steps by each line's `step` (seqis.runs.flat).
 
 A folder of dumps: files in any `load_batch` format whose name carries the step (`step_12.parquet`,
 `global_step-12_rank_0.npz`), several files per step allowed; or step_N/ folders of such files.
@@ -13,11 +14,14 @@ A folder of dumps: files in any `load_batch` format whose name carries the step 
 from __future__ import annotations
 
 import re
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..io import FORMATS
 from ..io.prime_rl import rank_files
+from ..io.prime_rl_lines import LineSpan
+from .flat import flat_steps
 
 STEP_DIR = re.compile(r"^step_(\d+)$")
 STEP_IN_NAME = re.compile(r"(?:^|[^a-z])step[_\-]?(\d+)", re.IGNORECASE)
@@ -32,16 +36,28 @@ class StepFiles:
     files: tuple[Path, ...]
     stable: bool
     prime_rl: bool  # rank_R.jsonl token export files (else dumps that load_batch reads)
+    spans: tuple[LineSpan, ...] = ()  # the step's lines of each file (prime-rl's first layout), else every line
+    notes: tuple[str, ...] = ()  # what finding the step noticed (a step written twice)
 
     def fingerprint(self) -> str:
-        """Names, sizes and modification times: a rescan rereads the step when any of them changes."""
+        """Names, sizes and modification times (a span: where its lines are, and a checksum of their first
+        bytes): a rescan rereads the step when any of them changes."""
         parts = []
-        for p in self.files:
-            st = p.stat()
-            parts.append(f"{p.name}:{st.st_size}:{st.st_mtime_ns}")
+        for i, p in enumerate(self.files):
+            if self.spans:
+                span = self.spans[i]
+                with open(p, "rb") as f:
+                    f.seek(span.start)
+                    head = f.read(min(span.end - span.start, 4096))
+                parts.append(f"{p.name}@{span.start}-{span.end}:{zlib.crc32(head):08x}")
+            else:
+                st = p.stat()
+                parts.append(f"{p.name}:{st.st_size}:{st.st_mtime_ns}")
         return f"{int(self.stable)}|" + ";".join(parts)
 
     def n_bytes(self) -> int:
+        if self.spans:
+            return sum(s.end - s.start for s in self.spans)
         return sum(p.stat().st_size for p in self.files)
 
 
@@ -60,7 +76,7 @@ def _export_root(path: Path, run_id: str | None) -> Path:
             if candidate.is_dir():
                 return _export_root(candidate, None)
         raise FileNotFoundError(f"{path}: no run '{run_id}' (looked for {path / run_id / 'token_exports'})")
-    if _step_dirs(path) or any(STEP_IN_NAME.search(p.stem) for p in path.iterdir() if _loadable(p)):
+    if _step_dirs(path) or rank_files(path) or any(STEP_IN_NAME.search(p.stem) for p in path.iterdir() if _loadable(p)):
         return path
     if (path / "token_exports").is_dir():
         return _export_root(path / "token_exports", None)
@@ -69,8 +85,8 @@ def _export_root(path: Path, run_id: str | None) -> Path:
         return _export_root(path / runs[0] / "token_exports", None)
     if runs:
         raise ValueError(f"{path} holds several runs ({', '.join(runs)}): pass run_id=")
-    raise ValueError(f"{path}: no steps found (looked for step_N/ folders, token_exports/, <run_id>/token_exports/ "
-                     f"and files named like step_12.parquet)")
+    raise ValueError(f"{path}: no steps found (looked for step_N/ folders, rank_R.jsonl, token_exports/, "
+                     f"<run_id>/token_exports/ and files named like step_12.parquet)")
 
 
 def find_steps(path, run_id: str | None = None) -> list[StepFiles]:
@@ -88,12 +104,19 @@ def find_steps(path, run_id: str | None = None) -> list[StepFiles]:
         if files:
             stable = (d / STABLE).exists() or not markers
             steps[step] = StepFiles(step, files, stable, prime_rl=bool(ranks))
-    flat: dict[int, list[Path]] = {}
+    found: dict[int, StepFiles] = {}
+    named: dict[int, list[Path]] = {}
     for p in root.iterdir():
         if _loadable(p) and (m := STEP_IN_NAME.search(p.stem)):
-            flat.setdefault(int(m.group(1)), []).append(p)
-    for step, files in flat.items():
+            named.setdefault(int(m.group(1)), []).append(p)
+    for step, files in named.items():
+        found[step] = StepFiles(step, tuple(sorted(files)), stable=True, prime_rl=False)
+    for step, (files, spans, notes) in flat_steps(rank_files(root)).items():  # no markers in that layout
+        if step in found:
+            raise ValueError(f"{root}: step {step} is both in {files[0].name} and {found[step].files[0].name}")
+        found[step] = StepFiles(step, tuple(files), stable=True, prime_rl=True, spans=tuple(spans), notes=tuple(notes))
+    for step, files in found.items():
         if step in steps:
-            raise ValueError(f"{root}: step {step} is both a step_{step}/ folder and {files[0].name}")
-        steps[step] = StepFiles(step, tuple(sorted(files)), stable=True, prime_rl=False)
+            raise ValueError(f"{root}: step {step} is both a step_{step}/ folder and {files.files[0].name}")
+        steps[step] = files
     return [steps[s] for s in sorted(steps)]

@@ -66,8 +66,8 @@ class Run:
         files = self.files(step)
         if files.prime_rl:
             parts = []
-            for p in files.files:
-                data = p.read_bytes()
+            for i, p in enumerate(files.files):
+                data = files.spans[i].read(p) if files.spans else p.read_bytes()
                 parts.append(data[: data.rfind(b"\n") + 1])  # a half-written last line stays behind
             return f"{self.path.name} step_{step}.jsonl", b"".join(parts)
         if len(files.files) == 1:
@@ -90,7 +90,9 @@ def read_step(files: StepFiles, *, extras: bool = True) -> tuple[Batch, list[str
     """A step's batch and notes on what was skipped. Dumps get `step` (and `file`, when the step has several
     files) in their metadata unless they carry their own."""
     if files.prime_rl:
-        return read_prime_rl_files(files.files, extras=extras, tolerate_truncated=True)
+        batch, notes = read_prime_rl_files(files.files, extras=extras, tolerate_truncated=True,
+                                           spans=list(files.spans) if files.spans else None)
+        return batch, [*files.notes, *notes]
     parts = []
     for p in files.files:
         b = load_batch(p)
