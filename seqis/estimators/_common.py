@@ -18,6 +18,7 @@ from ..types import Batch, knob
 from ._kernels import (  # noqa: F401  (masked_mean, gated: shared by the formulas)
     SPARSE_ROW_SHARE,
     KeptRows,
+    Profile,
     as_float,
     compute_dtype,
     gated,
@@ -103,6 +104,17 @@ class Ratios:
 
         return self.memo(("clamped", c), compute)
 
+    def rows(self, rows: torch.Tensor) -> Ratios:
+        """The given rollouts (R,) as a Ratios of their own, with shortcuts off (evaluated in full: the few rows a
+        sparse correction's token rules touch)."""
+        take = lambda x: x.index_select(0, rows)
+        adv = self.advantages if self.advantages.dim() == 0 else take(self.advantages)
+        r = Ratios(take(self.mask), take(self.mask_f), take(self.logp), take(self.log_ratio), adv, False,
+                   self.sparse_share)
+        if self.unclamped_log_ratio is not self.log_ratio:
+            r.__dict__["unclamped_log_ratio"] = take(self.unclamped_log_ratio)
+        return r
+
     @cached_property
     def unclamped_log_ratio(self) -> torch.Tensor:  # (B, T) l before any clamp (probabilities come from it)
         return self.log_ratio
@@ -181,10 +193,11 @@ class Ratios:
 class Correction:
     """What a composition does to one batch (evaluate.py); dispatch.py turns it into the output. Two forms:
 
-    rows    (keep and token_weights None): every kept token of rollout j weighs row_weight_j; the kept tokens
-            are the loss tokens of the rollouts `gate` accepts, except in the few rows of `kept_rows`, which
-            carry their own kept masks (a token filter's sparse form). Loss and metrics are per-rollout sums:
-            no (B, T) tensor in the forward.
+    rows    (keep and token_weights None): every kept token of rollout j weighs row_weight_j times the
+            profile's value (a token weight shared per batch; None: 1); the kept tokens are the loss tokens of
+            the rollouts `gate` accepts, except in the few rows of `kept_rows`, which carry their own kept masks
+            and token weights (the sparse form of token rules and token weights). Loss and metrics are
+            per-rollout sums: no (B, T) tensor of its own in the forward.
     tokens  (keep or token_weights set): keep (B, T) 0/1 floats, the kept loss tokens with the gate applied
             (None: the loss tokens of the gated rollouts), times token_weights (B, T) (None: 1) and row_weight.
             Both are the correction's own tensors: run() turns them into the gradient in place, and rebuilds
@@ -193,7 +206,8 @@ class Correction:
     row_weight  (B,) one finite weight per rollout (None: 1)
     gate        (B,) bool, the rollouts the rollout-level rules accept (None: every one); its rejects make the
                 "traj_masked" mask
-    kept_rows   rows form only: (rows (R,), their (R, T) 0/1 kept masks)
+    kept_rows   rows form only: KeptRows (rows (R,), their (R, T) kept masks and token weights)
+    profile     rows form only: Profile, the token weight on every other row (exp(l_t) untruncated)
     kept_len    (B,) kept tokens per rollout, when a token rule drops some (else run() counts them)
     clipped     (B,) bool, the rollouts whose weight was truncated (None: no truncation)
     masks       its own (B, T) bool masks ("clipped", "token_masked"), each a tensor or a function that builds
@@ -204,6 +218,7 @@ class Correction:
     row_weight: torch.Tensor | None = None
     gate: torch.Tensor | None = None
     kept_rows: KeptRows | None = None
+    profile: Profile | None = None
     token_weights: torch.Tensor | None = None
     keep: torch.Tensor | None = None
     kept_len: torch.Tensor | None = None

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from functools import partial
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -96,57 +96,82 @@ def outside_band(mask: torch.Tensor, x: torch.Tensor, low: float, high: float) -
     return mask & outside_f(x, low, high).bool()
 
 
-# A token filter that drops tokens in at most this share of the rollouts is kept in the sparse form (its rows'
-# kept masks only) when shortcuts are on: the loss and metrics stay per-rollout sums.
+# Token rules (and a token weight's truncation or band) that touch at most this share of the rollouts are kept in
+# the sparse form when shortcuts are on: only those rows get their own (R, T) kept masks and weights; every other
+# row keeps all its loss tokens, weighed by a per-batch profile that several corrections share.
 SPARSE_ROW_SHARE = 1 / 16
 
 
-def rows_outside(x: torch.Tensor, low: float, high: float, share: float) -> torch.Tensor:
-    """The indices of the rows of x (B, T) with a value outside [log low, log high], when at most `share` of
-    the rows have one: two reductions, no (B, T) tensor. None when more do."""
-    hit = x.amax(-1) > log_of(high)  # amax and amin: one fast pass each (aminmax is not, on the CPU)
-    hit |= x.amin(-1) < log_of(low)
-    rows = hit.nonzero().squeeze(1)
-    return rows if len(rows) <= share * len(hit) else None
-
-
-KeptRows = tuple[torch.Tensor, torch.Tensor]  # (R,) row indices, (R, T) their kept masks as 0/1 floats
-
-
-def row_sums(full: torch.Tensor, kept_rows: KeptRows | None,
-             of_rows: Callable[[torch.Tensor], torch.Tensor] | None = None) -> torch.Tensor:
-    """(B,) sums over each rollout's kept loss tokens of x, given `full` (its sums over all its loss tokens)
-    and of_rows(rows), x in the rows of kept_rows (R, T); without of_rows, x = 1 (kept-token counts)."""
-    if kept_rows is None:
-        return full
-    rows, kept = kept_rows
-    if len(rows) == 0:
-        return full
-    sums = kept.sum(-1) if of_rows is None else (of_rows(rows) * kept).sum(-1)
-    return full.index_copy(0, rows, sums)
-
-
-def spread(row_values: torch.Tensor, mask_f: torch.Tensor, kept_rows: KeptRows | None) -> torch.Tensor:
-    """(B, T): row_values_j on each of rollout j's kept loss tokens (all of them but in the rows of
-    kept_rows, which keep their own), 0 elsewhere."""
-    out = row_values[:, None] * mask_f
-    if kept_rows is not None:
-        rows, kept = kept_rows
-        out.index_copy_(0, rows, row_values[rows, None] * kept)
+def rows_outside(x_max: torch.Tensor, x_min: torch.Tensor, low: float, high: float) -> torch.Tensor:
+    """(B,) bool: the rows with a value outside [low, high], from the rows' maxima and minima (over every
+    position: off the mask x holds 0 or a value of the row's loss tokens, so a row flagged by a padding 0 is
+    only a row evaluated in full, never a row missed)."""
+    out = x_max > high
+    out |= x_min < low
     return out
 
 
-def band_filter(x: torch.Tensor, mask_f: torch.Tensor, low: float, high: float, *, shortcuts: bool,
-                share: float = SPARSE_ROW_SHARE):
-    """The loss tokens with low <= exp(x) <= high, in whichever form is cheaper:
-    ("sparse", rows (R,), keep (R, T) 0/1 floats of those rows): every other row keeps all its loss tokens
-    (when shortcuts are on and few rows have a token outside), or ("dense", None, keep (B, T) 0/1 floats).
-    Either way keep is 1.0 on kept loss tokens and 0.0 elsewhere, padding included (x finite, 0 on padding)."""
-    rows = rows_outside(x, low, high, share) if shortcuts else None
-    if rows is not None:
-        mask_rows = mask_f.index_select(0, rows)  # (R, T)
-        return "sparse", rows, band_f(x.index_select(0, rows), low, high).mul_(mask_rows)
-    return "dense", None, band_f(x, low, high).mul_(mask_f)
+def row_extremes(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(B,) maxima and minima of x (B, T) over T (amax and amin: one fast pass each, aminmax is not on the CPU)."""
+    if x.shape[-1] == 0:
+        empty = x.new_zeros(x.shape[:-1])
+        return empty, empty
+    return x.amax(-1), x.amin(-1)
+
+
+@dataclass(eq=False)
+class KeptRows:
+    """The few rows (R,) of a rows-form correction that carry their own tokens: `keep` (R, T) 0/1 floats, the
+    loss tokens they keep, and `factor` (R, T) each token's weight (keep itself for a pure filter; the
+    truncated token weights times keep for a token weight). Every other row keeps all its loss tokens."""
+
+    rows: torch.Tensor
+    keep: torch.Tensor
+    factor: torch.Tensor
+
+
+@dataclass(eq=False)
+class Profile:
+    """A per-token factor shared by every row outside the KeptRows (a token weight before truncation: exp(l_t),
+    0 off the loss mask), with its per-row sums and per-row sums against the detached log pi (made once per
+    batch and shared by every correction with the same token weight)."""
+
+    values: torch.Tensor  # (B, T)
+    sums: torch.Tensor  # (B,)
+    logp_sums: torch.Tensor  # (B,)
+
+
+def row_sums(full: torch.Tensor, kept_rows: KeptRows | None,
+             of_rows: Callable[[torch.Tensor], torch.Tensor] | None = None, *, weighted: bool = False) -> torch.Tensor:
+    """(B,) sums over each rollout's kept loss tokens of x (times the token's factor when weighted), given `full`
+    (the sums over all its loss tokens) and of_rows(rows), x in the kept rows (R, T); without of_rows, x = 1
+    (kept-token counts, or the rows' factor sums when weighted)."""
+    if kept_rows is None or len(kept_rows.rows) == 0:
+        return full
+    rows, by = kept_rows.rows, kept_rows.factor if weighted else kept_rows.keep
+    sums = by.sum(-1) if of_rows is None else dot_rows(of_rows(rows), by)
+    return full.index_copy(0, rows, sums)
+
+
+def dot_rows(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """(B,) sum over T of a * b, for two (B, T) tensors."""
+    return (a * b).sum(-1)
+
+
+def spread(row_values: torch.Tensor, base: torch.Tensor, kept_rows: KeptRows | None, *,
+           weighted: bool = False) -> torch.Tensor:
+    """(B, T): row_values_j times base (the loss mask as 0/1 floats, or a profile) on each of rollout j's loss
+    tokens, but in the rows of kept_rows, which take their own keep (or factor, when weighted); 0 elsewhere."""
+    out = row_values[:, None] * base
+    if kept_rows is not None and len(kept_rows.rows):
+        rows = kept_rows.rows
+        out.index_copy_(0, rows, row_values[rows, None] * (kept_rows.factor if weighted else kept_rows.keep))
+    return out
+
+
+def band_keep(x: torch.Tensor, mask_f: torch.Tensor, low: float, high: float) -> torch.Tensor:
+    """(B, T) 0/1 floats: the loss tokens with low <= exp(x) <= high (x finite, 0 on padding)."""
+    return band_f(x, low, high).mul_(mask_f)
 
 
 def above(x: torch.Tensor, c: float) -> torch.Tensor:
@@ -185,77 +210,54 @@ def as_float(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return mask.view(torch.uint8).to(dtype)
 
 
-def _rows_loss(r, row_coef: torch.Tensor, kept_rows: KeptRows | None) -> torch.Tensor:
-    """-sum_j row_coef_j * (sum of the detached log pi over rollout j's kept loss tokens)."""
-    return -(row_coef * row_sums(r.logp_rowsum, kept_rows, partial(r.logp.index_select, 0))).sum()
+class SharedGradient:
+    """A (B, T) gradient, built in the forward, that the loss nodes of identical corrections hand out (run_many
+    computes a correction once for every key that names it): a node's first backward takes a copy while other
+    nodes still wait for theirs, and the last one takes the tensor itself; a node backpropagated again
+    (retain_graph=True) gets a new one from `rebuild`."""
+
+    def __init__(self, G: torch.Tensor, rebuild: Callable[[], torch.Tensor], users: int = 1):
+        self.G, self.rebuild, self.waiting = G, rebuild, users
+
+    def take(self, first: bool) -> torch.Tensor:
+        if not first or self.G is None:
+            return self.rebuild()
+        self.waiting -= 1
+        if self.waiting > 0:
+            return self.G.clone()
+        G, self.G = self.G, None
+        return G
 
 
-class _Surrogate(torch.autograd.Function):
-    """The surrogate loss as one autograd node, in one of two forms.
-
-    rows:     loss = -sum_j row_coef_j * row_logp_j, where row_logp_j sums the detached, padding-free
-              log pi over rollout j's kept loss tokens (every kept token of a rollout has one
-              coefficient): the forward is a (B,) dot; the backward writes -row_coef_j on the kept tokens
-              in one pass (`spread`; kept = all loss tokens but in the few rows of kept_rows).
-    gradient: loss = sum_jt G_jt * log pi_jt, where G (B, T) is d loss / d log pi, already built (0 off
-              the loss mask): the forward is a dot, and the first backward hands G out scaled in place
-              (no second (B, T) tensor); a second backward (retain_graph=True) asks `rebuild` for a new G.
-    `logp` (the batch's trainer_logprobs in the compute dtype) is only the graph's input."""
-
-    @staticmethod
-    def forward(ctx, logp, r, rows: tuple | None, G, rebuild):
-        ctx.rows, ctx.shortcuts = rows is not None, r.shortcuts
-        if ctx.rows:
-            row_coef, kept_rows = rows
-            ctx.kept_rows = kept_rows
-            ctx.save_for_backward(r.mask_f, row_coef)
-            return _rows_loss(r, row_coef, kept_rows)
-        ctx.G, ctx.rebuild = G, rebuild
-        return dot(G, r.logp)
-
-    @staticmethod
-    def backward(ctx, grad):
-        if ctx.rows:
-            mask_f, row_coef = ctx.saved_tensors
-            return spread(row_coef * -grad, mask_f, ctx.kept_rows), None, None, None, None
-        G, ctx.G = ctx.G, None
-        if G is None:  # backpropagated before (retain_graph=True), and that G was handed out
-            G = ctx.rebuild()
-        if not ctx.shortcuts or grad.item() != 1.0:  # loss.backward() sends 1: skip that pass on CPU
-            G.mul_(grad)
-        return G, None, None, None, None
-
-
-def surrogate_loss(logp: torch.Tensor, r, row_coef: torch.Tensor | None = None,
-                   kept_rows: KeptRows | None = None, G: torch.Tensor | None = None,
-                   rebuild: Callable[[], torch.Tensor] | None = None) -> torch.Tensor:
-    """The loss, differentiable in logp only: -sum_j row_coef_j * (sum of log pi over rollout j's kept
-    loss tokens: all of them but in the rows of kept_rows), or sum(G * log pi) for a gradient G (B, T)
-    that `rebuild()` can make again."""
-    if not (logp.requires_grad and torch.is_grad_enabled()):  # the value alone: no node to record
-        return _rows_loss(r, row_coef, kept_rows) if G is None else dot(G, r.logp)
-    return _Surrogate.apply(logp, r, None if G is not None else (row_coef, kept_rows), G, rebuild)
+def scaled(G: torch.Tensor, g: torch.Tensor, shortcuts: bool) -> torch.Tensor:
+    """G * g in place, for the 0-d gradient g a node receives (loss.backward() sends 1: skipped on the CPU)."""
+    return G if shortcuts and g.item() == 1.0 else G.mul_(g)
 
 
 class _Known(torch.autograd.Function):
-    """A term whose value and gradient in logp are already computed (a penalty on l = logp - log mu, whose
-    d / d logp is f'(l)): one node, no graph of elementwise ops behind it."""
+    """A loss whose value and gradient in logp our own code computes: one autograd node, no graph of elementwise
+    ops behind it. Its backward asks gradient(first, g) for a new (B, T) tensor, d loss / d logp times the 0-d
+    incoming g (first: this node's first backward). `logp` (the batch's trainer_logprobs in the compute dtype)
+    is only the graph's input."""
 
     @staticmethod
-    def forward(ctx, logp, value, grad):
-        ctx.grad = grad
-        return value
+    def forward(ctx, logp, value, gradient):
+        ctx.gradient, ctx.first = gradient, True
+        return value.clone()
 
     @staticmethod
     def backward(ctx, g):
-        return ctx.grad * g, None, None
+        first, ctx.first = ctx.first, False
+        return ctx.gradient(first, g), None, None
 
 
-def known_term(logp: torch.Tensor, value: torch.Tensor, grad: torch.Tensor) -> torch.Tensor:
-    """value, with d value / d logp = grad (B, T), when logp is differentiated; else the value alone."""
+def known_losses(logp: torch.Tensor, value: torch.Tensor, gradient: Callable[[bool, torch.Tensor], torch.Tensor],
+                 n: int = 1) -> list[torch.Tensor]:
+    """n loss tensors of this value, each its own node with d loss / d logp from gradient(first, g) (see _Known),
+    when logp is differentiated; else the value alone."""
     if not (logp.requires_grad and torch.is_grad_enabled()):
-        return value
-    return _Known.apply(logp, value, grad)
+        return [value] * n
+    return [_Known.apply(logp, value, gradient) for _ in range(n)]
 
 
 def masked_mean(x: torch.Tensor, select: torch.Tensor) -> torch.Tensor:

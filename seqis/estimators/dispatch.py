@@ -33,15 +33,16 @@ from ..types import Batch, Config, EstimatorOutput, Masks
 from . import ESTIMATORS, EstimatorSpec
 from ._common import AGGREGATIONS, Correction, Ratios, token_scale
 from ._kernels import (
+    SharedGradient,
     any_per_row,
     as_float,
     dot,
     gated,
-    known_term,
+    known_losses,
     masked_mean,
     row_sums,
+    scaled,
     spread,
-    surrogate_loss,
     tokens_of,
 )
 from .compose import Composition, Penalty
@@ -111,17 +112,19 @@ def _token_weights(r: Ratios, c: Correction) -> torch.Tensor:
     return w if c.row_weight is None else w.mul_(c.row_weight[:, None])
 
 
-def _output(r: Ratios, batch: Batch, c: Correction, comp: Composition, agg: str,
-            again: Callable[[], Correction]) -> EstimatorOutput:
-    """Loss, weights, masks, metrics and per-rollout values from a correction.
+def _outputs(r: Ratios, batch: Batch, c: Correction, comp: Composition, agg: str,
+             again: Callable[[], Correction], n: int = 1) -> list[EstimatorOutput]:
+    """Loss, weights, masks, metrics and per-rollout values from a correction, for n keys that name it: n
+    outputs, each with its own loss node, sharing every other tensor (detached, not to be written to).
 
-    A correction in the rows form (row weights, a rollout gate, sparse kept rows) never touches a (B, T)
-    float tensor for the loss: its loss and metrics are per-rollout sums. A tokens-form correction's own
-    (B, T) tensor becomes the gradient in place, so its weights and kept mask, when somebody reads them,
-    come from `again()`, the composition evaluated anew. Every (B, T) tensor derived from log-ratios is finite, so
-    masking them by multiplying with the 0/1 mask is safe; trainer_logprobs may hold -inf / NaN on
-    padding and only enters the loss through the Ratios' cleaned copy. On the CPU a fresh (B, T) tensor
-    costs about as much as the arithmetic on it: this function makes at most one.
+    A correction in the rows form (row weights, a rollout gate, sparse kept rows, a shared token profile) never
+    makes a (B, T) float tensor of its own in the forward: its loss and metrics are per-rollout sums, and the
+    backward writes the gradient in one pass. A tokens-form correction's own (B, T) tensor becomes the gradient
+    in place, so its weights and kept mask, when somebody reads them, come from `again()`, the composition
+    evaluated anew. Every (B, T) tensor derived from log-ratios is finite, so masking them by multiplying with
+    the 0/1 mask is safe; trainer_logprobs may hold -inf / NaN on padding and only enters the loss through the
+    Ratios' cleaned copy. On the CPU a fresh (B, T) tensor costs about as much as the arithmetic on it: this
+    function makes at most one.
     """
     token_level = c.per_token
 
@@ -166,7 +169,6 @@ def _output(r: Ratios, batch: Batch, c: Correction, comp: Composition, agg: str,
     }
 
     # surrogate loss = -sum(scale * weight * adv_tau * A * log pi) over loss tokens
-    logp = batch.trainer_logprobs.to(r.dtype)  # (B, T) differentiable; padding may hold -inf / NaN
     scale = token_scale(r, n_kept, agg)  # () or (B, 1)
     row = scale.expand(r.length.shape) if scale.dim() == 0 else scale[:, 0]  # (B,)
     adv = batch.advantages.to(r.dtype) * comp.adv_tau
@@ -178,28 +180,43 @@ def _output(r: Ratios, batch: Batch, c: Correction, comp: Composition, agg: str,
     def gradient(w: torch.Tensor) -> torch.Tensor:  # (B, T) weights -> d loss / d log pi, in place
         return (w if adv_tok is None else w.mul_(adv_tok)).mul_(row_adv[:, None])
 
-    length = r.length.clamp(min=1)
+    shortcuts, length = r.shortcuts, r.length.clamp(min=1)
     if token_level:
         w = _token_weights(r, c)
         weight = kept_len / length if w is c.keep and c.row_weight is None else w.sum(-1) / length
         weights = lambda: rebuilt()[0]
-        rebuild = lambda: gradient(_token_weights(r, again()))
-        loss = surrogate_loss(logp, r, G=gradient(w), rebuild=rebuild)
+        G = gradient(w)
+        value = dot(G, r.logp)
+        shared = SharedGradient(G, lambda: gradient(_token_weights(r, again())), n)
+        grad_of = lambda first, g: scaled(shared.take(first), g, shortcuts)
     else:
+        base = c.profile.values if c.profile is not None else mask_f  # each kept token's weight before token_w
         seq_w = c.row_weight if c.row_weight is not None else torch.ones_like(r.length)
-        token_w = gated(accepted, seq_w) if c.gate is not None else seq_w  # (B,) on each kept token
-        weight = token_w if kept_rows is None else token_w * kept_len / length  # mean over the loss tokens
-        weights = lambda: spread(token_w, mask_f, kept_rows)
-        if adv_tok is None:  # one coefficient per rollout: no (B, T) tensor in the forward
-            loss = surrogate_loss(logp, r, row_coef=-row_adv * token_w, kept_rows=kept_rows)
+        token_w = gated(accepted, seq_w) if c.gate is not None else seq_w  # (B,) times base on each kept token
+        if c.profile is not None:  # mean applied weight over the loss tokens
+            weight = token_w * row_sums(c.profile.sums, kept_rows, weighted=True) / length
         else:
-            rebuild = lambda: gradient(spread(token_w, mask_f, kept_rows))
-            loss = surrogate_loss(logp, r, G=rebuild(), rebuild=rebuild)
+            weight = token_w if kept_rows is None else token_w * kept_len / length
+        weights = cache(lambda: spread(token_w, base, kept_rows, weighted=True))
+        if adv_tok is None:  # one coefficient per rollout: no (B, T) tensor in the forward
+            row_coef = row_adv * token_w  # (B,) d loss / d log pi on each kept token, per unit of base
+            full = c.profile.logp_sums if c.profile is not None else r.logp_rowsum
+            value = (row_coef * row_sums(full, kept_rows, partial(r.logp.index_select, 0), weighted=True)).sum()
+            grad_of = lambda first, g: spread(row_coef * g, base, kept_rows, weighted=True)
+        else:
+            rebuild = lambda: gradient(spread(token_w, base, kept_rows, weighted=True))
+            G = rebuild()
+            value = dot(G, r.logp)
+            shared = SharedGradient(G, rebuild, n)
+            grad_of = lambda first, g: scaled(shared.take(first), g, shortcuts)
 
     if comp.penalty is not None:
-        value = _penalty(r, logp, comp.penalty, scale)
-        loss = loss + value
-        metrics["penalty"] = value.detach()
+        penalty, penalty_grad = _penalty(r, comp.penalty, scale, agg)
+        value = value + penalty
+        metrics["penalty"] = penalty
+        pg_of = grad_of
+        grad_of = lambda first, g: pg_of(first, g).add_(
+            penalty_grad if shortcuts and g.item() == 1.0 else penalty_grad * g)
     metrics["seq_weight"] = masked_mean(weight, r.valid & (kept_len > 0))
 
     own = dict(c.masks)
@@ -220,20 +237,26 @@ def _output(r: Ratios, batch: Batch, c: Correction, comp: Composition, agg: str,
         "clipped": clipped,
         "kept_fraction": kept_len / length,
     }
-    return EstimatorOutput(loss=loss, weights=weights, masks=masks, metrics=metrics, rollouts=rollouts)
+    logp = batch.trainer_logprobs.to(r.dtype)  # (B, T) differentiable: the loss nodes' input
+    return [EstimatorOutput(loss=loss, weights=weights, masks=masks, metrics=dict(metrics), rollouts=dict(rollouts))
+            for loss in known_losses(logp, value, grad_of, n)]
 
 
-def _penalty(r: Ratios, logp: torch.Tensor, p: Penalty, scale: torch.Tensor) -> torch.Tensor:
-    """coef * sum over loss tokens of s_t f(l_t), differentiable in trainer_logprobs: f = l^2 (f' = 2 l) or
-    k3 = rho - 1 - l (f' = rho - 1 = k3 + l), on the batch's cleaned log-ratios (0 on padding: no gradient
-    there). scale: the aggregation's normaliser, () or (B, 1)."""
-    l = r.log_ratio  # (B, T) unclamped, 0 off the loss mask
-    if p.statistic == "squared_log_ratio":
-        grad = l * scale  # (B, T)
-        value = dot(grad, l) * p.coef
-        return known_term(logp, value, grad.mul_(2 * p.coef))
-    per_row = r.k3_rollout * (scale if scale.dim() == 0 else scale[:, 0])  # (B,)
-    return known_term(logp, per_row.sum() * p.coef, torch.add(r.k3, l).mul_(scale * p.coef))
+def _penalty(r: Ratios, p: Penalty, scale: torch.Tensor, agg: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """(value, gradient): coef * sum over loss tokens of s_t f(l_t) and its (B, T) d / d log pi, f = l^2
+    (f' = 2 l) or k3 = rho - 1 - l (f' = rho - 1 = k3 + l), on the batch's cleaned log-ratios (0 on padding:
+    no gradient there). scale: the aggregation's normaliser, () or (B, 1); shared by the corrections with this
+    penalty when it does not depend on the kept tokens. The gradient is not to be written to."""
+    def compute():
+        l = r.log_ratio  # (B, T) unclamped, 0 off the loss mask
+        if p.statistic == "squared_log_ratio":
+            grad = l * scale  # (B, T)
+            value = dot(grad, l) * p.coef
+            return value, grad.mul_(2 * p.coef)
+        per_row = r.k3_rollout * (scale if scale.dim() == 0 else scale[:, 0])  # (B,)
+        return per_row.sum() * p.coef, torch.add(r.k3, l).mul_(scale * p.coef)
+
+    return compute() if agg == "kept-token-mean" else r.memo(("penalty", p, agg), compute)
 
 
 def run(x: Correctable, batch: Batch, cfg: Config | None = None, *, agg: str = "token-mean") -> EstimatorOutput:
@@ -250,7 +273,10 @@ def run_many(
     ratios: Ratios | None = None,
 ) -> dict[Correctable, EstimatorOutput]:
     """Evaluate several corrections on one batch, computing the shared pieces (log-ratios, sums, counts,
-    geometric ratios, k3) once. `estimators` is names, preset keys or Compositions, (x, cfg) pairs, or an
+    geometric ratios, k3, each statistic and its row aggregates and extremes, token-weight profiles) once, and a
+    composition that several keys name once: those keys get outputs of their own (each its own loss node and
+    gradient) that share their weights, masks and metric tensors (all detached; not to be written to).
+    `estimators` is names, preset keys or Compositions, (x, cfg) pairs, or an
     {x: cfg} dict; the result is keyed by each x as given (a Composition by itself; an x given twice with two
     configs: the later wins; use `run` per config).
     """
@@ -262,8 +288,12 @@ def run_many(
     r = ratios if ratios is not None else Ratios.of(batch)
     if len(comps) > 1:  # build the (B, T) k3 once, for any token-level estimator's kept share (Ratios.k3)
         _ = r.k3
+    keys = dict(comps)  # x -> its composition (an x given twice: the later)
+    named: dict[Composition, list[Correctable]] = {}  # identical compositions are computed once
+    for x, comp in keys.items():
+        named.setdefault(comp, []).append(x)
     out = {}
-    for x, comp in comps:
+    for comp, xs in named.items():
         again = partial(correction, r, comp)
-        out[x] = _output(r, batch, again(), comp, agg, again)
-    return out
+        out.update(zip(xs, _outputs(r, batch, again(), comp, agg, again, len(xs))))
+    return {x: out[x] for x in keys}

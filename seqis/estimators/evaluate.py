@@ -15,18 +15,23 @@ import torch
 
 from ._common import Correction, Ratios, clipped_metric
 from ._kernels import (
+    KeptRows,
+    Profile,
     above_on,
     any_per_row,
     as_float,
     band_f,
-    band_filter,
+    band_keep,
     capped_exp,
+    dot_rows,
     exp_of,
     gated,
     in_band,
     log_of,
     outside_band,
+    row_extremes,
     rows_above,
+    rows_outside,
     tokens_of,
 )
 from .compose import Composition, Criterion, Weight
@@ -170,6 +175,36 @@ def _clamped(x: torch.Tensor, clamp: float | None) -> torch.Tensor:
     return x if clamp is None else x.clamp(-clamp, clamp)
 
 
+Shared = tuple[Ratios, object, torch.Tensor]  # a (B, T) tensor shared per batch: (its owner, its key, itself)
+
+
+def _exponent(r: Ratios, level: str, clamp: float | None) -> Shared:
+    """A token or prefix weight's exponent (l_t or sum_{s<=t} l_s, clamped) (B, T), shared: not to be written
+    to. Off the loss mask it holds 0 or (a prefix) the value of the row's last loss token before it."""
+    if level == "token":  # the clamped Ratios' own log-ratios (the batch's, when no token is beyond the clamp)
+        rc = r if clamp is None else r.clamped(clamp)
+        return rc, "ratio", rc.log_ratio
+    return r, ("prefix", clamp), r.memo(("prefix", clamp), lambda: _clamped(r.log_ratio.cumsum(-1), clamp))
+
+
+def _extremes(shared: Shared) -> tuple[torch.Tensor, torch.Tensor]:
+    """(B,) row maxima and minima of a shared (B, T) tensor, made once per batch."""
+    owner, key, x = shared
+    return owner.memo(("extremes", key), lambda: row_extremes(x))
+
+
+def _truncated_rows(r: Ratios, w: Weight, ex: Shared) -> torch.Tensor:
+    """(B,) bool: the rows with a loss token whose weight exponent x lies beyond the truncation (from the row
+    extremes where an edge is on the far side of 0, which padding holds, else from the mask)."""
+    (x_max, x_min), x = _extremes(ex), ex[2]
+    c = log_of(w.upper)
+    clipped = x_max > c if c >= 0 else rows_above(x, r.mask, c)
+    if w.clip_low > 0:
+        c = log_of(w.clip_low)
+        clipped |= x_min < c if c <= 0 else rows_above(x.neg(), r.mask, -c)
+    return clipped
+
+
 def _rollout_weight(r: Ratios, w: Weight, clamp, gate, rules, tripped) -> Correction:
     """A sequence or geometric weight: one finite weight per rollout."""
     x = _clamped(r.seq_log_ratio if w.level == "sequence" else r.geo_log_ratio, clamp)  # (B,)
@@ -189,27 +224,29 @@ def _rollout_weight(r: Ratios, w: Weight, clamp, gate, rules, tripped) -> Correc
     if gate is not None:
         weight = gated(gate, weight)
         clipped = clipped & gate if clipped is not None else None
-    return _filtered(r, gate, rules, tripped, {}, row_weight=weight, clipped=clipped)
+    sparse = _sparse(r, gate, rules, tripped, None, clamp, row_weight=weight, clipped=clipped)
+    return sparse or _filtered(r, gate, rules, tripped, {}, row_weight=weight, clipped=clipped)
 
 
 def _token_weight(r: Ratios, w: Weight, clamp, gate, rules, tripped) -> Correction:
     """A token or prefix weight (B, T), or none (1 on every kept token)."""
+    sparse = _sparse(r, gate, rules, tripped, w, clamp)
+    if sparse is not None:
+        return sparse
     if w.level == "none":
         return _filtered(r, gate, rules, tripped, {})
-    x = r.log_ratio if w.level == "token" else r.log_ratio.cumsum(-1)  # (B, T) a prefix: padding holds 0
-    x = _clamped(x, clamp)
+    ex = _exponent(r, w.level, clamp)
+    x = ex[2]
     weights = capped_exp(x if w.clip_low == 0 else x.clamp(min=log_of(w.clip_low)), w.upper)  # (B, T)
     masks, clipped = {}, None
     if w.truncated:
-        clipped = rows_above(x, r.mask, log_of(w.upper))  # (B,) a row max where it can
-        if w.clip_low > 0:
-            clipped |= rows_above(x.neg(), r.mask, -log_of(w.clip_low))
+        clipped = _truncated_rows(r, w, ex)
         if gate is not None:
             clipped &= gate
         masks["clipped"] = partial(_clipped_tokens, r.mask, gate, x, w)  # built if read
     band = None
     if w.band is not None:  # outside the band the token is dropped
-        band = band_f(x, *w.band).mul_(r.mask_f)  # (B, T) 0/1
+        band = band_keep(x, r.mask_f, *w.band)  # (B, T) 0/1
         tripped = [partial(outside_band, r.mask, x, *w.band), *tripped]
     if w.self_normalize:  # by the mean over all loss tokens, before the criteria
         applied = weights * (band if band is not None else r.mask_f)
@@ -240,10 +277,8 @@ def _union(parts) -> torch.Tensor:
 # the gate and the token rules together
 
 
-def _filtered(r: Ratios, gate, rules, tripped, masks, *, row_weight=None, token_weights=None, clipped=None,
-              band=None) -> Correction:
-    """The Correction: kept = the loss tokens of the gated rollouts that every token rule (and the weight's
-    band) keeps; in the rows form when no token is dropped or the kernel finds the drops in few rows."""
+def _shared_parts(r: Ratios, gate, tripped, masks, clipped) -> dict:
+    """The metrics every form reports (is_token_masked filled in by the caller) and the "token_masked" mask."""
     n_tok = r.n_tokens.clamp(min=1)
     zero = n_tok.new_zeros(())
     metrics = {"is_clipped": clipped_metric(r, clipped) if clipped is not None else zero,
@@ -253,36 +288,98 @@ def _filtered(r: Ratios, gate, rules, tripped, masks, *, row_weight=None, token_
         masks["token_masked"] = tripped[0]
     elif tripped:
         masks["token_masked"] = partial(_union, tripped)
+    return metrics
+
+
+def _filtered(r: Ratios, gate, rules, tripped, masks, *, row_weight=None, token_weights=None, clipped=None,
+              band=None) -> Correction:
+    """The Correction in the tokens form: kept = the loss tokens of the gated rollouts that every token rule
+    (and the weight's band) keeps (the rows form when there is no token rule, band or token weight)."""
+    metrics = _shared_parts(r, gate, tripped, masks, clipped)
     form = {}
-    kind, rows, keep = _token_keep(r, rules, band, rows_form=token_weights is None)
-    if kind is not None:
-        if kind == "sparse":  # every rollout keeps all its loss tokens but a few rows
-            kept_len = r.length.index_copy(0, rows, keep.sum(-1))  # (B,)
-            form = dict(kept_rows=(rows, keep))
-        else:
-            kept_len = keep.sum(-1)  # (B,) before the gate
-            if gate is not None:
-                keep.mul_(as_float(gate, r.dtype)[:, None])
-            form = dict(keep=keep)
-        metrics["is_token_masked"] = (r.n_tokens - kept_len.sum()) / n_tok
-        form["kept_len"] = gated(gate, kept_len) if gate is not None else kept_len
+    keep = _token_keep(rules, band)
+    if keep is not None:
+        kept_len = keep.sum(-1)  # (B,) before the gate
+        if gate is not None:
+            keep.mul_(as_float(gate, r.dtype)[:, None])
+        metrics["is_token_masked"] = (r.n_tokens - kept_len.sum()) / r.n_tokens.clamp(min=1)
+        form = dict(keep=keep, kept_len=gated(gate, kept_len) if gate is not None else kept_len)
     return Correction(row_weight=row_weight, token_weights=token_weights, gate=gate, clipped=clipped, masks=masks,
                       metrics=metrics, **form)
 
 
-def _token_keep(r: Ratios, rules, band, *, rows_form: bool):
-    """(kind, rows, keep): the loss tokens every token rule keeps, as ("dense", None, (B, T) 0/1) or, for a
-    lone plain ratio band when the correction may stay in the rows form, as the kernel's choice (sparse:
-    ("sparse", rows, their (R, T) keep)); (None, None, None) without token rules."""
+def _token_keep(rules, band) -> torch.Tensor | None:
+    """(B, T) 0/1: the loss tokens every token rule (and the weight's band) keeps; None without any."""
     keeps = [band] if band is not None else []
-    if not rules and not keeps:
-        return None, None, None
-    if rows_form and not keeps and len(rules) == 1:
-        rc, c, cond = rules[0]
-        if cond is None and c.statistic == "ratio" and c.agg == "token":
-            return band_filter(rc.log_ratio, r.mask_f, *_edges(c), shortcuts=r.shortcuts, share=r.sparse_share)
     keeps += [_keep(rc, c, cond) for rc, c, cond in rules]
+    if not keeps:
+        return None
     keep = keeps[0]
     for k in keeps[1:]:
         keep.mul_(k)
-    return "dense", None, keep
+    return keep
+
+
+def _sparse(r: Ratios, gate, rules, tripped, w: Weight | None, clamp, *, row_weight=None,
+            clipped=None) -> Correction | None:
+    """The rows form of a correction with token-level parts (token rules; a token or prefix weight, truncated or
+    banded), when shortcuts are on and those parts change the tokens of few rollouts: the row maxima and minima
+    of each statistic find those rows, only they are evaluated in full (on a Ratios of their own), and every
+    other row keeps all its loss tokens at the weight's untruncated value (a profile shared per batch). None
+    when it does not apply: then the dense form follows. A weight that is self-normalised, or a rule under
+    per-token advantages, always takes the dense form."""
+    token_weight = w is not None and w.level in ("token", "prefix")
+    if not r.shortcuts or not (rules or token_weight) or (token_weight and w.self_normalize):
+        return None
+    if any(cond is not None and cond.dim() == 2 for _, _, cond in rules):
+        return None
+    hit = torch.zeros_like(r.valid)
+    if token_weight:
+        ex = _exponent(r, w.level, clamp)
+        x = ex[2]
+        lo, hi = log_of(w.clip_low), log_of(w.upper)
+        if w.band is not None:
+            lo, hi = max(lo, log_of(w.band[0])), min(hi, log_of(w.band[1]))
+        hit |= rows_outside(*_extremes(ex), lo, hi)
+    for rc, c, cond in rules:
+        lo, hi = _edges(c)
+        if c.statistic == "ratio":
+            lo, hi = log_of(lo), log_of(hi)
+        out = rows_outside(*_extremes((rc, c.statistic, statistic(rc, c.statistic))), lo, hi)
+        hit |= out if cond is None else out & cond
+    rows = hit.nonzero().squeeze(1)
+    if len(rows) > r.sparse_share * len(hit):
+        return None
+
+    # the rows in full, on their own Ratios (shortcuts off: dense)
+    sub = r.rows(rows)
+    sub_rc = sub if clamp is None else sub.clamped(clamp)
+    sub_rules = [(sub_rc, c, None if cond is None else cond.index_select(0, rows)) for _, c, cond in rules]
+    masks, profile = {}, None
+    if token_weight:
+        own = _token_weight(sub, w, clamp, None, sub_rules, [])
+        keep = own.keep if own.keep is not None else sub.mask_f
+        factor = own.token_weights.mul_(keep)
+        profile = ex[0].memo(("profile", ex[1]), lambda: _profile(r, x))
+        if w.truncated:
+            clipped = _truncated_rows(r, w, ex)
+            if gate is not None:
+                clipped &= gate
+            masks["clipped"] = partial(_clipped_tokens, r.mask, gate, x, w)
+        if w.band is not None:
+            tripped = [partial(outside_band, r.mask, x, *w.band), *tripped]
+    else:
+        keep = _token_keep(sub_rules, None)
+        factor = keep
+    metrics = _shared_parts(r, gate, tripped, masks, clipped)
+    kept_len = r.length.index_copy(0, rows, keep.sum(-1))  # (B,) before the gate
+    metrics["is_token_masked"] = (r.n_tokens - kept_len.sum()) / r.n_tokens.clamp(min=1)
+    return Correction(row_weight=row_weight, gate=gate, kept_rows=KeptRows(rows, keep, factor), profile=profile,
+                      kept_len=gated(gate, kept_len) if gate is not None else kept_len, clipped=clipped,
+                      masks=masks, metrics=metrics)
+
+
+def _profile(r: Ratios, x: torch.Tensor) -> Profile:
+    """The untruncated token weights exp(x) (with the e^40 cap), 0 off the loss mask, and their row sums."""
+    values = capped_exp(x).mul_(r.mask_f)
+    return Profile(values, values.sum(-1), dot_rows(values, r.logp))
