@@ -53,3 +53,22 @@ def test_diagnose_section_prints_a_row_per_batch_with_its_findings(capsys):
     assert len(rows) == 3
     assert "catastrophic_tokens (bad)" in rows[1] and "healthy (ok)" in rows[0]
     assert all(float(r.rstrip(" |").rsplit("|", 1)[1]) > 0 for r in rows)  # x floor
+
+
+def test_runs_memory_probe_measures_each_process_from_its_own_baseline(tmp_path):
+    """The scan's peak memory is each process's own high-water mark over its warmed-up baseline: a large
+    parent (the bench after writing a run) must not show up in it, as it did with getrusage's ru_maxrss,
+    which Linux carries across exec."""
+    from seqis.bench.runs import _probe
+    from seqis.runs.example import write_prime_rl_run
+
+    write_prime_rl_run(tmp_path / "run", steps=3, ranks=2, rollouts_per_rank=4)
+    write_prime_rl_run(tmp_path / "warm", steps=1, ranks=1, rollouts_per_rank=2)
+    held = bytearray(400 << 20)  # 400 MB resident in this process while the probe starts
+    held[::4096] = b"\x01" * len(held[::4096])
+    procs = _probe(tmp_path / "run", tmp_path / "warm", 2)
+    del held
+    assert procs[0]["role"] == "coordinator" and {p["role"] for p in procs[1:]} == {"worker"} and len(procs) >= 2
+    for p in procs:
+        assert p["reset"] and p["base_mb"] > 50  # an interpreter with torch
+        assert 0 <= p["over_mb"] < 100, p  # a 3-step run of a few KB: far below the parent's 400 MB

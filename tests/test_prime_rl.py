@@ -142,9 +142,24 @@ def test_an_upload_is_recognised_and_its_records_read(one_rank):
 def test_lines_longer_than_a_block_and_no_extras(tmp_path, monkeypatch):
     write_prime_rl_run(tmp_path, steps=1, ranks=1, rollouts_per_rank=3, incident=None)
     want = load_batch(tmp_path / "step_0" / "rank_0.jsonl")
-    monkeypatch.setattr(prime_rl_lines, "_BLOCK", 1024)  # every line straddles blocks: read as one block
+    monkeypatch.setattr(prime_rl_lines, "_BLOCK", 1024)  # lines of several KB: blocks grow to the longest + 1
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         b, notes = read_prime_rl_files([tmp_path / "step_0" / "rank_0.jsonl"], extras=False)
     assert b.extras == {} and notes == []
     assert torch.equal(loss_tokens(b, b.trainer_logprobs), loss_tokens(want, want.trainer_logprobs))
+
+
+@pytest.mark.parametrize("data", [b"", b"a\n", b"abc", b"ab\n\ncdefg\nh", b"x" * 50 + b"\n" + b"y" * 20,
+                                  b"\n" * 9, b"12345678901234\n1\n"])
+def test_longest_line_and_newlines_counted_chunk_by_chunk(tmp_path, monkeypatch, data):
+    monkeypatch.setattr(prime_rl_lines, "_CHUNK", 7)  # lines across chunk edges
+    *complete, last = data.split(b"\n")
+    longest = max([len(line) + 1 for line in complete] + [len(last)])  # a line's bytes, its newline counted
+    path = tmp_path / "f.jsonl"
+    path.write_bytes(data)
+    for source in (data, path):
+        assert prime_rl_lines._longest_line(source, len(data)) == longest
+        assert prime_rl_lines._count_newlines(source, len(data)) == len(complete)
+    if data:
+        assert prime_rl_lines._count_newlines(path, len(data) - 1) == data[:-1].count(b"\n")

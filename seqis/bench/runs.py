@@ -1,8 +1,9 @@
 """Section `runs`: scanning a prime-rl export run against just parsing its JSONL, and the scan's peak memory.
 
 Floor: pyarrow's JSON reader over the same files (every field, its threads on), the least any reader of
-the export pays. Targets: the local engine's scan at most 2x the floor; the peak memory of a scanning
-process below 3x the largest step's size plus the interpreter.
+the export pays. Targets: the local engine's scan at most 2x the floor; the peak memory of each scanning
+process (the local engine's workers too) below 3x the largest step's size plus the interpreter, measured
+by seqis.bench._runs_memory.
 """
 
 from __future__ import annotations
@@ -17,25 +18,12 @@ from pathlib import Path
 
 ORDER = 50
 
-# a fresh interpreter: a scan of a one-step run (every lazy import and first-use cost paid), its RSS (the
-# baseline), then the run's scan in this process, then the process's peak RSS
-_MEMORY_PROBE = """
-import json, resource, sys
-from seqis.runs import scan
-def rss_kb():
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * resource.getpagesize() // 1024
-scan(sys.argv[2], by="env_name", workers=1)
-base = rss_kb()
-scan(sys.argv[1], by="env_name", workers=1)
-print(json.dumps({"base_kb": base, "peak_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}))
-"""
 
-
-def _probe(run: Path, warm: Path) -> dict:
-    """Baseline and peak RSS (kB) of a fresh interpreter scanning `run` after a warm-up scan of `warm`."""
-    out = subprocess.run([sys.executable, "-c", _MEMORY_PROBE, str(run), str(warm)], capture_output=True,
-                         text=True, check=True)
+def _probe(run: Path, warm: Path, workers: int) -> list[dict]:
+    """Each scanning process's peak resident memory over its own warmed-up baseline (MB), measured in a fresh
+    interpreter by seqis.bench._runs_memory (the local engine's workers included)."""
+    out = subprocess.run([sys.executable, "-m", "seqis.bench._runs_memory", str(run), str(warm), str(workers)],
+                         capture_output=True, text=True, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -84,23 +72,33 @@ def run(device: str, quick: bool) -> None:
         short.mkdir()
         for s in r.steps[:2]:
             (short / f"step_{s}").symlink_to(root / f"step_{s}")
-        mem, mem_short = (_probe(run, warm) for run in (root, short))  # first: on a quiet process tree
         workers = default_workers()
+        one = [_probe(root, warm, 1)[0]["over_mb"] for _ in range(repeats)]  # first: on a quiet process tree
+        local = [_probe(root, warm, max(workers, 2)) for _ in range(repeats)]  # forked workers, always
+        per_worker = [max(p["over_mb"] for p in procs if p["role"] == "worker") for procs in local]
+        coordinator = [procs[0]["over_mb"] for procs in local]
+        short_mb = statistics.median(_probe(short, warm, 1)[0]["over_mb"] for _ in range(repeats))
         floor = timed(lambda: _parse_floor(files))
-        local = timed(lambda: scan(root, by="env_name", workers=workers))
+        local_s = timed(lambda: scan(root, by="env_name", workers=workers))
         single = timed(lambda: scan(root, by="env_name", workers=1))
-    over_kb = mem["peak_kb"] - mem["base_kb"]
+    step_mb = step_bytes / 2**20
     print(f"\n## Scanning a run: {steps} steps x {ranks} ranks x {rollouts} sequences (<= {max_len} + 256 prompt "
           f"tokens), {total_mb:.0f} MB of JSONL; every estimator, by env_name; medians of {repeats}")
     print("floor: pyarrow.json.read_json of the same files (every field, its threads on)\n")
     print("| measure | seconds | x floor |")
     print("|---|---:|---:|")
     print(f"| parse floor (pyarrow) | {floor:.2f} | 1.0 |")
-    print(f"| scan, local engine ({workers} processes) | {local:.2f} | {local / floor:.2f} |")
+    print(f"| scan, local engine ({workers} processes) | {local_s:.2f} | {local_s / floor:.2f} |")
     print(f"| scan, one process | {single:.2f} | {single / floor:.2f} |")
-    print(f"\npeak memory of a scanning process over its interpreter ({mem['base_kb'] / 1024:.0f} MB after "
-          f"a one-step warm-up scan): {over_kb / 1024:.0f} MB = {over_kb * 1024 / step_bytes:.2f}x the largest "
-          f"step's JSONL "
-          f"({step_bytes / 2**20:.1f} MB), {over_kb * 1024 / batch_bytes:.1f}x that step as a Batch "
-          f"({batch_bytes / 2**20:.1f} MB); each local worker holds one step at a time. The run's first two steps "
-          f"alone: {(mem_short['peak_kb'] - mem_short['base_kb']) / 1024:.0f} MB over")
+    print(f"\npeak resident memory of each scanning process over its warmed-up interpreter (VmHWM, reset after a "
+          f"one-step warm-up scan; fresh interpreters), against the largest step's JSONL ({step_mb:.1f} MB; "
+          f"{batch_bytes / 2**20:.1f} MB as a Batch); target < 3x\n")
+    print("| process | MB over its interpreter (each run) | median | x step |")
+    print("|---|---|---:|---:|")
+    rows = (("one process (workers=1)", one), (f"local engine: the busiest of {max(workers, 2)} workers", per_worker),
+            ("local engine: the coordinating process", coordinator))
+    for name, values in rows:
+        print(f"| {name} | {', '.join(f'{v:.0f}' for v in values)} | {statistics.median(values):.0f} | "
+              f"{statistics.median(values) / step_mb:.2f} |")
+    print(f"\nThe run's first two steps alone, one process: {short_mb:.0f} MB over (memory does not grow with the "
+          f"run's length); each worker holds one step at a time.")

@@ -15,7 +15,8 @@ from .columns import BatchFormatError
 SCHEMA_VERSIONS = (1,)  # the versions this reader knows (prime-rl has written 1 since the export began)
 LOGPROB_TOLERANCE = 1e-6  # a log-prob above this on a loss token is refused (as load_batch does)
 RANK_FILE = re.compile(r"^rank_(\d+)\.jsonl$")
-_BLOCK = 1 << 22  # pyarrow JSON block; a line longer than this is read with one block for the file
+_BLOCK = 1 << 20  # pyarrow JSON block (grown to the file's longest line): the parser holds a few at once
+_CHUNK = 1 << 20  # bytes read at a time when counting lines, into one reused buffer
 
 
 class LineSpan(NamedTuple):
@@ -106,15 +107,39 @@ def _complete_part(source: bytes | Path, tolerate_truncated: bool, notes: list[s
     return cut
 
 
+def _chunks(source: bytes | Path, end: int):
+    """The first `end` bytes as memoryviews of at most _CHUNK bytes (a file read into one reused buffer:
+    it never sits in memory whole, and counting its lines allocates nothing per chunk)."""
+    if isinstance(source, bytes):
+        view = memoryview(source)
+        for i in range(0, end, _CHUNK):
+            yield view[i:min(end, i + _CHUNK)]
+        return
+    buffer = bytearray(_CHUNK)
+    with open(source, "rb") as f:
+        while end > 0 and (n := f.readinto(memoryview(buffer)[:min(end, _CHUNK)])):
+            yield memoryview(buffer)[:n]
+            end -= n
+
+
 def _count_newlines(source: bytes | Path, end: int) -> int:
     if isinstance(source, bytes):
         return source.count(b"\n", 0, end)
-    n = 0
-    with open(source, "rb") as f:  # in chunks: the file never sits in memory whole
-        while end > 0 and (chunk := f.read(min(end, 1 << 22))):
-            n += chunk.count(b"\n")
-            end -= len(chunk)
-    return n
+    return sum(chunk.obj.count(b"\n", 0, len(chunk)) for chunk in _chunks(source, end))
+
+
+def _longest_line(source: bytes | Path, end: int) -> int:
+    """Bytes in the longest of the first `end` bytes' lines, its newline counted."""
+    longest = run = 0  # run: bytes since the last newline
+    for chunk in _chunks(source, end):
+        newlines = np.flatnonzero(np.frombuffer(chunk, np.uint8) == 10)  # (K,) positions in the chunk
+        if newlines.size == 0:
+            run += len(chunk)
+            continue
+        gaps = np.diff(newlines)
+        longest = max(longest, run + int(newlines[0]) + 1, int(gaps.max()) if gaps.size else 0)
+        run = len(chunk) - int(newlines[-1]) - 1
+    return max(longest, run)
 
 
 def _last_byte(source: bytes | Path, end: int) -> bytes:
@@ -183,19 +208,17 @@ def _parse(source: bytes | Path, end: int, extras: bool, first_line: int = 1):
     whole_file = isinstance(source, Path) and end == _size(source)
     data = None if whole_file else pa.py_buffer(_bytes(source, end))
     parse = pj.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore")
-    for block in (_BLOCK, max(_BLOCK, end + 1)):
-        try:
-            # one thread (the scan's engines run one step per core) and the system allocator: the parser's
-            # scratch memory goes back (pyarrow's default mimalloc and its threads kept 3x as much resident
-            # on a 16 MB step, and were slower: measured with seqis/bench/runs.py's probe)
-            return pj.read_json(str(source) if whole_file else pa.BufferReader(data),
-                                read_options=pj.ReadOptions(block_size=block, use_threads=False), parse_options=parse,
-                                memory_pool=pa.system_memory_pool())
-        except pa.ArrowInvalid as e:
-            if "straddl" in str(e) and block < end + 1:
-                continue  # a line longer than a block: read the file as one block
-            bad = _bad_line(source, end, schema, first_line)
-            raise bad or BatchFormatError(f"unreadable as JSON lines ({e})") from None
-    raise AssertionError("unreachable")
+    # blocks of 1 MB, or of the longest line (pyarrow refuses a line that spans a whole block); one thread (the
+    # scan's engines run one step per core) and the system allocator: the parser's scratch memory goes back
+    # (pyarrow's default mimalloc and its threads kept 3x as much resident on a 16 MB step, 4 MB blocks about
+    # twice as much as 1 MB ones: measured with seqis/bench/runs.py's probe)
+    block = max(_BLOCK, _longest_line(source, end) + 1)
+    try:
+        return pj.read_json(str(source) if whole_file else pa.BufferReader(data),
+                            read_options=pj.ReadOptions(block_size=block, use_threads=False), parse_options=parse,
+                            memory_pool=pa.system_memory_pool())
+    except pa.ArrowInvalid as e:
+        bad = _bad_line(source, end, schema, first_line)
+        raise bad or BatchFormatError(f"unreadable as JSON lines ({e})") from None
 
 
