@@ -563,11 +563,14 @@ def assert_same_everything(a, b, eps=1e-16):
     assert a.keys() == b.keys()
     # a metric that is a difference of sums (masked_mismatch_kl = (k3 total - kept k3) / n) rounds on the scale
     # of the whole batch's k3; the loss and the per-rollout means are sums the two paths may add in another
-    # order (per rollout, then over rollouts; or all at once): exact to the compute dtype's rounding (eps)
+    # order (per rollout, then over rollouts; or all at once), and a self-normalised weight is divided by its mean
+    # on one path and multiplied by its reciprocal on the other: exact to the compute dtype's rounding (eps)
     kl_scale = 1e4 * eps * (1 + float(b["metric mismatch_kl"]))
     for k in b:
         summed = k.startswith("metric") or k in ("loss", "rollout weight")
-        tol = dict(rtol=max(1e-9, 100 * eps), atol=kl_scale) if summed else dict(rtol=1e-12, atol=1e-300)
+        tol = dict(rtol=max(1e-12, 10 * eps), atol=1e-300)
+        if summed:
+            tol = dict(rtol=max(1e-9, 100 * eps), atol=kl_scale)
         torch.testing.assert_close(a[k], b[k], **tol, msg=k)
 
 

@@ -99,7 +99,7 @@ def outside_band(mask: torch.Tensor, x: torch.Tensor, low: float, high: float) -
 # Token rules (and a token weight's truncation or band) that touch at most this share of the rollouts are kept in
 # the sparse form when shortcuts are on: only those rows get their own (R, T) kept masks and weights; every other
 # row keeps all its loss tokens, weighed by a per-batch profile that several corrections share.
-SPARSE_ROW_SHARE = 1 / 16
+SPARSE_ROW_SHARE = 1 / 2
 
 
 def rows_outside(x_max: torch.Tensor, x_min: torch.Tensor, low: float, high: float) -> torch.Tensor:
@@ -117,6 +117,11 @@ def row_extremes(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         empty = x.new_zeros(x.shape[:-1])
         return empty, empty
     return x.amax(-1), x.amin(-1)
+
+
+def rows_into(shape: tuple[int, int], rows: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+    """(B, T) bool: values (R, T) in the given rows, False elsewhere."""
+    return torch.zeros(shape, dtype=torch.bool, device=values.device).index_copy_(0, rows, values)
 
 
 @dataclass(eq=False)

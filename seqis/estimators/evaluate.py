@@ -9,6 +9,7 @@ after aggregating the raw ones (verl's SAFETY_BOUND, as its code does it). Speed
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from functools import partial
 
 import torch
@@ -23,6 +24,7 @@ from ._kernels import (
     band_f,
     band_keep,
     capped_exp,
+    dot,
     dot_rows,
     exp_of,
     gated,
@@ -31,6 +33,7 @@ from ._kernels import (
     outside_band,
     row_extremes,
     rows_above,
+    rows_into,
     rows_outside,
     tokens_of,
 )
@@ -64,8 +67,7 @@ def criteria(r: Ratios, rules: tuple[Criterion, ...]):
     for c in rules:
         cond = None if c.advantage is None else _SIGN[c.advantage](r.advantages, 0)  # (B,) or (B, T)
         if c.agg == "token" or (cond is not None and cond.dim() == 2):
-            token_rules.append((c, cond))
-            tripped.append(partial(_outside, r, c))
+            token_rules.append((c, cond))  # (its "token_masked" tokens: added with its keep mask)
         elif c.statistic == "ratio" and cond is None and ((c.agg == "max" and c.low is None)
                                                           or (c.agg == "min" and c.high is None)):
             every_token.append(c)  # every token's ratio below hi / above lo: one band, below
@@ -79,8 +81,15 @@ def criteria(r: Ratios, rules: tuple[Criterion, ...]):
     if every_token:  # max_t rho_t <= hi and min_t rho_t >= lo: a rollout with any token outside [lo, hi] goes
         lo = max([c.low for c in every_token if c.low is not None], default=0.0)
         hi = min([c.high for c in every_token if c.high is not None], default=math.inf)
-        out = outside_band(r.mask, r.log_ratio, lo, hi)  # (B, T), kept as the mask (it holds no Ratios)
-        gate = ~any_per_row(out) if gate is None else gate & ~any_per_row(out)
+        if r.shortcuts and log_of(lo) <= 0 <= log_of(hi):  # padding's l = 0 is inside: the row extremes answer,
+            fail = rows_outside(*_extremes((r, "ratio", r.log_ratio)), log_of(lo), log_of(hi))  # and the mask
+            rows = fail.nonzero().squeeze(1)  # keeps only the failing rows' tokens (it holds no Ratios)
+            l_rows = r.log_ratio.index_select(0, rows)
+            out = partial(rows_into, r.mask.shape, rows, outside_band(r.mask.index_select(0, rows), l_rows, lo, hi))
+        else:
+            out = outside_band(r.mask, r.log_ratio, lo, hi)  # (B, T), kept as the mask (it holds no Ratios)
+            fail = any_per_row(out)
+        gate = ~fail if gate is None else gate & ~fail
         tripped.append(out)
     if gate is not None:
         gate &= r.valid
@@ -295,6 +304,7 @@ def _filtered(r: Ratios, gate, rules, tripped, masks, *, row_weight=None, token_
               band=None) -> Correction:
     """The Correction in the tokens form: kept = the loss tokens of the gated rollouts that every token rule
     (and the weight's band) keeps (the rows form when there is no token rule, band or token weight)."""
+    tripped = [*tripped, *(partial(_outside, rc, c) for rc, c, _ in rules)]
     metrics = _shared_parts(r, gate, tripped, masks, clipped)
     form = {}
     keep = _token_keep(rules, band)
@@ -322,21 +332,56 @@ def _token_keep(rules, band) -> torch.Tensor | None:
 
 def _sparse(r: Ratios, gate, rules, tripped, w: Weight | None, clamp, *, row_weight=None,
             clipped=None) -> Correction | None:
-    """The rows form of a correction with token-level parts (token rules; a token or prefix weight, truncated or
-    banded), when shortcuts are on and those parts change the tokens of few rollouts: the row maxima and minima
-    of each statistic find those rows, only they are evaluated in full (on a Ratios of their own), and every
-    other row keeps all its loss tokens at the weight's untruncated value (a profile shared per batch). None
-    when it does not apply: then the dense form follows. A weight that is self-normalised, or a rule under
-    per-token advantages, always takes the dense form."""
+    """The rows form of a correction with token-level parts (token rules; a token or prefix weight, truncated,
+    banded or self-normalised), when shortcuts are on and those parts change the tokens of few rollouts: the
+    row maxima and minima of each statistic find those rows, only they are evaluated in full (on a Ratios of
+    their own), and every other row keeps all its loss tokens at the weight's untruncated value (a profile
+    shared per batch). The token-level part is shared by the corrections that have the same one. None when it
+    does not apply (a rule under per-token advantages; too many rows): then the dense form follows."""
     token_weight = w is not None and w.level in ("token", "prefix")
-    if not r.shortcuts or not (rules or token_weight) or (token_weight and w.self_normalize):
+    if not r.shortcuts or not (rules or token_weight):
         return None
     if any(cond is not None and cond.dim() == 2 for _, _, cond in rules):
         return None
-    hit = torch.zeros_like(r.valid)
+    own_w = replace(w, self_normalize=False) if token_weight else None
+    part = r.memo(("sparse", own_w, tuple(c for _, c, _ in rules), clamp),
+                  lambda: _sparse_rows(r, own_w, clamp, rules))
+    if part is None:
+        return None
+    kept_rows, kept_len, applied, sub_rc = part  # kept_len: (B,) before the gate
+    # a rule's tokens outside its band lie in the kept rows, unless an advantage condition exempted their row
+    tripped = [*tripped, *(partial(_outside, rc, c) if cond is not None else
+                           partial(_rows_outside_band, r.mask.shape, kept_rows.rows, sub_rc, c)
+                           for rc, c, cond in rules)]
+    masks, profile = {}, None
     if token_weight:
         ex = _exponent(r, w.level, clamp)
         x = ex[2]
+        profile = ex[0].memo(("profile", ex[1]), lambda: _profile(r, x))
+        if w.truncated:
+            clipped = _truncated_rows(r, w, ex)
+            if gate is not None:
+                clipped &= gate
+            masks["clipped"] = partial(_clipped_tokens, r.mask, gate, x, w)
+        if w.band is not None:
+            tripped = [partial(outside_band, r.mask, x, *w.band), *tripped]
+        if w.self_normalize:  # by the mean over all loss tokens of the (truncated, banded) weight
+            total = profile.sums.index_fill(0, kept_rows.rows, 0.0).sum() + applied  # never a difference
+            mean = total / r.n_tokens.clamp(min=1)
+            row_weight = torch.where(mean > 1e-8, mean, 1.0).reciprocal().expand(r.length.shape)
+    metrics = _shared_parts(r, gate, tripped, masks, clipped)
+    metrics["is_token_masked"] = (r.n_tokens - kept_len.sum()) / r.n_tokens.clamp(min=1)
+    return Correction(row_weight=row_weight, gate=gate, kept_rows=kept_rows, profile=profile,
+                      kept_len=gated(gate, kept_len) if gate is not None else kept_len, clipped=clipped,
+                      masks=masks, metrics=metrics)
+
+
+def _sparse_rows(r: Ratios, w: Weight | None, clamp, rules):
+    """(KeptRows, kept tokens per rollout (B,), the kept rows' summed (truncated, banded) weights, their clamped
+    Ratios) of a token-level part, or None when it changes the tokens of more than r.sparse_share of the rollouts."""
+    hit = torch.zeros_like(r.valid)
+    if w is not None:
+        ex = _exponent(r, w.level, clamp)
         lo, hi = log_of(w.clip_low), log_of(w.upper)
         if w.band is not None:
             lo, hi = max(lo, log_of(w.band[0])), min(hi, log_of(w.band[1]))
@@ -350,33 +395,25 @@ def _sparse(r: Ratios, gate, rules, tripped, w: Weight | None, clamp, *, row_wei
     rows = hit.nonzero().squeeze(1)
     if len(rows) > r.sparse_share * len(hit):
         return None
-
     # the rows in full, on their own Ratios (shortcuts off: dense)
     sub = r.rows(rows)
     sub_rc = sub if clamp is None else sub.clamped(clamp)
     sub_rules = [(sub_rc, c, None if cond is None else cond.index_select(0, rows)) for _, c, cond in rules]
-    masks, profile = {}, None
-    if token_weight:
+    applied = r.n_tokens.new_zeros(())
+    if w is not None:
         own = _token_weight(sub, w, clamp, None, sub_rules, [])
         keep = own.keep if own.keep is not None else sub.mask_f
+        band = band_keep(_exponent(sub, w.level, clamp)[2], sub.mask_f, *w.band) if w.band else sub.mask_f
+        applied = dot(own.token_weights, band)
         factor = own.token_weights.mul_(keep)
-        profile = ex[0].memo(("profile", ex[1]), lambda: _profile(r, x))
-        if w.truncated:
-            clipped = _truncated_rows(r, w, ex)
-            if gate is not None:
-                clipped &= gate
-            masks["clipped"] = partial(_clipped_tokens, r.mask, gate, x, w)
-        if w.band is not None:
-            tripped = [partial(outside_band, r.mask, x, *w.band), *tripped]
     else:
-        keep = _token_keep(sub_rules, None)
-        factor = keep
-    metrics = _shared_parts(r, gate, tripped, masks, clipped)
-    kept_len = r.length.index_copy(0, rows, keep.sum(-1))  # (B,) before the gate
-    metrics["is_token_masked"] = (r.n_tokens - kept_len.sum()) / r.n_tokens.clamp(min=1)
-    return Correction(row_weight=row_weight, gate=gate, kept_rows=KeptRows(rows, keep, factor), profile=profile,
-                      kept_len=gated(gate, kept_len) if gate is not None else kept_len, clipped=clipped,
-                      masks=masks, metrics=metrics)
+        keep = factor = _token_keep(sub_rules, None)
+    return KeptRows(rows, keep, factor), r.length.index_copy(0, rows, keep.sum(-1)), applied, sub_rc
+
+
+def _rows_outside_band(shape, rows: torch.Tensor, sub: Ratios, c: Criterion) -> torch.Tensor:
+    """(B, T) bool: the loss tokens outside the rule's band, found in the given rows (`sub` holds them)."""
+    return rows_into(shape, rows, _outside(sub, c))
 
 
 def _profile(r: Ratios, x: torch.Tensor) -> Profile:
