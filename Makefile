@@ -31,7 +31,7 @@ test: venv browser
 	$(BIN)/python -m pytest -q
 
 run: venv
-	$(BIN)/streamlit run app --server.port $(PORT) --browser.gatherUsageStats false
+	$(BIN)/python -m app --server.port $(PORT) --browser.gatherUsageStats false
 
 bench: venv
 	$(BIN)/python -m seqis.bench

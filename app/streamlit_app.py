@@ -18,11 +18,9 @@ _ROOT = Path(__file__).resolve().parent.parent
 if str(_ROOT) not in sys.path:
     sys.path.insert(0, str(_ROOT))
 
-import threading  # noqa: E402
-
 import streamlit as st  # noqa: E402
-from ui import lab_data  # noqa: E402
-from ui.device import device, device_label  # noqa: E402
+from ui import warm  # noqa: E402
+from ui.device import device_label  # noqa: E402
 from ui.style import RESPONSIVE_CSS  # noqa: E402
 
 st.set_page_config(page_title="seqis: sequence-level IS explorer", page_icon=":material/balance:", layout="wide")
@@ -49,19 +47,10 @@ PAGES = [
 
 
 
-@st.cache_resource
-def warm_up() -> threading.Thread:
-    """Once per server, after the first page has drawn: Bias & variance's first view (seconds of Monte Carlo)
-    computed in the background, so that page opens with it at once."""
-    t = threading.Thread(target=lab_data.default_run, args=(str(device()),), name="seqis-warm-up", daemon=True)
-    t.start()
-    return t
-
-
 page = st.navigation(PAGES)
 st.html(RESPONSIVE_CSS)
 st.sidebar.caption(f"Device: **{device_label()}**")
 try:
     page.run()
-finally:  # also after a page stops or switches
-    warm_up()
+finally:  # also after a page stops or switches: once per server, the other batches, Learn's presets and Bias &
+    warm.start_background()  # variance's first run warm in a low-priority thread (python -m app started it already)

@@ -1,7 +1,12 @@
-"""Shared test setup: GPU tests skip without CUDA, and say so."""
+"""Shared test setup: GPU tests skip without CUDA, and say so; the app does not warm its caches in the
+background (SEQIS_WARM=0: the tests open pages, and the warm-up would compete with them for the cores)."""
+
+import os
 
 import pytest
 import torch
+
+os.environ.setdefault("SEQIS_WARM", "0")
 
 
 def pytest_collection_modifyitems(config, items):

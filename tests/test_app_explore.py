@@ -159,13 +159,17 @@ def test_upload_bridge_takes_bytes_with_a_name(tmp_path):
 
 
 def test_exports_and_downloads_are_offered():
-    at = explore(**{"ex.est": "seq_tis,mis_po"})
-    code = [c.value for c in at.code]
-    assert any("[loss]" in c and "sequence_clip_high = 2.0" in c for c in code)
-    assert any("rollout_correction:" in c and "token_k1,seq_mean_k1" in c for c in code)
+    """One export control for the page: the picked estimator in the picked trainer's language, its knobs' current
+    values; a download button for it and the CSVs."""
+    at = explore(**{"ex.est": "seq_tis,mis_po", "ex.seq_tis.seq_clip": "3.0"})
+    assert any("[loss]" in c.value and "sequence_clip_high = 3.0" in c.value for c in at.code)
     labels = [b.proto.label for b in at.get("download_button")]
-    assert "Metrics CSV" in labels and "Rollouts CSV" in labels
-    assert any(lab.endswith("prime-rl.toml") for lab in labels) and any(lab.endswith("verl.yaml") for lab in labels)
+    assert "Metrics CSV" in labels and "Rollouts CSV" in labels and "Download seq_tis.prime-rl.toml" in labels
+    at.selectbox(key="ex.export").select("mis_po").run()
+    at.selectbox(key="ex.export.fw").select("verl").run()
+    assert not at.exception
+    assert [c.value for c in at.code if "rollout_correction:" in c.value and "token_k1,seq_mean_k1" in c.value]
+    assert "Download mis_po.verl.yaml" in [b.proto.label for b in at.get("download_button")]
     assert any(b.label == "Render PNGs" for b in at.button)
 
 

@@ -46,6 +46,9 @@ from . import explore_charts as charts
 from .device import device
 
 Estimators = tuple[tuple[str, Config], ...]  # (name, config) pairs, in page order
+# Cache sizes: every scenario's and example's first view and Learn's presets (ui/warm.py warms them) stay in;
+# a 256 x 4096 batch with its ratios is ~30 MB, an estimator's view ~3 MB.
+BATCHES, VIEWS, FIGURES = 16, 128, 48
 
 
 @dataclass(frozen=True)
@@ -121,7 +124,7 @@ def file_columns(file_digest: str, name: str, _data: bytes) -> list[str]:
         return []
 
 
-@st.cache_resource(max_entries=4, show_spinner="Building the batch...", hash_funcs=HASH)
+@st.cache_resource(max_entries=BATCHES, show_spinner="Building the batch...", hash_funcs=HASH)
 def load_batch(src: Source, _payload: bytes | None = None) -> Batch:
     """The batch a Source names, on device(), with trainer_logprobs detached."""
     if src.kind == "synthetic":
@@ -135,13 +138,13 @@ def load_batch(src: Source, _payload: bytes | None = None) -> Batch:
     return read(_Named(_payload, src.name), columns=dict(src.columns) or None).to(device())
 
 
-@st.cache_resource(max_entries=4, hash_funcs=HASH)
+@st.cache_resource(max_entries=BATCHES, hash_funcs=HASH)
 def _ratios(src: Source, _payload: bytes | None = None) -> Ratios:
     """Log-ratios and their per-rollout sums, computed once per batch and shared by every estimator."""
     return Ratios.of(load_batch(src, _payload))
 
 
-@st.cache_resource(max_entries=4, hash_funcs=HASH)
+@st.cache_resource(max_entries=BATCHES, hash_funcs=HASH)
 def _token_map(src: Source, _payload: bytes | None = None):
     return token_map(_ratios(src, _payload))
 
@@ -181,7 +184,7 @@ def noise_scale(src: Source) -> float | None:
     return None
 
 
-@st.cache_resource(max_entries=4, hash_funcs=HASH)
+@st.cache_resource(max_entries=BATCHES, hash_funcs=HASH)
 def batch_view(src: Source, _payload: bytes | None = None) -> BatchView:
     b = load_batch(src, _payload)
     r = _ratios(src, _payload)
@@ -220,7 +223,7 @@ class EstimatorView:
     coefficients: np.ndarray  # (N,) each loss token's gradient coefficient, flat as in BatchView
 
 
-@st.cache_resource(max_entries=32, hash_funcs=HASH)
+@st.cache_resource(max_entries=VIEWS, hash_funcs=HASH)
 def estimator_view(src: Source, name: str, cfg: Config, _payload: bytes | None = None) -> EstimatorView:
     r = _ratios(src, _payload)
     with torch.no_grad():
@@ -243,7 +246,7 @@ def estimator_view(src: Source, name: str, cfg: Config, _payload: bytes | None =
 # figures, cached by their inputs (never mutate one: it is shared)
 
 
-@st.cache_resource(max_entries=32, hash_funcs=HASH)
+@st.cache_resource(max_entries=VIEWS, hash_funcs=HASH)
 def rollout_map_figure(src: Source, name: str, cfg: Config, color_by: str | None = None,
                        _payload: bytes | None = None) -> go.Figure:
     bv, v = batch_view(src, _payload), estimator_view(src, name, cfg, _payload)
@@ -251,7 +254,7 @@ def rollout_map_figure(src: Source, name: str, cfg: Config, color_by: str | None
                               noise_s=bv.noise_s, color_by=color_by, height=340)
 
 
-@st.cache_resource(max_entries=8, hash_funcs=HASH)
+@st.cache_resource(max_entries=FIGURES, hash_funcs=HASH)
 def token_heatmap_figure(src: Source, name: str, cfg: Config, rollout: int, _payload: bytes | None = None):
     bv, v = batch_view(src, _payload), estimator_view(src, name, cfg, _payload)
     return charts.token_heatmap(bv.token_values, bv.token_block, bv.token_index, dropped=v.dropped,
@@ -259,7 +262,7 @@ def token_heatmap_figure(src: Source, name: str, cfg: Config, rollout: int, _pay
                                 title=f"log-ratio l_t; grey: tokens whose gradient {name} drops")
 
 
-@st.cache_resource(max_entries=8, hash_funcs=HASH)
+@st.cache_resource(max_entries=FIGURES, hash_funcs=HASH)
 def coefficient_figure(src: Source, ests: Estimators, rollout: int, _payload: bytes | None = None):
     bv = batch_view(src, _payload)
     pos, l = bv.rollout(rollout)
@@ -270,13 +273,13 @@ def coefficient_figure(src: Source, ests: Estimators, rollout: int, _payload: by
                                          f"A = {bv.advantages[rollout]:.3g}")
 
 
-@st.cache_resource(max_entries=8, hash_funcs=HASH)
+@st.cache_resource(max_entries=FIGURES, hash_funcs=HASH)
 def histogram_figure(src: Source, ests: Estimators, _payload: bytes | None = None):
     return charts.weight_histograms({n: estimator_view(src, n, c, _payload).hist for n, c in ests}, height=340,
                                     title="applied token weights (kept tokens)")
 
 
-@st.cache_resource(max_entries=8, hash_funcs=HASH)
+@st.cache_resource(max_entries=FIGURES, hash_funcs=HASH)
 def effective_figure(src: Source, ests: Estimators, _payload: bytes | None = None):
     views = {n: estimator_view(src, n, c, _payload) for n, c in ests}
     theory = {n: v.theory for n, v in views.items()}
@@ -286,7 +289,7 @@ def effective_figure(src: Source, ests: Estimators, _payload: bytes | None = Non
                                                                                            else ""))
 
 
-@st.cache_resource(max_entries=16, hash_funcs=HASH)
+@st.cache_resource(max_entries=FIGURES, hash_funcs=HASH)
 def advice_view(src: Source, ests: Estimators, _payload: bytes | None = None) -> Advice:
     """"What this means for your batch": each shown estimator read against the batch, and where to start."""
     facts = batch_view(src, _payload).facts
@@ -302,7 +305,7 @@ class Tables:
     diagnostics: pd.Series  # estimator-free batch diagnostics
 
 
-@st.cache_resource(max_entries=8, hash_funcs=HASH)
+@st.cache_resource(max_entries=FIGURES, hash_funcs=HASH)
 def tables(src: Source, ests: Estimators, _payload: bytes | None = None) -> Tables:
     views = {n: estimator_view(src, n, c, _payload) for n, c in ests}
     return Tables(pd.DataFrame({n: v.metrics for n, v in views.items()}),

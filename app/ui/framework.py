@@ -62,6 +62,12 @@ def frameworks_for(name: str, cfg: Config) -> list[str]:
     return [*BESIDE, *([own] if own not in (None, *BESIDE) else [])]
 
 
+def first_framework(name: str, frameworks: list[str]) -> str:
+    """The framework an export shows first: a preset's own, else the first offered."""
+    own = PRESETS[name].export_framework if name in PRESETS else None
+    return own if own in frameworks else frameworks[0]
+
+
 def snippet(name: str, framework: str, cfg: Config) -> Snippet:
     """The framework's settings for the correction (prime-rl: its current loss, else its older table)."""
     return prime_rl_toml(name, cfg) if framework == "prime-rl" else export(name, framework, cfg)

@@ -61,7 +61,8 @@ def current_estimators(names: list[str]) -> data.Estimators:
 # sections that depend on several estimators: drawn by the full run, and by a column's fragment after a move
 
 
-SHARED_SLOTS = ("advice", "heat", "coef", "hist", "eff", "metrics", "effective")  # every column's fragment writes these
+# every column's fragment writes these
+SHARED_SLOTS = ("advice", "heat", "coef", "hist", "eff", "metrics", "effective", "export")
 
 
 def _knobs(knobs: dict) -> str:
@@ -107,16 +108,29 @@ def draw_dependents(src: data.Source, payload, names: list[str], slots: dict) ->
     t = data.tables(src, ests, _payload=payload)
     slots["metrics"].dataframe(t.metrics.map(_g), width="stretch")
     slots["effective"].dataframe(t.effective.map(_g), width="stretch")
+    draw_export(slots["export"], names, dict(ests))
 
 
-def draw_export(slot, name: str, cfg) -> None:
-    with slot.container():
-        frameworks = framework.frameworks_for(name, cfg)
-        for col, fw in zip(st.columns(len(frameworks)), frameworks, strict=True):
-            snip = framework.snippet(name, fw, cfg)
-            col.markdown(f"**{fw}**" + ("" if snip.exact else " · approximate, see the notes" if snip.expressible
-                                        else " · cannot express"))
-            col.code(snip.text, language=framework.language(snip))
+def export_pick(names: list[str]) -> tuple[str, str]:
+    """The (estimator, framework) the export section shows, from the widgets' state (its own framework first for
+    a preset)."""
+    name = st.session_state.get(f"{P}export")
+    name = name if name in names else names[0]
+    frameworks = framework.frameworks_for(name, entry(name)[1])
+    fw = st.session_state.get(f"{P}export.fw")
+    return name, fw if fw in frameworks else framework.first_framework(name, frameworks)
+
+
+def draw_export(slot, names: list[str], ests: dict) -> None:
+    """The picked estimator's settings in the picked trainer's language, with its current knobs."""
+    name, fw = export_pick(names)
+    cfg = ests.get(name)
+    if cfg is None:  # its knobs are invalid: the column says why
+        slot.empty()
+        return
+    snip = framework.snippet(name, fw, cfg)
+    note = "" if snip.exact else " (approximate: see the NOTE lines)" if snip.expressible else " (cannot express)"
+    slot.code(snip.text + (f"# {fw}{note}\n" if note else ""), language=framework.language(snip))
 
 
 def estimator_column(name: str, src: data.Source, payload, names: list[str], slots: dict, color_by,
@@ -132,7 +146,6 @@ def estimator_column(name: str, src: data.Source, payload, names: list[str], slo
     cfg, err = knob_widgets(spec.config, f"{P}{name}", container=panel, defaults=start.as_dict())
     if err:
         panel.error(f"{name}: {err}")
-        slots["export"][name].empty()
     else:
         view = data.estimator_view(src, name, cfg, _payload=payload)
         plot_slot.plotly_chart(data.rollout_map_figure(src, name, cfg, color_by, _payload=payload),
@@ -147,7 +160,6 @@ def estimator_column(name: str, src: data.Source, payload, names: list[str], slo
                          + (f" (theory {th['clipped_frac']:.1%})" if "clipped_frac" in th else ""))
         panel.markdown("  \n".join(lines), help="ESS: (Σw)² / Σw² of the applied rollout weights. Theory: the "
                        "Gaussian closed forms (seqis.theory) at this batch's lengths.")
-        draw_export(slots["export"][name], name, cfg)
     if last or fragment_rerun():
         draw_dependents(src, payload, names, slots)
     else:
@@ -253,21 +265,28 @@ d2.download_button("Rollouts CSV", lambda: data.rollouts_csv(src, current_estima
                    file_name="seqis-rollouts.csv", mime="text/csv", on_click="ignore", key=f"{P}csv_rollouts")
 
 st.subheader("Export")
-st.caption("The current settings as trainer config. A `# NOTE` line says where a knob has no equivalent or the "
-           "trainer weighs tokens differently.")
-slots["export"] = {}
-for tab, name in zip(st.tabs(names), names, strict=True):
-    slots["export"][name] = tab.empty()
+st.caption("An estimator's current settings as trainer config. A `# NOTE` line says where a knob has no "
+           "equivalent or the trainer weighs tokens differently.")
+e1, e2, e3 = st.container(key="narrow-ex-export").columns([2, 1, 1], vertical_alignment="bottom")
+bound(e1.selectbox, "Estimator", f"{P}export", names[0], options=names, valid=lambda v: v in names)
+export_name = export_pick(names)[0]
+export_frameworks = framework.frameworks_for(export_name, entry(export_name)[1])
+export_fw = bound(e2.selectbox, "Trainer", f"{P}export.fw", framework.first_framework(export_name, export_frameworks),
+                  options=export_frameworks,
+                  valid=lambda v: v in export_frameworks)
+
+
+def export_text(name: str = export_name, fw: str = export_fw) -> str:
+    """The snippet with the knobs' current values, read when the button is clicked."""
     spec, start = entry(name)
-    frameworks = framework.frameworks_for(name, start)
-    for col, fw in zip(tab.columns(len(frameworks)), frameworks, strict=True):
-        fname = framework.snippet(name, fw, start).filename
+    return framework.snippet(name, fw, config_from_state(spec.config, f"{P}{name}", defaults=start.as_dict())
+                             or start).text
 
-        def text(n=name, f=fw, cls=spec.config, d=start) -> str:  # the knobs' current values, read when clicked
-            return framework.snippet(n, f, config_from_state(cls, f"{P}{n}", defaults=d.as_dict()) or d).text
 
-        col.download_button(f"Download {fname}", text, file_name=fname, mime="text/plain", on_click="ignore",
-                            key=f"{P}dl.{fname}")
+export_file = framework.snippet(export_name, export_fw, entry(export_name)[1]).filename
+e3.download_button(f"Download {export_file}", export_text, file_name=export_file, mime="text/plain",
+                   on_click="ignore", key=f"{P}dl")
+slots["export"] = st.empty()
 
 with st.expander("Figures as PNG"):
     st.caption("Each chart's camera icon saves it as PNG in the browser. Here all of them render at once "

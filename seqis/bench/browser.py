@@ -87,9 +87,13 @@ def chromium() -> str | None:
 
 
 def start_server(root: Path, port: int, python: str) -> tuple[subprocess.Popen, float]:
-    """streamlit run ROOT/app on 127.0.0.1:port; returns the process and the seconds until /_stcore/health."""
+    """The app from ROOT on 127.0.0.1:port as `make run` starts it (`python -m app`, which warms Explore's first
+    view before it listens; `streamlit run ROOT/app` on a checkout without that launcher); returns the process
+    and the seconds until /_stcore/health answers."""
     env = {**os.environ, "PYTHONPATH": str(root)}
-    cmd = [python, "-m", "streamlit", "run", str(root / "app"), "--server.port", str(port),
+    launcher = ["-m", "app"] if (root / "app" / "__main__.py").exists() else \
+        ["-m", "streamlit", "run", str(root / "app")]
+    cmd = [python, *launcher, "--server.port", str(port),
            "--server.address", "127.0.0.1", "--server.headless", "true", "--browser.gatherUsageStats", "false",
            "--server.fileWatcherType", "none"]
     with socket.socket() as s:  # a server still on the port would answer the health check in our place

@@ -1,0 +1,31 @@
+"""The explorer with its caches warm: `python -m app [streamlit run options]` (what `make run` and the browser
+benchmark start; `streamlit run app` works too).
+
+Before the server listens it computes Explore's first screen in this process, so "the server is up" means the
+first page is ready; then the rest (other batches, Learn's presets, Bias & variance's first run) warms in a
+low-priority thread while people look (ui/warm.py).
+"""
+
+import os
+import sys
+from pathlib import Path
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch loads; see streamlit_app.py
+APP = Path(__file__).resolve().parent
+for path in (str(APP.parent), str(APP)):  # the pages import `ui` and `seqis` from these, as the server will
+    if path not in sys.path:
+        sys.path.insert(0, path)
+
+
+def main(argv: list[str]) -> None:
+    from streamlit.web import cli
+    from ui import warm
+
+    warm.first_view()
+    warm.start_background()
+    sys.argv = ["streamlit", "run", str(APP), *argv]
+    cli.main()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

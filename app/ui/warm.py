@@ -1,0 +1,124 @@
+"""Warm the explorer's caches before anyone asks, so that what a person clicks finds its work done.
+
+`first_view()` computes Explore's first screen (its batch, the four estimators, every figure and table): the
+launcher (app/__main__.py) calls it before the server listens. `start_background()` then computes, once per
+process and in a low-priority thread, every synthetic scenario's and example batch's first view, the views
+Learn's presets open, and Bias & variance's first run; a switch to any of them is then a cache hit.
+SEQIS_WARM=0 in the environment turns the background part off (the tests set it: they open pages, not speed).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from typing import Any
+
+from seqis.estimators.dispatch import entry
+from seqis.synthetic import SCENARIOS
+
+from . import explore_data as data
+from . import lab_data
+from .device import device
+from .presets import FIRST_BATCH, FIRST_ESTIMATORS, FIRST_SCENARIO, PREFIX, PRESETS, key_estimators
+
+_started = threading.Lock()  # held for good once the background warm-up has started
+THREAD = "seqis-warm-up"  # the warm-up's threads' names start with this
+
+
+class _NoPageHere(logging.Filter):
+    """Streamlit warns on every cached call made from a thread that has no page ("missing ScriptRunContext",
+    "No runtime found"); the warm-up has none on purpose."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.threadName.startswith(THREAD)
+
+
+for _logger in ("streamlit.runtime.scriptrunner_utils.script_run_context", "streamlit.runtime.caching.cache_data_api"):
+    logging.getLogger(_logger).addFilter(_NoPageHere())
+
+
+def estimators(names: list[str], knobs: dict[str, dict[str, Any]] | None = None) -> data.Estimators:
+    """(name, config) pairs as Explore's knob widgets make them: each entry's start values, then `knobs`."""
+    out = []
+    for name in names:
+        spec, start = entry(name)
+        out.append((name, spec.config(**{**start.as_dict(), **(knobs or {}).get(name, {})})))
+    return tuple(out)
+
+
+def scenario(name: str, knobs: dict[str, Any] | None = None, seed: int = 0) -> data.Source:
+    """A synthetic scenario's Source as Explore's batch knobs make it (the first scenario starts at FIRST_BATCH)."""
+    start = FIRST_BATCH if name == FIRST_SCENARIO else {}
+    return data.Source("synthetic", name, SCENARIOS[name](**{**start, **(knobs or {})}), seed)
+
+
+def view(src: data.Source, ests: data.Estimators, payload: bytes | None = None) -> None:
+    """Every cached piece Explore draws for this batch and these estimators at their first view (the longest
+    rollout picked, the first estimator's drops shaded, rollouts coloured by status)."""
+    bv = data.batch_view(src, _payload=payload)
+    rollout = int(bv.lengths.argmax())
+    for name, cfg in ests:
+        data.rollout_map_figure(src, name, cfg, None, _payload=payload)
+    data.token_heatmap_figure(src, ests[0][0], ests[0][1], rollout, _payload=payload)
+    data.coefficient_figure(src, ests, rollout, _payload=payload)
+    data.histogram_figure(src, ests, _payload=payload)
+    data.effective_figure(src, ests, _payload=payload)
+    data.advice_view(src, ests, _payload=payload)
+    data.tables(src, ests, _payload=payload)
+
+
+def first_view() -> None:
+    """Explore's first screen (computed in a warm-up thread, waited for)."""
+    t = threading.Thread(target=view, args=(scenario(FIRST_SCENARIO), estimators(FIRST_ESTIMATORS)),
+                         name=f"{THREAD}-first")
+    t.start()
+    t.join()
+
+
+def explore_inputs(view: dict[str, Any]) -> tuple[data.Source, data.Estimators]:
+    """The batch and the estimators Explore shows for a view of its widget keys (a Learn preset's), as its
+    widgets build them."""
+    names = view.get(key_estimators(), FIRST_ESTIMATORS)
+    sc = view.get(f"{PREFIX}scenario", FIRST_SCENARIO)
+    knobs: dict[str, dict[str, Any]] = {}
+    for key, value in view.items():
+        est, _, knob = key[len(PREFIX):].rpartition(".")
+        if est in names:
+            knobs.setdefault(est, {})[knob] = value
+    batch = {key.rsplit(".", 1)[1]: value for key, value in view.items() if key.startswith(f"{PREFIX}sc.{sc}.")}
+    return scenario(sc, batch, view.get(f"{PREFIX}seed", 0)), estimators(names, knobs)
+
+
+def everything_else() -> None:
+    """Each scenario's and example's first view, Learn's presets, and Bias & variance's first run."""
+    first = estimators(FIRST_ESTIMATORS)
+    for name in SCENARIOS:
+        view(scenario(name), first)
+    for name, path in sorted(data.assets().items()):
+        raw = path.read_bytes()
+        try:
+            view(data.source_of_file(raw, name, kind="asset"), first, raw)
+        except (ValueError, OSError, ImportError):  # a broken asset shows its error when picked
+            continue
+    for presets in PRESETS.values():
+        for preset in presets:
+            view(*explore_inputs(preset.view))
+    lab_data.default_run(str(device()))
+
+
+def _low_priority(work) -> None:
+    try:  # this thread only (Linux: a thread is a task with its own nice value); the threads it starts inherit it
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+    except (AttributeError, OSError):
+        pass
+    work()
+
+
+def start_background() -> bool:
+    """Start `everything_else` in a low-priority daemon thread, once per process (unless SEQIS_WARM=0); True if
+    this call started it."""
+    if os.environ.get("SEQIS_WARM", "1") == "0" or not _started.acquire(blocking=False):
+        return False
+    threading.Thread(target=_low_priority, args=(everything_else,), name=THREAD, daemon=True).start()
+    return True

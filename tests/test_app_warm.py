@@ -1,0 +1,44 @@
+"""The warm-up (app/ui/warm.py) computes exactly what the pages then ask for: after it, Explore's first view and
+a Learn preset's view build no batch and run no estimator (a cache miss here would mean the warm-up computed a
+different key than the page, its work wasted)."""
+
+import sys
+
+import pytest
+
+pytest.importorskip("streamlit")
+from pages import APP, open_view  # noqa: E402
+
+sys.path.insert(0, APP.rsplit("/", 1)[0])
+from ui import explore_data, warm  # noqa: E402
+from ui.presets import PRESETS  # noqa: E402
+from ui.state import query  # noqa: E402
+
+import seqis.synthetic  # noqa: E402
+
+
+def _no_computing(monkeypatch):
+    def refuse(*a, **k):
+        raise AssertionError("the page computed something the warm-up should have computed")
+
+    monkeypatch.setattr(seqis.synthetic, "make_batch", refuse)
+    monkeypatch.setattr(explore_data, "run_many", refuse)
+
+
+def test_the_first_view_is_computed_before_the_page_opens(monkeypatch):
+    warm.first_view()
+    _no_computing(monkeypatch)
+    at = open_view("views/explore.py")
+    assert not at.error
+    assert len(at.get("plotly_chart")) == 8  # four rollout maps, the heatmap, coefficients, histograms, effective
+
+
+def test_a_learn_presets_view_is_computed_by_the_warm_up(monkeypatch):
+    drift = next(p for p in PRESETS["seq_tis"] if p.label.startswith("Drift"))
+    src, ests = warm.explore_inputs(drift.view)
+    assert src.name == "drift" and src.config.ratio == 1.001 and [n for n, _ in ests] == ["seq_tis", "geo_mask"]
+    warm.view(src, ests)
+    _no_computing(monkeypatch)
+    at = open_view("views/explore.py", **query(drift.view))
+    assert not at.error
+    assert len(at.get("plotly_chart")) == 6
