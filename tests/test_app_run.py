@@ -49,7 +49,7 @@ def test_a_scan_file_and_a_folder_on_the_server(tmp_path):
     at = run_page(**{"run.source": "file", "run.file": str(out)})
     assert at.dataframe[0].value.iloc[0]["step"] == 1
     labels = [b.label for b in at.button]  # the scan recorded its run folder: its steps open
-    assert labels[-2:] == ["Open step 1 in Explore", "Open step 1 in Diagnose"]
+    assert labels[-2:] == ["Open step 1 in Diagnose", "Open step 1 in Explore"]
     at = run_page(**{"run.source": "folder", "run.path": str(root), "run.estimators": "seq_tis,mis_po"})
     assert set(at.dataframe[0].value["step"]) == {1}
     at = run_page(**{"run.source": "folder", "run.path": str(tmp_path / "nowhere")})

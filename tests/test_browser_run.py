@@ -1,28 +1,98 @@
 """The Run page in headless Chromium (the server and browser of test_browser.py): the example run renders
-its timelines without an exception, and clicking a step's button opens that step in Explore."""
+its timelines without an exception; a click on a timeline point opens that step in Diagnose (its batch, one
+button from Explore), and coming back to the run page does not open it again; a step's button opens it in
+Explore; an uploaded scan (set_input_files on the uploader) shows its incident and timelines. Screenshots
+at 1600 and 900 px wide with SEQIS_SHOTS=DIR."""
 
 import pytest
 from test_browser import _no_exceptions, _settle, _shot, browser, server  # noqa: F401 (fixtures)
 
 pytestmark = pytest.mark.browser
 
+WIDTHS = (1600, 900)
 
-def test_the_run_page_renders_and_a_click_opens_the_step(server, browser):  # noqa: F811
-    page = browser.new_page(viewport={"width": 1600, "height": 1000})
+# the centre of point `index` of the trace named `name` in the page's first plotly chart (viewport pixels)
+POINT = """
+([name, index]) => {
+  const gd = document.querySelector('[data-testid="stPlotlyChart"] .js-plotly-plot');
+  const trace = gd.data.findIndex(t => t.name === name);
+  const marker = gd.querySelectorAll('.scatterlayer .trace')[trace].querySelectorAll('.points path')[index];
+  const box = marker.getBoundingClientRect();
+  return [box.x + box.width / 2, box.y + box.height / 2, gd.calcdata[trace][index].x];
+}
+"""
+
+
+def _run_page(browser, server, width: int, query: str = ""):  # noqa: F811
+    page = browser.new_page(viewport={"width": width, "height": 1000})
+    page.goto(f"{server}/run{query}")
+    _settle(page)
+    _no_exceptions(page, f"run, {width} px")
+    return page
+
+
+def _heading(page) -> str:
+    return page.locator('[data-testid="stMain"] h1').first.inner_text()
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_a_click_on_a_timeline_point_opens_its_step_in_diagnose(server, browser, width):  # noqa: F811
+    page = _run_page(browser, server, width)
     errors = []
     page.on("pageerror", lambda e: errors.append(str(e)))
-    page.goto(f"{server}/run")
-    _settle(page)
-    _no_exceptions(page, "run")
     page.wait_for_selector('[data-testid="stPlotlyChart"] .main-svg', timeout=60_000)
     assert page.locator('[data-testid="stPlotlyChart"]').count() == 2
-    _shot(page, "run-wide")
+    assert page.get_by_text("Click a point to open its step in Diagnose").count()
+    _shot(page, f"run-{width}")
+    chart = page.locator('[data-testid="stPlotlyChart"]').first
+    chart.scroll_into_view_if_needed()
+    _shot(page, f"run-timeline-{width}")
+    x, y, step = page.evaluate(POINT, ["math", 3])  # an ordinary point: step 3 of the math environment
+    page.mouse.move(x, y)
+    page.wait_for_timeout(300)  # plotly finds the point under the pointer on hover
+    page.mouse.click(x, y)
+    page.wait_for_url(lambda url: "/run" not in url, timeout=60_000)
+    _settle(page)
+    _no_exceptions(page, "diagnose, opened by a click on the run's timeline")
+    assert _heading(page).startswith("Diagnose")
+    assert page.get_by_text(f"step_{step}.jsonl").count() > 0  # the clicked step's batch
+    assert page.get_by_role("button", name="Open this batch in Explore").count()  # Explore: one click on
+    _shot(page, f"run-click-diagnose-{width}")
+    page.locator('[data-testid="stSidebarNav"] a').filter(has_text="Run").first.click()  # back: the click is spent
+    _settle(page)
+    page.wait_for_timeout(1000)
+    _settle(page)
+    assert _heading(page).startswith("Run"), "returning to the run page opened the clicked step again"
+    assert not errors, errors
+    page.close()
+
+
+def test_a_steps_button_opens_it_in_explore(server, browser):  # noqa: F811
+    page = _run_page(browser, server, 1600)
     page.get_by_role("button", name="Open step 5 in Explore").click()
     page.wait_for_url(lambda url: "/run" not in url, timeout=60_000)
     _settle(page)
     _no_exceptions(page, "explore, opened from the run page")
-    assert page.locator('[data-testid="stMain"] h1').first.inner_text().startswith("Explore")
+    assert _heading(page).startswith("Explore")
     assert page.get_by_text("step_5.jsonl").count() > 0  # the sidebar names the batch it shows
     _shot(page, "run-step-in-explore")
-    assert not errors, errors
+    page.close()
+
+
+def test_an_uploaded_scan_shows_its_incident_and_timelines(server, browser, tmp_path):  # noqa: F811
+    from seqis.runs import scan
+    from seqis.runs.example import write_prime_rl_run
+
+    write_prime_rl_run(tmp_path / "run", steps=4, ranks=1, rollouts_per_rank=6, envs=("a", "b"), incident=(2, "b"))
+    out = tmp_path / "scan.parquet"
+    scan(tmp_path / "run", ["seq_tis", "mis_po"], by="env_name", out=out, workers=1)
+    page = _run_page(browser, server, 1600, "?run.source=upload")
+    page.locator('[data-testid="stFileUploader"] input[type="file"]').set_input_files(str(out))
+    page.wait_for_selector('[data-testid="stPlotlyChart"] .main-svg', timeout=60_000)
+    _settle(page)
+    _no_exceptions(page, "run, an uploaded scan")
+    assert page.get_by_text("4 steps (0 to 3), 2 groups, 2 corrections").count()
+    assert page.locator('[data-testid="stPlotlyChart"]').count() == 2
+    assert page.get_by_text("Step 2 · b · bad: catastrophic_tokens").count()  # the incident, first
+    _shot(page, "run-upload")
     page.close()

@@ -85,12 +85,14 @@ def run_folder_of(df: pd.DataFrame, given: str | None) -> str | None:
 def hand_step_to_explore(run_path: str, step: int) -> str:
     """Make one step of the run the batch Explore (and Diagnose, which shows Explore's batch) opens with;
     returns its label. The step travels as a file payload (seqis.runs.Run.step_file), so the explorer's
-    own loader, cache and label handle it like an upload."""
+    own loader, cache and label handle it like an upload; the user picked the page it opens on, so Explore
+    does not send it on to Diagnose as it does a new upload."""
     from ui import explore_data
-    from ui.state import hold_batch, set_view
+    from ui.state import first_look, hold_batch, set_view
 
     name, payload = load_run(run_path).step_file(step)
     src = explore_data.source_of_file(payload, name, kind="upload")
     hold_batch(src, payload)  # the shared batch
+    first_look(src)  # marked seen
     set_view({"ex.source": "upload", "dg.source": "batch"})  # Explore and Diagnose: the held batch
     return src.label

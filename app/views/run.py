@@ -1,5 +1,6 @@
 """Run: a whole training run as timelines (seqis.runs.scan): the mismatch per step and environment, what each
-correction drops, incidents marked; a step opens in Explore or Diagnose with one click.
+correction drops, incidents marked. One click opens a step: a point on a timeline opens it in Diagnose (its
+findings first; Explore is one button away there), an incident's or the step picker's buttons in either.
 
 Opens the example run under assets/ (scanned in place), a run folder on the server (scanned in place, with
 progress), a scan parquet on the server, or an uploaded one (`python -m seqis scan RUN --out scan.parquet`).
@@ -95,21 +96,48 @@ def report(df: pd.DataFrame) -> None:
         st.warning("  \n".join(problems))
 
 
-def open_step(run_path: str | None, step: int, where, *, tag: str = "open", short: bool = False) -> None:
-    """Buttons that carry one step of the run to Explore and to Diagnose (`tag` keeps each set's keys apart)."""
-    if run_path is None:
-        where.caption("The run's files are not on this server: its steps cannot be opened here.")
+NOT_HERE = "The run's files are not on this server: its steps cannot be opened here."
+
+
+def _pages() -> list[tuple[str, str]]:
+    """(title, file) of the pages a step opens in, the one a timeline click opens first."""
+    return [("Diagnose", "diagnose.py")] * (VIEWS / "diagnose.py").exists() + [("Explore", "explore.py")]
+
+
+def go_to_step(run_path: str, step: int, file: str) -> None:
+    """Carry one step of the run to a page (its batch held for Explore and Diagnose) and switch to it."""
+    try:
+        run_data.hand_step_to_explore(run_path, step)
+    except (ValueError, OSError) as e:
+        st.error(f"Step {step} could not be opened: {e}")
         return
-    pages = [("Explore", "explore.py")] + [("Diagnose", "diagnose.py")] * (VIEWS / "diagnose.py").exists()
-    for col, (title, file) in zip(where.columns(len(pages)), pages):
+    st.switch_page(f"views/{file}")
+
+
+def open_step(run_path: str | None, step: int, where, *, tag: str = "open", short: bool = False) -> None:
+    """Buttons that carry one step of the run to Diagnose and to Explore (`tag` keeps each set's keys apart)."""
+    if run_path is None:
+        where.caption(NOT_HERE)
+        return
+    for col, (title, file) in zip(where.columns(len(_pages())), _pages()):
         label = title if short else f"Open step {step} in {title}"
         if col.button(label, key=f"{P}{tag}.{file}.{step}", width="stretch"):
-            try:
-                run_data.hand_step_to_explore(run_path, step)
-            except (ValueError, OSError) as e:
-                st.error(f"Step {step} could not be opened: {e}")
-                return
-            st.switch_page(f"views/{file}")
+            go_to_step(run_path, step, file)
+
+
+def clickable_chart(fig, key: str, run_path: str | None) -> None:
+    """A timeline whose points open their step: a click selects the point (plotly's selection event) and
+    carries its step to the first of _pages(). (Streamlit drops the selection when the page is left, so
+    coming back does not open the step again.)"""
+    event = st.plotly_chart(fig, key=f"{P}{key}", on_select="rerun", selection_mode="points", width="stretch",
+                            config=CHART_CONFIG)
+    points = event.selection.points if event and event.selection else []
+    if not points:
+        return
+    if run_path is None:
+        st.info(NOT_HERE)
+        return
+    go_to_step(run_path, int(points[0]["x"]), _pages()[0][1])
 
 
 st.title("Run: every step of a training run")
@@ -139,19 +167,15 @@ else:
 
 metric = bound(st.selectbox, "Mismatch metric", f"{P}metric", "kl_k3", options=[m for m in METRICS if m in df],
                valid=lambda v: v in df)
-event = st.plotly_chart(run_charts.mismatch_timeline(df, metric, found), key=f"{P}timeline", on_select="rerun",
-                        selection_mode="points", width="stretch", config=CHART_CONFIG)
-points = event.selection.points if event and event.selection else []
+if run_path is not None:
+    st.caption(f"Click a point to open its step in {_pages()[0][0]}.")
+clickable_chart(run_charts.mismatch_timeline(df, metric, found), "timeline", run_path)
 steps = sorted(int(s) for s in df["step"].unique())
-picked = int(points[0]["x"]) if points else None
-default = picked if picked is not None else int(found.iloc[0]["step"]) if not found.empty else steps[-1]
-if picked is not None:
-    st.session_state[f"{P}step"] = picked  # a click on the timeline picks the step
-step = bound(st.selectbox, "Step (or click a point above)", f"{P}step", default, options=steps,
-             valid=lambda v: v in steps)
+default = int(found.iloc[0]["step"]) if not found.empty else steps[-1]
+step = bound(st.selectbox, "Step", f"{P}step", default, options=steps, valid=lambda v: v in steps)
 open_step(run_path, step, st.container())
 
 names = [e for e in dict.fromkeys(df["estimator"])]
-st.plotly_chart(run_charts.dropped_timelines(df, names), key=f"{P}dropped", width="stretch", config=CHART_CONFIG)
+clickable_chart(run_charts.dropped_timelines(df, names), "dropped", run_path)
 with st.expander("The scan's rows of this step"):
     st.dataframe(df[df["step"] == step], hide_index=True, width="stretch")
