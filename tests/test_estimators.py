@@ -157,11 +157,11 @@ def test_permuting_rollouts_permutes_per_rollout_outputs(name):
 @pytest.mark.parametrize("name", ALL)
 def test_run_many_equals_run(name):
     batch = make_batch(seed=6)
-    many = run_many(ALL, batch)
+    many = run_many(ALL, batch)  # token weights on the shared profile here, dense alone: sums in another order
     one = run(name, batch)
     torch.testing.assert_close(many[name].weights, one.weights)
     torch.testing.assert_close(many[name].loss, one.loss)
-    assert many[name].scalars() == one.scalars()
+    assert many[name].scalars() == pytest.approx(one.scalars(), rel=1e-12, abs=1e-15)
 
 
 @pytest.mark.parametrize("name", ALL)

@@ -278,7 +278,8 @@ def check(out, batch, ref):
 def test_every_estimator_matches_its_formula(name, batch, data):
     cfg = data.draw(configs(name, adv_taus=(1.0, 0.5, 2.0)))
     agg = data.draw(st.sampled_from(AGGREGATIONS))
-    out = run(name, batch, cfg, agg=agg)
+    paths = data.draw(st.sampled_from(PATHS))
+    out = run_many([(name, cfg)], batch, agg=agg, ratios=Ratios.of(batch, **paths))[name]
     rows = [formula(name, Rollout(batch, j), cfg) for j in range(batch.shape[0])]
     check(out, batch, reference(batch, rows, agg, cfg.adv_tau))
 
@@ -293,6 +294,11 @@ def check_composition(comp: Composition, batch: Batch, agg: str, out=None):
     check(out, batch, reference(batch, rows, agg, comp.adv_tau, comp.penalty, norm))
 
 
+# the CPU shortcuts, the GPU's passes (shortcuts off), or token rules and token weights always in their sparse
+# rows form (the few rows in full, every other row on the shared profile, as run_many of several does)
+PATHS = [dict(), dict(shortcuts=False), dict(sparse_share=1.0, profiles=True)]
+
+
 def _preset_keys() -> list[str]:
     from seqis.estimators.dispatch import _presets
 
@@ -301,11 +307,11 @@ def _preset_keys() -> list[str]:
 
 @pytest.mark.parametrize("key", _preset_keys() or [pytest.param("none", marks=pytest.mark.skip("no presets"))])
 @settings(max_examples=15, deadline=None)
-@given(batch=batches(), agg=st.sampled_from(AGGREGATIONS))
-def test_every_preset_matches_its_composition(key, batch, agg):
+@given(batch=batches(), agg=st.sampled_from(AGGREGATIONS), paths=st.sampled_from(PATHS))
+def test_every_preset_matches_its_composition(key, batch, agg, paths):
     comp = resolve(key)  # the preset's composition at the framework's defaults
     assert entry(key)[0].compose(entry(key)[1]) == comp
-    check_composition(comp, batch, agg, out=run(key, batch, agg=agg))
+    check_composition(comp, batch, agg, out=run_many([key], batch, agg=agg, ratios=Ratios.of(batch, **paths))[key])
 
 
 RATIO_EDGES = [0.5, 0.9, 0.999, 1.0, 1.001, 1.2, 2.0, 5.0]
@@ -340,9 +346,7 @@ def compositions(draw):
 
 
 @settings(max_examples=300, deadline=None)
-@given(comp=compositions(), batch=batches(), agg=st.sampled_from(AGGREGATIONS),
-       paths=st.sampled_from([dict(), dict(shortcuts=False), dict(sparse_share=1.0)]))
+@given(comp=compositions(), batch=batches(), agg=st.sampled_from(AGGREGATIONS), paths=st.sampled_from(PATHS))
 def test_any_composition_matches_its_definition(comp, batch, agg, paths):
-    # paths: the CPU shortcuts, the GPU's passes (shortcuts off), or a token filter always in its sparse form
     out = run_many([comp], batch, agg=agg, ratios=Ratios.of(batch, **paths))[comp]
     check_composition(comp, batch, agg, out=out)

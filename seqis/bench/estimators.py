@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 from ..allocator import keep_freed_memory
 from ..diagnostics import diagnostics
-from ..estimators import ESTIMATORS, SEED_ESTIMATORS
+from ..estimators import ESTIMATORS, SEED_ESTIMATORS, run_many
 from ..presets import PRESETS
 from .timing import floor_pass, median_time, paired, ragged_batch, step, step_many, with_catastrophic_tokens
 
@@ -58,7 +58,22 @@ def table(device: str, quick: bool, malloc: str) -> dict[str, tuple[float, float
                                       device=device)
     print(f"all {len(all_names)} + {len(PRESETS)} presets through run_many / slowest single ({slowest_any}): "
           f"{rows['run_many_presets'][2]:.2f}x (target: at most 4x)")
+    where_the_time_goes(batch, every, rows["run_many_presets"][0], single, device)
     return rows
+
+
+def where_the_time_goes(batch, keys: list, full: float, single: dict, device: str) -> None:
+    """What the all-through-run_many row is made of: its forward (with the metrics) and backward, the same
+    number of (B, T) gradients written alone into fresh memory and kept (what any backward per output must
+    do, as step_many keeps them), and the run against the sum of the singles. Medians in ms."""
+    n, slowest = len(keys), max(single.values())
+    forward = median_time(lambda: [o.scalars() for o in run_many(keys, batch).values()], repeats=5, device=device)
+    coef, mask_f = batch.advantages.float(), batch.loss_mask.float()
+    writes = median_time(lambda: [coef[:, None] * mask_f for _ in range(n)], repeats=5, device=device)
+    print(f"  that run: {full * 1e3:.0f} ms = forward + metrics {forward * 1e3:.0f} ms + {n} backwards; "
+          f"{n} gradients written alone and kept {writes * 1e3:.0f} ms ({writes / slowest:.1f}x the slowest "
+          f"single); the sum of the {n} singles {sum(single.values()) * 1e3:.0f} ms "
+          f"(the run is {full / sum(single.values()):.2f}x it)")
 
 
 def summarise_repeats(runs: list[dict[str, tuple[float, float, float]]], malloc: str) -> None:

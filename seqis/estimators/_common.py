@@ -60,10 +60,14 @@ class Ratios:
     advantages: torch.Tensor  # (B,) or (B, T) the batch's advantages, as given (for sign conditions)
     shortcuts: bool = True  # whether a value may be read back to skip a pass (the CPU; _kernels.py)
     sparse_share: float = SPARSE_ROW_SHARE  # a token filter touching at most this share of rows goes sparse
+    # a token weight in the rows form, on a per-batch profile (evaluate._sparse): it pays when several
+    # corrections share it; None: run_many decides (on for more than one composition)
+    profiles: bool | None = None
     _memo: dict = field(default_factory=dict, repr=False)  # pieces several corrections share (memo())
 
     @classmethod
-    def of(cls, batch: Batch, *, shortcuts: bool | None = None, sparse_share: float = SPARSE_ROW_SHARE) -> Ratios:
+    def of(cls, batch: Batch, *, shortcuts: bool | None = None, sparse_share: float = SPARSE_ROW_SHARE,
+           profiles: bool | None = None) -> Ratios:
         """The batch's ratios. shortcuts None: on for a CPU batch, off on a GPU (where asking a value costs a
         sync); the paths agree either way (tests run both)."""
         dtype = compute_dtype(batch.trainer_logprobs)
@@ -73,7 +77,7 @@ class Ratios:
         logp = batch.trainer_logprobs.detach().to(dtype).nan_to_num(nan=0.0, posinf=0.0, neginf=0.0).mul_(mask_f)
         log_ratio = torch.addcmul(logp, batch.inference_logprobs.to(dtype), mask_f, value=-1)  # (B, T) logp - il * mask
         shortcuts = shortcuts_for(log_ratio) if shortcuts is None else shortcuts
-        r = cls(batch.loss_mask, mask_f, logp, log_ratio, batch.advantages, shortcuts, sparse_share)
+        r = cls(batch.loss_mask, mask_f, logp, log_ratio, batch.advantages, shortcuts, sparse_share, profiles)
         # inference logprobs that are not finite on padding (or on a loss token) leave inf or NaN behind: clean
         # them in place. With shortcuts the per-rollout sums, needed anyway, say whether any is there; without,
         # the cleaning pass always runs.
@@ -98,7 +102,7 @@ class Ratios:
             if self.shortcuts and bool(l.amax() <= c) and bool(l.amin() >= -c):
                 return self
             r = Ratios(self.mask, self.mask_f, self.logp, l.clamp(-c, c), self.advantages, self.shortcuts,
-                       self.sparse_share)
+                       self.sparse_share, self.profiles)
             r.__dict__["unclamped_log_ratio"] = l
             return r
 

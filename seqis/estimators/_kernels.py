@@ -48,6 +48,11 @@ def exp_of(x: torch.Tensor) -> torch.Tensor:
     return x.mul(LOG2_E).exp2_()
 
 
+def exp_(x: torch.Tensor) -> torch.Tensor:
+    """exp(x) in place, as exp_of does it, for a tensor of one's own (no second allocation)."""
+    return x.mul_(LOG2_E).exp2_()
+
+
 def expm1(x: torch.Tensor) -> torch.Tensor:
     """exp(x) - 1, accurate near 0, as a new tensor.
 

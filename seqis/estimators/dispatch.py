@@ -292,6 +292,8 @@ def run_many(
     named: dict[Composition, list[Correctable]] = {}  # identical compositions are computed once
     for x, comp in keys.items():
         named.setdefault(comp, []).append(x)
+    if r.profiles is None:  # token weights on a shared profile pay when several corrections share it
+        r.profiles = len(named) > 1
     out = {}
     for comp, xs in named.items():
         again = partial(correction, r, comp)

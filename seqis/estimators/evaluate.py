@@ -26,6 +26,7 @@ from ._kernels import (
     capped_exp,
     dot,
     dot_rows,
+    exp_,
     exp_of,
     gated,
     in_band,
@@ -114,7 +115,7 @@ def statistic(r: Ratios, name: str) -> torch.Tensor:
         return r.memo("k2", lambda: r.log_ratio.square().mul_(0.5))
     if name == "k3":
         return r.k3
-    return r.memo("prob_diff", lambda: exp_of(r.logp).sub_(exp_of(r.logp - r.unclamped_log_ratio)))
+    return r.memo("prob_diff", lambda: exp_of(r.logp).sub_(exp_(r.logp - r.unclamped_log_ratio)))
 
 
 def aggregate(r: Ratios, name: str, agg: str) -> torch.Tensor:
@@ -336,10 +337,11 @@ def _sparse(r: Ratios, gate, rules, tripped, w: Weight | None, clamp, *, row_wei
     banded or self-normalised), when shortcuts are on and those parts change the tokens of few rollouts: the
     row maxima and minima of each statistic find those rows, only they are evaluated in full (on a Ratios of
     their own), and every other row keeps all its loss tokens at the weight's untruncated value (a profile
-    shared per batch). The token-level part is shared by the corrections that have the same one. None when it
-    does not apply (a rule under per-token advantages; too many rows): then the dense form follows."""
+    shared per batch; only when r.profiles says so). The token-level part is shared by the corrections that
+    have the same one. None when it does not apply (a rule under per-token advantages; too many rows): then the
+    dense form follows."""
     token_weight = w is not None and w.level in ("token", "prefix")
-    if not r.shortcuts or not (rules or token_weight):
+    if not r.shortcuts or not (rules or token_weight) or (token_weight and not r.profiles):
         return None
     if any(cond is not None and cond.dim() == 2 for _, _, cond in rules):
         return None
