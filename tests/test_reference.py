@@ -350,3 +350,19 @@ def compositions(draw):
 def test_any_composition_matches_its_definition(comp, batch, agg, paths):
     out = run_many([comp], batch, agg=agg, ratios=Ratios.of(batch, **paths))[comp]
     check_composition(comp, batch, agg, out=out)
+
+
+@pytest.mark.parametrize("paths", PATHS)
+def test_a_prefix_weight_keeps_its_clamp_in_the_rows_evaluated_in_full(paths):
+    # every token's |l| <= 1, so a log-ratio clamp at 1 changes no token, but the prefix sums pass 1 and the
+    # clamp still caps them: exp(1.0) = 2.72 is inside the band [0.5, 3], exp(1.2) = 3.32 is not. The token
+    # rule (rho <= 1.5) sends rollout 0 to be evaluated in full on the sparse path.
+    l = torch.tensor([[0.6, 0.3, 0.3, 0.3], [0.01, -0.02, 0.0, 0.01], [0.0, 0.0, 0.01, 0.0]], dtype=torch.float64)
+    inference = -torch.rand(3, 4, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    batch = Batch((inference + l).requires_grad_(), inference, torch.tensor([1.0, -0.5, 2.0], dtype=torch.float64),
+                  torch.ones(3, 4, dtype=torch.bool))
+    comp = Composition(Weight("prefix", band=(0.5, 3.0)), (Criterion("ratio", "token", high=1.5),),
+                       log_ratio_clamp=1.0)
+    out = run_many([comp], batch, ratios=Ratios.of(batch, **paths))[comp]
+    assert out.masks["kept"][0].tolist() == [False, True, True, True]
+    check_composition(comp, batch, "token-mean", out=out)

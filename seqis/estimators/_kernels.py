@@ -133,11 +133,17 @@ def rows_into(shape: tuple[int, int], rows: torch.Tensor, values: torch.Tensor) 
 class KeptRows:
     """The few rows (R,) of a rows-form correction that carry their own tokens: `keep` (R, T) 0/1 floats, the
     loss tokens they keep, and `factor` (R, T) each token's weight (keep itself for a pure filter; the
-    truncated token weights times keep for a token weight). Every other row keeps all its loss tokens."""
+    truncated token weights times keep for a token weight), with their per-row sums (R,): kept tokens
+    ("count"), weights ("factor"), k3 over the kept tokens ("k3") and the weights against the detached log pi
+    ("logp"), made once for every correction that shares them. Every other row keeps all its loss tokens."""
 
     rows: torch.Tensor
     keep: torch.Tensor
     factor: torch.Tensor
+    count: torch.Tensor
+    factor_sums: torch.Tensor
+    k3: torch.Tensor
+    logp: torch.Tensor
 
 
 @dataclass(eq=False)
@@ -151,16 +157,12 @@ class Profile:
     logp_sums: torch.Tensor  # (B,)
 
 
-def row_sums(full: torch.Tensor, kept_rows: KeptRows | None,
-             of_rows: Callable[[torch.Tensor], torch.Tensor] | None = None, *, weighted: bool = False) -> torch.Tensor:
-    """(B,) sums over each rollout's kept loss tokens of x (times the token's factor when weighted), given `full`
-    (the sums over all its loss tokens) and of_rows(rows), x in the kept rows (R, T); without of_rows, x = 1
-    (kept-token counts, or the rows' factor sums when weighted)."""
+def row_sums(full: torch.Tensor, kept_rows: KeptRows | None, sums: str) -> torch.Tensor:
+    """(B,) per-rollout sums: `full` (the sums over all its loss tokens), but in the rows of kept_rows their own
+    sums named by `sums` ("count", "factor_sums", "k3" or "logp": see KeptRows)."""
     if kept_rows is None or len(kept_rows.rows) == 0:
         return full
-    rows, by = kept_rows.rows, kept_rows.factor if weighted else kept_rows.keep
-    sums = by.sum(-1) if of_rows is None else dot_rows(of_rows(rows), by)
-    return full.index_copy(0, rows, sums)
+    return full.index_copy(0, kept_rows.rows, getattr(kept_rows, sums))
 
 
 def dot_rows(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:

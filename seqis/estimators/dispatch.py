@@ -142,7 +142,7 @@ def _outputs(r: Ratios, batch: Batch, c: Correction, comp: Composition, agg: str
         kept = lambda: rebuilt()[1]
     elif kept_rows is not None:  # the sparse form: all loss tokens but in a few rows, times the gate
         gate = c.gate if c.gate is not None else r.valid
-        kept_len = c.kept_len if c.kept_len is not None else gated(gate, row_sums(r.length, kept_rows))
+        kept_len = c.kept_len if c.kept_len is not None else gated(gate, row_sums(r.length, kept_rows, "count"))
         kept = lambda: spread(as_float(gate, mask_f.dtype), mask_f, kept_rows).bool()
     elif c.gate is not None:
         kept_len = gated(c.gate, r.length)
@@ -156,7 +156,7 @@ def _outputs(r: Ratios, batch: Batch, c: Correction, comp: Composition, agg: str
     if c.keep is not None:
         k3_kept = dot(r.k3, c.keep)
     else:
-        k3_kept = gated(accepted, row_sums(r.k3_rollout, kept_rows, r.k3_of)).sum()
+        k3_kept = gated(accepted, row_sums(r.k3_rollout, kept_rows, "k3")).sum()
     common = r.batch_metrics
     metrics = {
         "mismatch_kl": common["mismatch_kl"],
@@ -194,14 +194,14 @@ def _outputs(r: Ratios, batch: Batch, c: Correction, comp: Composition, agg: str
         seq_w = c.row_weight if c.row_weight is not None else torch.ones_like(r.length)
         token_w = gated(accepted, seq_w) if c.gate is not None else seq_w  # (B,) times base on each kept token
         if c.profile is not None:  # mean applied weight over the loss tokens
-            weight = token_w * row_sums(c.profile.sums, kept_rows, weighted=True) / length
+            weight = token_w * row_sums(c.profile.sums, kept_rows, "factor_sums") / length
         else:
             weight = token_w if kept_rows is None else token_w * kept_len / length
         weights = cache(lambda: spread(token_w, base, kept_rows, weighted=True))
         if adv_tok is None:  # one coefficient per rollout: no (B, T) tensor in the forward
             row_coef = row_adv * token_w  # (B,) d loss / d log pi on each kept token, per unit of base
             full = c.profile.logp_sums if c.profile is not None else r.logp_rowsum
-            value = (row_coef * row_sums(full, kept_rows, partial(r.logp.index_select, 0), weighted=True)).sum()
+            value = (row_coef * row_sums(full, kept_rows, "logp")).sum()
             grad_of = lambda first, g: spread(row_coef * g, base, kept_rows, weighted=True)
         else:
             rebuild = lambda: gradient(spread(token_w, base, kept_rows, weighted=True))

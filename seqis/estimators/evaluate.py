@@ -397,20 +397,26 @@ def _sparse_rows(r: Ratios, w: Weight | None, clamp, rules):
     rows = hit.nonzero().squeeze(1)
     if len(rows) > r.sparse_share * len(hit):
         return None
-    # the rows in full, on their own Ratios (shortcuts off: dense)
+    # the rows in full, on their own Ratios (shortcuts off: dense); a clamp that changes no token's l in the
+    # batch (r.clamped(c) is r) changes none of theirs (a prefix sum's clamp still applies)
+    token_clamp = None if clamp is None or r.clamped(clamp) is r else clamp
     sub = r.rows(rows)
-    sub_rc = sub if clamp is None else sub.clamped(clamp)
+    sub_rc = sub if token_clamp is None else sub.clamped(token_clamp)
     sub_rules = [(sub_rc, c, None if cond is None else cond.index_select(0, rows)) for _, c, cond in rules]
     applied = r.n_tokens.new_zeros(())
     if w is not None:
-        own = _token_weight(sub, w, clamp, None, sub_rules, [])
+        w_clamp = token_clamp if w.level == "token" else clamp
+        own = _token_weight(sub, w, w_clamp, None, sub_rules, [])
         keep = own.keep if own.keep is not None else sub.mask_f
-        band = band_keep(_exponent(sub, w.level, clamp)[2], sub.mask_f, *w.band) if w.band else sub.mask_f
+        band = band_keep(_exponent(sub, w.level, w_clamp)[2], sub.mask_f, *w.band) if w.band else sub.mask_f
         applied = dot(own.token_weights, band)
         factor = own.token_weights.mul_(keep)
     else:
         keep = factor = _token_keep(sub_rules, None)
-    return KeptRows(rows, keep, factor), r.length.index_copy(0, rows, keep.sum(-1)), applied, sub_rc
+    count = keep.sum(-1)
+    kept_rows = KeptRows(rows, keep, factor, count, factor.sum(-1) if factor is not keep else count,
+                         dot_rows(r.k3_of(rows), keep), dot_rows(sub.logp, factor))
+    return kept_rows, r.length.index_copy(0, rows, count), applied, sub_rc
 
 
 def _rows_outside_band(shape, rows: torch.Tensor, sub: Ratios, c: Criterion) -> torch.Tensor:
