@@ -1,8 +1,9 @@
 """prime-rl's first export layout (token_exports/rank_R.jsonl, every step appended) read as a run: the same
 steps, batches and scan as the step folders it was later split into; line numbers of the whole file; a
-half-written last line, a restarted trainer, lines without a step, a bad line mid-file, rescans, and the
-Ray task row carrying a step's spans."""
+half-written last line, a restarted trainer, lines without a step, a bad line mid-file, rescans, the
+Ray task row carrying a step's spans, and a step as the one file the Run page hands to the other pages."""
 
+import io
 import json
 import shutil
 
@@ -10,6 +11,7 @@ import pandas as pd
 import pytest
 import torch
 
+from seqis.io import load_batch
 from seqis.runs import load_run, scan
 from seqis.runs.engines import _ray_scan_step, _task_row
 from seqis.runs.example import write_prime_rl_run
@@ -142,3 +144,15 @@ def test_rays_task_row_carries_the_steps_lines(runs):
     settings = ScanSettings(("seq_tis",), "env_name")
     via_row = json.loads(_ray_scan_step(_task_row(files), ["seq_tis"], "env_name")["result"])
     assert via_row == json.loads(json.dumps(scan_step(files, settings)))
+
+
+def test_a_step_as_one_file_for_the_pages(runs):
+    _, outputs = runs
+    r = load_run(outputs)
+    name, payload = r.step_file(2)  # what the Run page hands to Explore and Diagnose
+    assert name == "outputs step_2.jsonl" and payload.count(b"\n") == len(RANKS) * 4
+    upload = io.BytesIO(payload)
+    upload.name = name
+    got, want = load_batch(upload), r.batch(2)
+    assert same_tensor(got.trainer_logprobs, want.trainer_logprobs)
+    assert got.metadata["step"] == want.metadata["step"] and got.metadata["rank"] == want.metadata["rank"]
