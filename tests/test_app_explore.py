@@ -130,7 +130,7 @@ def test_upload_loads_and_a_bad_one_keeps_the_previous_batch(tmp_path):
     assert not at.exception and at.title[0].value.startswith("Explore")
     captions = " ".join(c.value for c in at.sidebar.caption)
     assert "upload tiny.npz: **24 rollouts" in captions
-    assert "uploaded earlier in this session" in " ".join(c.value for c in at.caption)
+    assert "opened earlier in this session" in " ".join(c.value for c in at.caption)
     assert list(at.dataframe[0].value.columns) == list(SEED_ESTIMATORS)
     at.run()
     assert at.title[0].value.startswith("Explore")  # seen once: it stays on Explore now

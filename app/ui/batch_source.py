@@ -138,8 +138,8 @@ def batch_source() -> tuple[data.Source, bytes | None]:
     if got is None:
         held = current_batch() or (_first_batch(), None)
         if kind == "upload" and held[0].kind == "upload" and st.session_state.get(f"{P}upload") is None:
-            box.caption(f"Showing **{held[0].label}**, uploaded earlier in this session; drop another file above "
-                        "to replace it.")
+            box.caption(f"Showing **{held[0].label}**, opened earlier in this session; drop a file above to "
+                        "replace it.")
         else:
             (box if kind != "synthetic" else st.sidebar).caption(f"Showing the previous batch: {held[0].label}")
         got = held
