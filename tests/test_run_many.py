@@ -90,3 +90,24 @@ def test_a_penalty_adds_its_gradient_once_per_output(batch):
     outs = run_many(["prime-rl/default", "prime-rl/ipo"], batch)
     for k, out in outs.items():
         _assert_same(_everything(out, batch), _everything(run(k, batch), batch), k)
+
+
+def test_row_dots_in_blocks_equal_the_plain_formula():
+    # dot_rows makes a * b a block of rows at a time on the CPU (no fresh (B, T) product)
+    from seqis.estimators._kernels import DOT_BLOCK, dot_rows
+
+    g = torch.Generator().manual_seed(0)
+    T = 1000
+    B = 3 * (DOT_BLOCK // T) + 7  # several blocks and a short last one
+    a, b = torch.randn(B, T, generator=g, dtype=D), torch.randn(B, T, generator=g, dtype=D)
+    torch.testing.assert_close(dot_rows(a, b), (a * b).sum(-1), rtol=1e-12, atol=1e-12)
+
+
+def test_the_sparse_rows_form_on_a_batch_of_many_rollouts():
+    # 300 rollouts (the row-dot blocks and the sparse rows at scale): every preset through run_many equals its
+    # run alone
+    batch = _batch("sparse", B=300, T=300, seed=5)
+    keys = ALL
+    outs = run_many(keys, batch)
+    for k in keys:
+        _assert_same(_everything(outs[k], batch), _everything(run(k, batch), batch), k)

@@ -53,7 +53,14 @@ def table(device: str, quick: bool, malloc: str) -> dict[str, tuple[float, float
     every = all_names + list(PRESETS)
     single = {k: median_time(lambda k=k: step(k, batch), repeats=3, warmup=1, device=device) for k in PRESETS}
     single.update({n: rows[f"{n} (seed)" if n in SEED_ESTIMATORS else n][0] for n in all_names})
-    slowest_any = max(single, key=single.get)
+    # the maximum of short, noisy medians picks a light one now and then: the five slowest timed again, alternately
+    top = sorted(single, key=single.get, reverse=True)[:5]
+    again = {k: [] for k in top}
+    for _ in range(3):
+        for k in top:
+            again[k].append(median_time(lambda k=k: step(k, batch), repeats=3, warmup=1, device=device))
+    single.update({k: statistics.median(v) for k, v in again.items()})
+    slowest_any = max(top, key=single.get)
     rows["run_many_presets"] = paired(lambda: step_many(every, batch), lambda: step(slowest_any, batch),
                                       device=device)
     print(f"all {len(all_names)} + {len(PRESETS)} presets through run_many / slowest single ({slowest_any}): "

@@ -224,6 +224,7 @@ class Correction:
     kept_rows: KeptRows | None = None
     profile: Profile | None = None
     token_weights: torch.Tensor | None = None
+    shared_weights: bool = False  # token_weights is a per-batch profile several corrections read: not to be written
     keep: torch.Tensor | None = None
     kept_len: torch.Tensor | None = None
     clipped: torch.Tensor | None = None

@@ -165,9 +165,16 @@ def row_sums(full: torch.Tensor, kept_rows: KeptRows | None, sums: str) -> torch
     return full.index_copy(0, kept_rows.rows, getattr(kept_rows, sums))
 
 
+DOT_BLOCK = 1 << 16  # elements of a * b made at once by dot_rows on the CPU (256 KiB in float32)
+
+
 def dot_rows(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """(B,) sum over T of a * b, for two (B, T) tensors."""
-    return (a * b).sum(-1)
+    """(B,) sum over T of a * b, for two (B, T) tensors; on the CPU in blocks of rows, so the product never
+    takes a fresh (B, T) allocation (whose page faults cost more than the arithmetic)."""
+    rows = max(1, DOT_BLOCK // max(1, a.shape[-1]))
+    if a.device.type != "cpu" or a.shape[0] <= rows:
+        return (a * b).sum(-1)
+    return torch.cat([(x * y).sum(-1) for x, y in zip(a.split(rows), b.split(rows))])
 
 
 def spread(row_values: torch.Tensor, base: torch.Tensor, kept_rows: KeptRows | None, *,

@@ -37,6 +37,7 @@ from ._kernels import (
     any_per_row,
     as_float,
     dot,
+    dot_rows,
     gated,
     known_losses,
     masked_mean,
@@ -105,8 +106,14 @@ def _composed(spec: EstimatorSpec, cfg: Config) -> Composition:
 
 
 def _token_weights(r: Ratios, c: Correction) -> torch.Tensor:
-    """A token-level correction's (B, T) weights before adv_tau * A, built in place on its own tensors."""
-    w = c.keep if c.token_weights is None else c.token_weights.mul_(c.keep if c.keep is not None else r.mask_f)
+    """A token-level correction's (B, T) weights before adv_tau * A, built in place on its own tensors (its keep
+    mask becomes them when its token weights are a shared profile)."""
+    if c.token_weights is None:
+        w = c.keep
+    elif c.shared_weights:
+        w = c.keep.mul_(c.token_weights) if c.keep is not None else c.token_weights * r.mask_f
+    else:
+        w = c.token_weights.mul_(c.keep if c.keep is not None else r.mask_f)
     if c.keep is None and c.gate is not None:  # a rollout gate on token weights (geo_mask's hybrid)
         w.mul_(as_float(c.gate, r.dtype)[:, None])
     return w if c.row_weight is None else w.mul_(c.row_weight[:, None])
@@ -183,7 +190,7 @@ def _outputs(r: Ratios, batch: Batch, c: Correction, comp: Composition, agg: str
     shortcuts, length = r.shortcuts, r.length.clamp(min=1)
     if token_level:
         w = _token_weights(r, c)
-        weight = kept_len / length if w is c.keep and c.row_weight is None else w.sum(-1) / length
+        weight = kept_len / length if c.token_weights is None and c.row_weight is None else w.sum(-1) / length
         weights = lambda: rebuilt()[0]
         G = gradient(w)
         value = dot(G, r.logp)
@@ -211,12 +218,11 @@ def _outputs(r: Ratios, batch: Batch, c: Correction, comp: Composition, agg: str
             grad_of = lambda first, g: scaled(shared.take(first), g, shortcuts)
 
     if comp.penalty is not None:
-        penalty, penalty_grad = _penalty(r, comp.penalty, scale, agg)
+        penalty, add_penalty = _penalty(r, comp.penalty, scale)
         value = value + penalty
         metrics["penalty"] = penalty
         pg_of = grad_of
-        grad_of = lambda first, g: pg_of(first, g).add_(
-            penalty_grad if shortcuts and g.item() == 1.0 else penalty_grad * g)
+        grad_of = lambda first, g: add_penalty(pg_of(first, g), g)
     metrics["seq_weight"] = masked_mean(weight, r.valid & (kept_len > 0))
 
     own = dict(c.masks)
@@ -242,21 +248,21 @@ def _outputs(r: Ratios, batch: Batch, c: Correction, comp: Composition, agg: str
             for loss in known_losses(logp, value, grad_of, n)]
 
 
-def _penalty(r: Ratios, p: Penalty, scale: torch.Tensor, agg: str) -> tuple[torch.Tensor, torch.Tensor]:
-    """(value, gradient): coef * sum over loss tokens of s_t f(l_t) and its (B, T) d / d log pi, f = l^2
-    (f' = 2 l) or k3 = rho - 1 - l (f' = rho - 1 = k3 + l), on the batch's cleaned log-ratios (0 on padding:
-    no gradient there). scale: the aggregation's normaliser, () or (B, 1); shared by the corrections with this
-    penalty when it does not depend on the kept tokens. The gradient is not to be written to."""
-    def compute():
-        l = r.log_ratio  # (B, T) unclamped, 0 off the loss mask
-        if p.statistic == "squared_log_ratio":
-            grad = l * scale  # (B, T)
-            value = dot(grad, l) * p.coef
-            return value, grad.mul_(2 * p.coef)
-        per_row = r.k3_rollout * (scale if scale.dim() == 0 else scale[:, 0])  # (B,)
-        return per_row.sum() * p.coef, torch.add(r.k3, l).mul_(scale * p.coef)
-
-    return compute() if agg == "kept-token-mean" else r.memo(("penalty", p, agg), compute)
+def _penalty(r: Ratios, p: Penalty, scale: torch.Tensor):
+    """(value, add): coef * sum over loss tokens of s_t f(l_t), and add(G, g), which adds its d / d log pi times
+    g to a (B, T) gradient G in place (no (B, T) tensor of its own): f = l^2 (f' = 2 l) or k3 = rho - 1 - l
+    (f' = rho - 1 = k3 + l), on the batch's cleaned log-ratios (0 on padding: no gradient there). scale: the
+    aggregation's normaliser, () or (B, 1)."""
+    l = r.log_ratio  # (B, T) unclamped, 0 off the loss mask
+    row_scale = scale if scale.dim() == 0 else scale[:, 0]  # () or (B,)
+    if p.statistic == "squared_log_ratio":
+        l2 = r.memo("l2_rows", lambda: dot_rows(l, l))  # (B,) sum of l^2 over each rollout's loss tokens
+        factor = scale * (2 * p.coef)
+        return (row_scale * l2).sum() * p.coef, lambda G, g: G.addcmul_(l, factor * g)
+    k3 = r.k3
+    factor = scale * p.coef
+    return ((r.k3_rollout * row_scale).sum() * p.coef,
+            lambda G, g: G.addcmul_(k3, factor * g).addcmul_(l, factor * g))
 
 
 def run(x: Correctable, batch: Batch, cfg: Config | None = None, *, agg: str = "token-mean") -> EstimatorOutput:

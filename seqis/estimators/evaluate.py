@@ -247,7 +247,11 @@ def _token_weight(r: Ratios, w: Weight, clamp, gate, rules, tripped) -> Correcti
         return _filtered(r, gate, rules, tripped, {})
     ex = _exponent(r, w.level, clamp)
     x = ex[2]
-    weights = capped_exp(x if w.clip_low == 0 else x.clamp(min=log_of(w.clip_low)), w.upper)  # (B, T)
+    shared = r.profiles and not w.truncated and not w.self_normalize  # exp(x) as it is: the shared profile
+    if shared:
+        weights = ex[0].memo(("profile", ex[1]), lambda: _profile(r, x)).values
+    else:
+        weights = capped_exp(x if w.clip_low == 0 else x.clamp(min=log_of(w.clip_low)), w.upper)  # (B, T)
     masks, clipped = {}, None
     if w.truncated:
         clipped = _truncated_rows(r, w, ex)
@@ -262,7 +266,8 @@ def _token_weight(r: Ratios, w: Weight, clamp, gate, rules, tripped) -> Correcti
         applied = weights * (band if band is not None else r.mask_f)
         mean = applied.sum() / r.n_tokens.clamp(min=1)
         weights.div_(torch.where(mean > 1e-8, mean, 1.0))
-    return _filtered(r, gate, rules, tripped, masks, token_weights=weights, clipped=clipped, band=band)
+    return _filtered(r, gate, rules, tripped, masks, token_weights=weights, clipped=clipped, band=band,
+                     shared_weights=bool(shared))
 
 
 def _clipped_tokens(mask, gate, x, w: Weight) -> torch.Tensor:
@@ -302,7 +307,7 @@ def _shared_parts(r: Ratios, gate, tripped, masks, clipped) -> dict:
 
 
 def _filtered(r: Ratios, gate, rules, tripped, masks, *, row_weight=None, token_weights=None, clipped=None,
-              band=None) -> Correction:
+              band=None, shared_weights=False) -> Correction:
     """The Correction in the tokens form: kept = the loss tokens of the gated rollouts that every token rule
     (and the weight's band) keeps (the rows form when there is no token rule, band or token weight)."""
     tripped = [*tripped, *(partial(_outside, rc, c) for rc, c, _ in rules)]
@@ -315,8 +320,8 @@ def _filtered(r: Ratios, gate, rules, tripped, masks, *, row_weight=None, token_
             keep.mul_(as_float(gate, r.dtype)[:, None])
         metrics["is_token_masked"] = (r.n_tokens - kept_len.sum()) / r.n_tokens.clamp(min=1)
         form = dict(keep=keep, kept_len=gated(gate, kept_len) if gate is not None else kept_len)
-    return Correction(row_weight=row_weight, token_weights=token_weights, gate=gate, clipped=clipped, masks=masks,
-                      metrics=metrics, **form)
+    return Correction(row_weight=row_weight, token_weights=token_weights, shared_weights=shared_weights, gate=gate,
+                      clipped=clipped, masks=masks, metrics=metrics, **form)
 
 
 def _token_keep(rules, band) -> torch.Tensor | None:
