@@ -543,20 +543,21 @@ def _everything(out, batch, per_token_adv):
 @settings(max_examples=25, deadline=None)
 @given(batch=batches(), data=st.data())
 def test_mis_po_sparse_and_dense_forms_agree(agg, batch, data):
-    # a token band that drops tokens in few rollouts keeps only those rows' masks (Correction.kept_rows);
-    # forced on (share 1) and off (share -1), the two forms must give the same everything
+    # a token band that drops tokens in few rollouts keeps only those rows' masks (Correction.kept_rows; none
+    # when no row has a token outside); forced on (share 1) and off (share -1), the two forms (rows and tokens)
+    # must give the same everything
     from seqis.estimators import Ratios
 
     cfg = data.draw(configs("mis_po"))
     per_token_adv = batch.advantages.dim() == 2
     got = {}
-    for share, field in [(1.0, "kept_rows"), (-1.0, "keep")]:
+    for share, rows_form in [(1.0, True), (-1.0, False)]:
         r = Ratios.of(batch, sparse_share=share)
         c = ESTIMATORS["mis_po"].fn(r, cfg)
-        assert getattr(c, field) is not None, field
-        got[field] = _everything(run_many([("mis_po", cfg)], batch, agg=agg, ratios=r)["mis_po"], batch,
-                                 per_token_adv)
-    assert_same_everything(got["kept_rows"], got["keep"])
+        assert c.per_token != rows_form or per_token_adv
+        got[rows_form] = _everything(run_many([("mis_po", cfg)], batch, agg=agg, ratios=r)["mis_po"], batch,
+                                     per_token_adv)
+    assert_same_everything(got[True], got[False])
 
 
 def assert_same_everything(a, b, eps=1e-16):

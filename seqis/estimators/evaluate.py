@@ -358,6 +358,7 @@ def _sparse(r: Ratios, gate, rules, tripped, w: Weight | None, clamp, *, row_wei
     kept_rows, kept_len, applied, sub_rc = part  # kept_len: (B,) before the gate
     # a rule's tokens outside its band lie in the kept rows, unless an advantage condition exempted their row
     tripped = [*tripped, *(partial(_outside, rc, c) if cond is not None else
+                           partial(torch.zeros_like, r.mask) if kept_rows is None else
                            partial(_rows_outside_band, r.mask.shape, kept_rows.rows, sub_rc, c)
                            for rc, c, cond in rules)]
     masks, profile = {}, None
@@ -373,7 +374,8 @@ def _sparse(r: Ratios, gate, rules, tripped, w: Weight | None, clamp, *, row_wei
         if w.band is not None:
             tripped = [partial(outside_band, r.mask, x, *w.band), *tripped]
         if w.self_normalize:  # by the mean over all loss tokens of the (truncated, banded) weight
-            total = profile.sums.index_fill(0, kept_rows.rows, 0.0).sum() + applied  # never a difference
+            total = profile.sums.sum() if kept_rows is None else (  # a sum, never a difference
+                profile.sums.index_fill(0, kept_rows.rows, 0.0).sum() + applied)
             mean = total / r.n_tokens.clamp(min=1)
             row_weight = torch.where(mean > 1e-8, mean, 1.0).reciprocal().expand(r.length.shape)
     metrics = _shared_parts(r, gate, tripped, masks, clipped)
@@ -385,7 +387,8 @@ def _sparse(r: Ratios, gate, rules, tripped, w: Weight | None, clamp, *, row_wei
 
 def _sparse_rows(r: Ratios, w: Weight | None, clamp, rules):
     """(KeptRows, kept tokens per rollout (B,), the kept rows' summed (truncated, banded) weights, their clamped
-    Ratios) of a token-level part, or None when it changes the tokens of more than r.sparse_share of the rollouts."""
+    Ratios) of a token-level part ((None, lengths, None, None) when no row is touched), or None when it changes
+    the tokens of more than r.sparse_share of the rollouts."""
     hit = torch.zeros_like(r.valid)
     if w is not None:
         ex = _exponent(r, w.level, clamp)
@@ -402,6 +405,8 @@ def _sparse_rows(r: Ratios, w: Weight | None, clamp, rules):
     rows = hit.nonzero().squeeze(1)
     if len(rows) > r.sparse_share * len(hit):
         return None
+    if len(rows) == 0:  # every rollout keeps all its loss tokens at the profile's weight
+        return None, r.length, None, None
     # the rows in full, on their own Ratios (shortcuts off: dense); a clamp that changes no token's l in the
     # batch (r.clamped(c) is r) changes none of theirs (a prefix sum's clamp still applies)
     token_clamp = None if clamp is None or r.clamped(clamp) is r else clamp
