@@ -119,10 +119,12 @@ def rollout_map(
     status = _status(rollouts)
     meta = {k: v for k, v in (metadata or {}).items() if k != "length"}
     meta_keys = list(meta)[:4]
-    custom = np.column_stack(
-        [np.arange(T.size), rollouts["seq_log_ratio"], rollouts["weight"], rollouts["kept_fraction"]]
-        + [np.asarray([str(v)[:40] for v in meta[k]], dtype=object) for k in meta_keys]
-    ).astype(object) if T.size else np.zeros((0, 4))
+    columns = [np.arange(T.size), rollouts["seq_log_ratio"], rollouts["weight"], rollouts["kept_fraction"]]
+    try:  # numbers only: a float array, which plotly copies and sends as one binary block (an object array is
+        custom = np.column_stack(columns + [np.asarray(meta[k], dtype=float) for k in meta_keys])  # 2,000 objects)
+    except (TypeError, ValueError):
+        custom = np.column_stack(columns + [np.asarray([str(v)[:40] for v in meta[k]], dtype=object)
+                                            for k in meta_keys]).astype(object)
     hover = ("rollout %{customdata[0]}<br>T = %{x:.0f}<br>S/T = %{y:.4g}<br>S = %{customdata[1]:.4g}"
              "<br>weight = %{customdata[2]:.4g}<br>kept tokens = %{customdata[3]:.1%}")
     hover += "".join(f"<br>{k} = %{{customdata[{4 + i}]}}" for i, k in enumerate(meta_keys))

@@ -10,9 +10,10 @@ config, a rollout index) and returning numpy, floats, DataFrames or a figure bui
     rollout_map_figure, token_heatmap_figure, coefficient_figure, histogram_figure, effective_figure, tables
 
 Only `load_batch` and `_ratios` hold tensors (the batch itself and its log-ratios, once per batch). An upload's
-bytes travel beside its Source as `_payload`, which Streamlit leaves out of the cache key (the sha256 digest
-inside the Source stands for them). Cache keys hash a Source by its key string and a config by its repr: a few
-microseconds, where Streamlit's generic object hashing takes a millisecond per call.
+bytes travel beside its Source as `_payload`, which the caches leave out of the key (the sha256 digest inside the
+Source stands for them). The batch is in st.cache_resource (Diagnose shares it; a Source hashes by its key string,
+a config by its repr); every other section is in a `memo.cached` LRU keyed on its (hashable) arguments: a dict
+lookup, where Streamlit's generic hashing costs about a millisecond per call.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ from seqis.types import Batch, Config, Knobs
 
 from . import explore_charts as charts
 from .device import device
+from .memo import cached
 
 Estimators = tuple[tuple[str, Config], ...]  # (name, config) pairs, in page order
 # Cache sizes: every scenario's and example's first view and Learn's presets (ui/warm.py warms them) stay in;
@@ -138,13 +140,13 @@ def load_batch(src: Source, _payload: bytes | None = None) -> Batch:
     return read(_Named(_payload, src.name), columns=dict(src.columns) or None).to(device())
 
 
-@st.cache_resource(max_entries=BATCHES, hash_funcs=HASH)
+@cached(BATCHES)
 def _ratios(src: Source, _payload: bytes | None = None) -> Ratios:
     """Log-ratios and their per-rollout sums, computed once per batch and shared by every estimator."""
     return Ratios.of(load_batch(src, _payload))
 
 
-@st.cache_resource(max_entries=BATCHES, hash_funcs=HASH)
+@cached(BATCHES)
 def _token_map(src: Source, _payload: bytes | None = None):
     return token_map(_ratios(src, _payload))
 
@@ -184,7 +186,7 @@ def noise_scale(src: Source) -> float | None:
     return None
 
 
-@st.cache_resource(max_entries=BATCHES, hash_funcs=HASH)
+@cached(BATCHES)
 def batch_view(src: Source, _payload: bytes | None = None) -> BatchView:
     b = load_batch(src, _payload)
     r = _ratios(src, _payload)
@@ -223,7 +225,7 @@ class EstimatorView:
     coefficients: np.ndarray  # (N,) each loss token's gradient coefficient, flat as in BatchView
 
 
-@st.cache_resource(max_entries=VIEWS, hash_funcs=HASH)
+@cached(VIEWS)
 def estimator_view(src: Source, name: str, cfg: Config, _payload: bytes | None = None) -> EstimatorView:
     r = _ratios(src, _payload)
     with torch.no_grad():
@@ -246,7 +248,7 @@ def estimator_view(src: Source, name: str, cfg: Config, _payload: bytes | None =
 # figures, cached by their inputs (never mutate one: it is shared)
 
 
-@st.cache_resource(max_entries=VIEWS, hash_funcs=HASH)
+@cached(VIEWS)
 def rollout_map_figure(src: Source, name: str, cfg: Config, color_by: str | None = None,
                        _payload: bytes | None = None) -> go.Figure:
     bv, v = batch_view(src, _payload), estimator_view(src, name, cfg, _payload)
@@ -254,7 +256,7 @@ def rollout_map_figure(src: Source, name: str, cfg: Config, color_by: str | None
                               noise_s=bv.noise_s, color_by=color_by, height=340)
 
 
-@st.cache_resource(max_entries=FIGURES, hash_funcs=HASH)
+@cached(FIGURES)
 def token_heatmap_figure(src: Source, name: str, cfg: Config, rollout: int, _payload: bytes | None = None):
     bv, v = batch_view(src, _payload), estimator_view(src, name, cfg, _payload)
     return charts.token_heatmap(bv.token_values, bv.token_block, bv.token_index, dropped=v.dropped,
@@ -262,7 +264,7 @@ def token_heatmap_figure(src: Source, name: str, cfg: Config, rollout: int, _pay
                                 title=f"log-ratio l_t; grey: tokens whose gradient {name} drops")
 
 
-@st.cache_resource(max_entries=FIGURES, hash_funcs=HASH)
+@cached(FIGURES)
 def coefficient_figure(src: Source, ests: Estimators, rollout: int, _payload: bytes | None = None):
     bv = batch_view(src, _payload)
     pos, l = bv.rollout(rollout)
@@ -273,13 +275,13 @@ def coefficient_figure(src: Source, ests: Estimators, rollout: int, _payload: by
                                          f"A = {bv.advantages[rollout]:.3g}")
 
 
-@st.cache_resource(max_entries=FIGURES, hash_funcs=HASH)
+@cached(FIGURES)
 def histogram_figure(src: Source, ests: Estimators, _payload: bytes | None = None):
     return charts.weight_histograms({n: estimator_view(src, n, c, _payload).hist for n, c in ests}, height=340,
                                     title="applied token weights (kept tokens)")
 
 
-@st.cache_resource(max_entries=FIGURES, hash_funcs=HASH)
+@cached(FIGURES)
 def effective_figure(src: Source, ests: Estimators, _payload: bytes | None = None):
     views = {n: estimator_view(src, n, c, _payload) for n, c in ests}
     theory = {n: v.theory for n, v in views.items()}
@@ -289,7 +291,7 @@ def effective_figure(src: Source, ests: Estimators, _payload: bytes | None = Non
                                                                                            else ""))
 
 
-@st.cache_resource(max_entries=FIGURES, hash_funcs=HASH)
+@cached(FIGURES)
 def advice_view(src: Source, ests: Estimators, _payload: bytes | None = None) -> Advice:
     """"What this means for your batch": each shown estimator read against the batch, and where to start."""
     facts = batch_view(src, _payload).facts
@@ -305,7 +307,7 @@ class Tables:
     diagnostics: pd.Series  # estimator-free batch diagnostics
 
 
-@st.cache_resource(max_entries=FIGURES, hash_funcs=HASH)
+@cached(FIGURES)
 def tables(src: Source, ests: Estimators, _payload: bytes | None = None) -> Tables:
     views = {n: estimator_view(src, n, c, _payload) for n, c in ests}
     return Tables(pd.DataFrame({n: v.metrics for n, v in views.items()}),

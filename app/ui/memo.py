@@ -1,4 +1,5 @@
-"""A bounded LRU for long runs that report progress, and the progress bar they report to.
+"""Bounded LRUs shared by every session: `memo` for long runs that report progress (and the progress bar they
+report to), `cached` for the quick per-section bridges.
 
 The lab's Monte Carlo runs take seconds, and st.cache_data cannot drive a progress bar on a miss while
 replaying nothing on a hit; they go through `memo`, a small LRU held in st.cache_resource, so a page passes
@@ -7,6 +8,8 @@ its ProgressSlot on a miss and gets the stored result at once on a hit.
 
 from __future__ import annotations
 
+import functools
+import inspect
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
@@ -14,39 +17,86 @@ from collections.abc import Callable, Hashable
 import streamlit as st
 
 
+class Store:
+    """A bounded LRU shared by every session and thread; a second caller of a key being computed waits for that
+    result instead of computing it again."""
+
+    def __init__(self, max_entries: int):
+        self.max_entries = max_entries
+        self.values: OrderedDict = OrderedDict()
+        self.lock = threading.Lock()
+        self.running: dict = {}  # key -> Event of a computation in flight
+
+    def get(self, key: Hashable, compute: Callable[[], object]):
+        with self.lock:
+            if key in self.values:
+                self.values.move_to_end(key)
+                return self.values[key]
+            wait = self.running.get(key)
+            if wait is None:
+                self.running[key] = threading.Event()
+        if wait is not None:
+            wait.wait()
+            with self.lock:
+                if key in self.values:
+                    return self.values[key]
+            return self.get(key, compute)  # the other computation failed: try ourselves
+        try:
+            value = compute()
+            with self.lock:
+                self.values[key] = value
+                while len(self.values) > self.max_entries:
+                    self.values.popitem(last=False)
+            return value
+        finally:
+            with self.lock:
+                self.running.pop(key).set()
+
+    def __contains__(self, key: Hashable) -> bool:
+        with self.lock:
+            return key in self.values
+
+    def clear(self) -> None:
+        with self.lock:
+            self.values.clear()
+
+
 @st.cache_resource
-def _memo_store() -> tuple[OrderedDict, threading.Lock, dict]:
-    return OrderedDict(), threading.Lock(), {}  # results, their lock, key -> Event of a computation in flight
+def _memo_store() -> Store:
+    return Store(32)
 
 
 def memo(key: Hashable, compute: Callable[[], object], *, max_entries: int = 32):
     """compute() once per key (held in an LRU of max_entries shared by every session; a second caller of a key
     being computed waits for that result instead of computing it again). Treat the result as read-only."""
-    store, lock, running = _memo_store()
-    with lock:
-        if key in store:
-            store.move_to_end(key)
-            return store[key]
-        wait = running.get(key)
-        if wait is None:
-            running[key] = threading.Event()
-    if wait is not None:
-        wait.wait()
-        with lock:
-            if key in store:
-                return store[key]
-        return memo(key, compute, max_entries=max_entries)  # the other computation failed: try ourselves
-    try:
-        value = compute()
-        with lock:
-            store[key] = value
-            store.move_to_end(key)
-            while len(store) > max_entries:
-                store.popitem(last=False)
-        return value
-    finally:
-        with lock:
-            running.pop(key).set()
+    store = _memo_store()
+    store.max_entries = max_entries
+    return store.get(key, compute)
+
+
+def cached(max_entries: int):
+    """Decorate a function whose arguments are hashable (a Source, names, frozen configs, numbers): its results in
+    a Store of max_entries, keyed on its arguments except those named with a leading underscore (as
+    st.cache_resource leaves them out: an upload's bytes beside the digest that names them). A hit is a dict
+    lookup, where st.cache_resource hashes every argument through its generic hasher and starts a spinner thread
+    on a miss (together 30-140 ms of an Explore slider move on 2 busy cores). Treat results as read-only."""
+
+    def wrap(fn):
+        signature = inspect.signature(fn)
+        store = Store(max_entries)
+
+        @functools.wraps(fn)
+        def call(*args, **kwargs):
+            bound = signature.bind(*args, **kwargs)
+            bound.apply_defaults()
+            key = tuple(v for k, v in bound.arguments.items() if not k.startswith("_"))
+            return store.get(key, lambda: fn(*args, **kwargs))
+
+        call.store = store
+        call.clear = store.clear
+        return call
+
+    return wrap
 
 
 class ProgressSlot:
@@ -69,6 +119,4 @@ class ProgressSlot:
 
 def memo_has(key: Hashable) -> bool:
     """Whether `memo` holds a result for key (a page can then skip its progress bar or its Run button)."""
-    store, lock, _ = _memo_store()
-    with lock:
-        return key in store
+    return key in _memo_store()
