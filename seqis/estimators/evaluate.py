@@ -173,7 +173,10 @@ def _keep(r: Ratios, c: Criterion, cond: torch.Tensor | None) -> torch.Tensor:
     if cond is not None:  # the rule drops only where A has the sign: every other token is kept
         exempt = as_float(~cond, r.dtype)
         exempt = exempt if exempt.dim() == 2 else exempt[:, None]
-        keep = torch.maximum(keep, exempt, out=keep) if keep.shape == exempt.shape else torch.maximum(keep, exempt)
+        if keep.shape == torch.broadcast_shapes(keep.shape, exempt.shape):  # in place on its own (B, T) keep
+            keep = torch.maximum(keep, exempt, out=keep)
+        else:
+            keep = torch.maximum(keep, exempt)
     return keep.mul_(r.mask_f) if keep.shape == r.mask_f.shape else keep * r.mask_f
 
 
