@@ -330,3 +330,22 @@ def test_rollouts_can_be_coloured_by_metadata():
     assert not at.exception
     fig = at.get("plotly_chart")[0].proto.spec
     assert "reward = %{text}" in fig
+
+
+def test_the_coefficient_lines_draw_every_token_with_fewer_points():
+    """A step line through step_points' kept points holds, at every loss token, the value the token has (the
+    reference: the value at the last kept point at or before it); a sequence-level weight needs two points."""
+    sys.path.insert(0, str(Path(APP).parent))
+    from ui.explore_charts import coefficient_plot, step_points
+
+    gen = torch.Generator().manual_seed(0)
+    for _ in range(50):
+        n = int(torch.randint(1, 60, (1,), generator=gen))
+        y = torch.randint(0, 3, (n,), generator=gen).double().numpy()  # runs of equal values
+        keep = step_points(y)
+        assert keep[0] == 0 and keep[-1] == n - 1
+        for t in range(n):
+            assert y[keep[keep <= t].max()] == y[t]
+    positions = torch.arange(100, 4196).numpy()
+    fig = coefficient_plot(positions, positions * 0.0, {"seq_tis": positions * 0.0 + 0.7})
+    assert list(fig.data[0].x) == [100, 4195] and list(fig.data[0].y) == [0.7, 0.7]

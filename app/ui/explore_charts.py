@@ -257,6 +257,16 @@ def token_heatmap(
 # per-token gradient coefficients of one rollout
 
 
+def step_points(y: np.ndarray) -> np.ndarray:
+    """Indices of the points a step line (shape "hv") needs to draw y exactly: the first point of each run of
+    equal values, and the last point."""
+    n = len(y)
+    if n == 0:
+        return np.zeros(0, dtype=np.int64)
+    starts = np.flatnonzero(np.concatenate([[True], y[1:] != y[:-1]]))
+    return starts if starts[-1] == n - 1 else np.append(starts, n - 1)
+
+
 def coefficient_plot(
     positions: np.ndarray,
     log_ratio: np.ndarray,
@@ -268,12 +278,15 @@ def coefficient_plot(
     """Each estimator's gradient coefficient on every loss token of one rollout (top; dashes differ so
     coinciding lines stay visible, the legend gives the mean), and the tokens' log-ratios l_t (bottom)."""
     traces = []  # SVG paths: one path per line draws fast; no WebGL context to start
+    positions = np.asarray(positions)
     for i, (name, coef) in enumerate(coefficients.items()):
+        coef = np.asarray(coef)
         mean = float(np.mean(coef)) if len(coef) else 0.0
-        traces.append(dict(type="scatter", x=positions, y=coef, mode="lines", name=f"{name} (mean {mean:.3g})",
-                                   line=dict(color=color(name), width=2.2 if i == 0 else 1.8, dash=dash(i),
-                                             shape="hv"),
-                                   hovertemplate=f"{name}<br>t = %{{x}}<br>coefficient = %{{y:.4g}}<extra></extra>"))
+        keep = step_points(coef)  # a sequence-level weight is one run: 2 points instead of thousands
+        traces.append(dict(type="scatter", x=positions[keep], y=coef[keep], mode="lines",
+                           name=f"{name} (mean {mean:.3g})",
+                           line=dict(color=color(name), width=2.2 if i == 0 else 1.8, dash=dash(i), shape="hv"),
+                           hovertemplate=f"{name}<br>t = %{{x}}<br>coefficient = %{{y:.4g}}<extra></extra>"))
     many = len(positions) > 1500  # thousands of markers are thousands of SVG nodes: a thin line instead
     traces.append(dict(type="scatter", x=positions, y=log_ratio, mode="lines" if many else "markers", name="l_t",
                        yaxis="y2", showlegend=False, line=dict(color="rgba(90,90,90,0.55)", width=0.7),
