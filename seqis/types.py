@@ -255,6 +255,9 @@ class EstimatorOutput:
 
     The (B, T) tensors a training step rarely reads, `weights` and the masks (a read-only Mapping,
     `Masks`), are built when first read and then kept: weights may be given as a zero-argument function.
+    Outputs of one `run_many` call whose keys name the same composition share these tensors and the metric
+    tensors (all detached: do not write to them); each has its own loss, whose backward gives a gradient
+    tensor of its own.
     """
 
     def __init__(self, loss: torch.Tensor, weights: torch.Tensor | Callable[[], torch.Tensor],
