@@ -111,3 +111,17 @@ def test_the_sparse_rows_form_on_a_batch_of_many_rollouts():
     outs = run_many(keys, batch)
     for k in keys:
         _assert_same(_everything(outs[k], batch), _everything(run(k, batch), batch), k)
+
+
+def test_a_callers_ratios_is_left_to_decide_again():
+    # run_many turns the shared profiles on for a call of several compositions only: a Ratios the caller keeps
+    # for later calls is not left switched either way, and each call gives what run() gives
+    from seqis.estimators import Ratios
+
+    batch = _batch("sparse")
+    r = Ratios.of(batch)
+    for keys in (["token_tis"], ["token_tis", "icepop", "prefix_is"], ["icepop"]):
+        outs = run_many(keys, batch, ratios=r)
+        assert r.profiles is None
+        for k in keys:
+            _assert_same(_everything(outs[k], batch), _everything(run(k, batch), batch), k)

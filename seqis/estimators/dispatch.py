@@ -298,10 +298,15 @@ def run_many(
     named: dict[Composition, list[Correctable]] = {}  # identical compositions are computed once
     for x, comp in keys.items():
         named.setdefault(comp, []).append(x)
-    if r.profiles is None:  # token weights on a shared profile pay when several corrections share it
+    decide = r.profiles is None  # token weights on a shared profile pay when several corrections share it;
+    if decide:  # for this call only (a caller's Ratios may serve several calls)
         r.profiles = len(named) > 1
     out = {}
-    for comp, xs in named.items():
-        again = partial(correction, r, comp)
-        out.update(zip(xs, _outputs(r, batch, again(), comp, agg, again, len(xs))))
+    try:
+        for comp, xs in named.items():
+            again = partial(correction, r, comp)
+            out.update(zip(xs, _outputs(r, batch, again(), comp, agg, again, len(xs))))
+    finally:
+        if decide:
+            r.profiles = None
     return {x: out[x] for x in keys}
