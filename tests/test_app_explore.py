@@ -58,7 +58,7 @@ def test_first_screen_tells_the_story():
     assert "256 rollouts x 4096 positions" in " ".join(c.value for c in at.sidebar.caption)
     assert "Device:" in " ".join(c.value for c in at.sidebar.caption)
     charts = at.get("plotly_chart")
-    assert len(charts) == 4 + 4  # a rollout map per estimator; heatmap, coefficients, histogram, effective batch
+    assert len(charts) == 4 + 3  # a rollout map per estimator; heatmap, coefficients, weights and effective batch
     # the story: seq_tis clips long rollouts, mis_po's narrow trajectory band drops short ones, Li's band keeps all
     assert metric(at, "seq_tis", "is_clipped") > 0.05
     assert effective(at, "mis_po", "rollouts_kept_frac") < 0.9
@@ -210,7 +210,7 @@ def test_figures_render_as_png():
     assert not at.exception
     labels = [b.proto.label for b in at.get("download_button")]
     if _png_renderer_present():
-        assert "Download 5 PNGs (zip)" in labels, [e.value for e in at.error]
+        assert "Download 4 PNGs (zip)" in labels, [e.value for e in at.error]
     else:
         assert any("camera icon" in e.value for e in at.error)
 

@@ -30,7 +30,7 @@ def test_the_first_view_is_computed_before_the_page_opens(monkeypatch):
     _no_computing(monkeypatch)
     at = open_view("views/explore.py")
     assert not at.error
-    assert len(at.get("plotly_chart")) == 8  # four rollout maps, the heatmap, coefficients, histograms, effective
+    assert len(at.get("plotly_chart")) == 7  # four rollout maps, the heatmap, coefficients, weights and effective batch
 
 
 def test_a_learn_presets_view_is_computed_by_the_warm_up(monkeypatch):
@@ -41,4 +41,4 @@ def test_a_learn_presets_view_is_computed_by_the_warm_up(monkeypatch):
     _no_computing(monkeypatch)
     at = open_view("views/explore.py", **query(drift.view))
     assert not at.error
-    assert len(at.get("plotly_chart")) == 6
+    assert len(at.get("plotly_chart")) == 5

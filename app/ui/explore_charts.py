@@ -359,5 +359,33 @@ def effective_bars(
                                  marker=dict(symbol="diamond", size=10, color="black"),
                                  hovertemplate="%{x}<br>theory: %{y:.1%} of rollouts kept<extra></extra>"))
     layout = base_layout(height=height, title=title, bargap=0.15, legend=False,
-                     yaxis=dict(range=[0, 1.12], tickformat=".0%"), xaxis=dict(tickfont=dict(size=10), tickangle=0))
+                     yaxis=dict(range=[0, 1.12], tickformat=".0%"), xaxis=dict(tickfont=dict(size=9), tickangle=0))
+    return figure(traces, layout)
+
+
+def stacked(top: go.Figure, bottom: go.Figure, *, top_px: int = 240, bottom_px: int = 200,
+            between_px: int = 150) -> go.Figure:
+    """Two of these figures as one (one chart for the browser to build, not two), one above the other so that it
+    holds at any width: top's traces on x/y with its legend under its axis, bottom's on x2/y2 without one; each
+    keeps its axes, and its title goes above its plot."""
+    to, bo = top.to_plotly_json(), bottom.to_plotly_json()
+    tl, bl = to["layout"], bo["layout"]
+    margin = dict(l=10, r=10, t=34, b=48)
+    area = top_px + between_px + bottom_px  # the plot area's height in pixels; domains are fractions of it
+    split = 1 - top_px / area  # top plot: [split, 1]; bottom plot: [0, low]
+    low = bottom_px / area
+    layout = {**tl, "height": area + margin["t"] + margin["b"], "margin": margin, "title": None}
+    layout["yaxis"] = {**tl.get("yaxis", {}), "domain": [split, 1.0]}
+    layout["xaxis"] = {**tl.get("xaxis", {}), "anchor": "y"}
+    layout["xaxis2"] = {**bl.get("xaxis", {}), "anchor": "y2"}
+    layout["yaxis2"] = {**bl.get("yaxis", {}), "domain": [0.0, low], "anchor": "x2"}
+    layout["legend"] = {**tl.get("legend", {}), "y": split - 52 / area, "yanchor": "top"}  # under top's axis title
+    for key in ("bargap", "barmode"):
+        if key in bl:
+            layout[key] = bl[key]
+    titles = [(1.0, tl.get("title")), (low, bl.get("title"))]
+    layout["annotations"] = [*tl.get("annotations", ()), *bl.get("annotations", ()), *(
+        dict(text=f"<b>{t['text']}</b>", x=0.0, xref="paper", xanchor="left", y=y, yref="paper", yanchor="bottom",
+             yshift=6, showarrow=False, font=t.get("font", {})) for y, t in titles if t and t.get("text"))]
+    traces = [*to["data"], *({**t, "xaxis": "x2", "yaxis": "y2", "showlegend": False} for t in bo["data"])]
     return figure(traces, layout)

@@ -7,7 +7,8 @@ config, a rollout index) and returning numpy, floats, DataFrames or a figure bui
                                         metadata, diagnostics, the token map, loss-token positions and l_t
     estimator_view(src, name, cfg)      one estimator on the batch: metrics, per-rollout values, the effective
                                         batch, weight histogram, dropped map, per-token coefficients (flat)
-    rollout_map_figure, token_heatmap_figure, coefficient_figure, histogram_figure, effective_figure, tables
+    rollout_map_figure, token_heatmap_figure, coefficient_figure, weights_figure (histograms and the
+    effective batch, one figure), tables
 
 Only `load_batch` and `_ratios` hold tensors (the batch itself and its log-ratios, once per batch). An upload's
 bytes travel beside its Source as `_payload`, which the caches leave out of the key (the sha256 digest inside the
@@ -276,19 +277,16 @@ def coefficient_figure(src: Source, ests: Estimators, rollout: int, _payload: by
 
 
 @cached(FIGURES)
-def histogram_figure(src: Source, ests: Estimators, _payload: bytes | None = None):
-    return charts.weight_histograms({n: estimator_view(src, n, c, _payload).hist for n, c in ests}, height=340,
-                                    title="applied token weights (kept tokens)")
-
-
-@cached(FIGURES)
-def effective_figure(src: Source, ests: Estimators, _payload: bytes | None = None):
+def weights_figure(src: Source, ests: Estimators, _payload: bytes | None = None):
+    """The applied token weights' histograms above what survives of the batch, as one figure."""
     views = {n: estimator_view(src, n, c, _payload) for n, c in ests}
-    theory = {n: v.theory for n, v in views.items()}
+    hist = charts.weight_histograms({n: v.hist for n, v in views.items()}, height=340,
+                                    title="applied token weights (kept tokens)")
     noise = batch_view(src, _payload).noise_s
-    return charts.effective_bars({n: v.effective for n, v in views.items()}, theory, height=340,
-                                 title="what survives: tokens, rollouts, ESS / rollouts" + (" (◆ theory)" if noise
-                                                                                           else ""))
+    survives = charts.effective_bars({n: v.effective for n, v in views.items()},
+                                     {n: v.theory for n, v in views.items()}, height=340,
+                                     title="kept: tokens, rollouts, ESS / rollouts" + (" (◆ theory)" if noise else ""))
+    return charts.stacked(hist, survives)
 
 
 @cached(FIGURES)

@@ -62,7 +62,7 @@ def current_estimators(names: list[str]) -> data.Estimators:
 
 
 # every column's fragment writes these
-SHARED_SLOTS = ("advice", "heat", "coef", "hist", "eff", "metrics", "effective", "export")
+SHARED_SLOTS = ("advice", "heat", "coef", "weights", "metrics", "effective", "export")
 
 
 def _knobs(knobs: dict) -> str:
@@ -103,8 +103,7 @@ def draw_dependents(src: data.Source, payload, names: list[str], slots: dict) ->
     slots["heat"].plotly_chart(data.token_heatmap_figure(src, drops, dict(ests)[drops], rollout, _payload=payload),
                                config=CHART_CONFIG)
     slots["coef"].plotly_chart(data.coefficient_figure(src, ests, rollout, _payload=payload), config=CHART_CONFIG)
-    slots["hist"].plotly_chart(data.histogram_figure(src, ests, _payload=payload), config=CHART_CONFIG)
-    slots["eff"].plotly_chart(data.effective_figure(src, ests, _payload=payload), config=CHART_CONFIG)
+    slots["weights"].plotly_chart(data.weights_figure(src, ests, _payload=payload), config=CHART_CONFIG)
     t = data.tables(src, ests, _payload=payload)
     slots["metrics"].dataframe(t.metrics.map(_g), width="stretch")
     slots["effective"].dataframe(t.effective.map(_g), width="stretch")
@@ -247,8 +246,7 @@ left.caption(f"{rows}, longest first, x {T} positions; {pooled} (sign kept; colo
              f"box is the picked rollout.")
 
 st.subheader("Weights and the effective batch")
-left, right = st.columns([3, 2], gap="medium")
-slots.update(hist=left.empty(), eff=right.empty())
+slots["weights"] = st.empty()
 
 st.subheader("Metrics and diagnostics")
 left, right = st.columns([3, 2], gap="medium")
@@ -298,8 +296,7 @@ with st.expander("Figures as PNG"):
             d = drops if drops in dict(ests) else ests[0][0]
             figures.update(token_heatmap=data.token_heatmap_figure(src, d, dict(ests)[d], rollout, _payload=payload),
                            coefficients=data.coefficient_figure(src, ests, rollout, _payload=payload),
-                           weights=data.histogram_figure(src, ests, _payload=payload),
-                           effective=data.effective_figure(src, ests, _payload=payload))
+                           weights=data.weights_figure(src, ests, _payload=payload))
         try:
             with st.spinner(f"Rendering {len(figures)} figures..."):
                 pngs = to_png(figures)

@@ -44,8 +44,7 @@ def slider_move(data, src, ests, name: str, cfg, rollout: int):
     data.estimator_view(src, name, cfg)
     data.rollout_map_figure(src, name, cfg)
     data.coefficient_figure(src, ests, rollout)
-    data.histogram_figure(src, ests)
-    data.effective_figure(src, ests)
+    data.weights_figure(src, ests)
     data.tables(src, ests)
 
 
