@@ -89,7 +89,5 @@ RESPONSIVE_CSS = """<style>
 [data-testid="stMain"] [data-testid="stHorizontalBlock"] { flex-wrap: wrap; row-gap: 1rem; }
 [data-testid="stMain"] [data-testid="stColumn"] { min-width: min(240px, 100%); }
 [data-testid="stMain"] [class*="st-key-narrow"] [data-testid="stColumn"] { min-width: min(140px, 100%); }
-[data-testid="stMain"] .stPlotlyChart, [data-testid="stMain"] [data-testid="stDataFrame"] {
-  content-visibility: auto; contain-intrinsic-size: auto 400px; }
 </style>"""
 
