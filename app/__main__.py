@@ -1,9 +1,9 @@
 """The explorer with its caches warm: `python -m app [streamlit run options]` (what `make run` and the browser
 benchmark start; `streamlit run app` works too).
 
-Before the server listens it computes Explore's first screen in this process, so "the server is up" means the
-first page is ready; then the rest (other batches, Learn's presets, Bias & variance's first run) warms in a
-low-priority thread while people look (ui/warm.py).
+Before the server listens it computes Explore's first screen and the views a first click opens (other scenarios
+and examples, Learn's presets) in this process, so "the server is up" means they are ready; Bias & variance's
+first run then warms in a low-priority thread (ui/warm.py).
 """
 
 import os
@@ -21,7 +21,7 @@ def main(argv: list[str]) -> None:
     from streamlit.web import cli
     from ui import warm
 
-    warm.first_view()
+    warm.before_serving()
     warm.start_background()
     sys.argv = ["streamlit", "run", str(APP), *argv]
     cli.main()
