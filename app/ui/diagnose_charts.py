@@ -16,7 +16,13 @@ UNIT_ROUNDOFF = {"bf16": 2.0**-8, "fp16": 2.0**-11}
 
 
 def _layout(fig: go.Figure, title: str, x: str, y: str, *, height: int = 340, legend: bool = True) -> go.Figure:
-    fig.update_layout(**base_layout(height=height, title=title, legend=legend), hovermode="closest")
+    """Axes, size and a title on two lines ("Finding: what the chart shows" -> the finding, then the rest in
+    smaller type), so it fits a chart half of a 900 px window (plotly never wraps a title)."""
+    head, _, rest = title.partition(": ")
+    fig.update_layout(**base_layout(height=height, title=head, legend=legend), hovermode="closest")
+    if rest:
+        fig.update_layout(title=dict(subtitle=dict(text=rest, font=dict(size=11, color="#555")), yref="container",
+                                     y=1.0, yanchor="top", pad=dict(t=12)), margin_t=76)
     fig.update_xaxes(title_text=x, zeroline=False)
     fig.update_yaxes(title_text=y, zeroline=False)
     return fig
@@ -43,7 +49,7 @@ def temperature_figure(points: pd.DataFrame, evidence: dict) -> go.Figure:
         fig.add_trace(go.Scatter(x=xs, y=slope * xs + through, mode="lines",
                                  name=f"slope 1 - 1/tau = {slope:+.3f} (tau = {tau:.3g})",
                                  line=dict(color=EXTRA[4], width=3)))
-    return _layout(fig, f"Temperature: the log-ratio is linear in log pi (sampler at {tau:.3g}x the trainer's)",
+    return _layout(fig, f"Temperature: l is linear in log pi; the sampler at {tau:.3g}x the trainer's",
                    "trainer log-prob log pi", "log-ratio l = log pi - log mu")
 
 
@@ -81,7 +87,8 @@ def precision_figure(points: pd.DataFrame, evidence: dict) -> go.Figure:
             PALETTE[0])
     for i, (name, u) in enumerate(UNIT_ROUNDOFF.items()):
         fig.add_hline(y=u, line=dict(color=EXTRA[2 + i], dash="dot"), annotation_text=f"{name} unit roundoff",
-                      annotation_position="bottom right")
+                      annotation_position=("top right", "bottom right")[i],  # apart: the lines are close
+                      annotation=dict(bgcolor="rgba(255,255,255,0.8)", font=dict(size=10)))
     fig.add_hline(y=max(evidence["noise_floor"], 1e-12), line=dict(color=EXTRA[4], width=2, dash="dash"),
                   annotation_text=f"noise floor ({evidence['dtype']})", annotation_position="top left")
     fig.update_xaxes(type="log")
@@ -99,7 +106,7 @@ def catastrophic_figure(points: pd.DataFrame, worst: pd.DataFrame) -> go.Figure:
             SEVERITY_COLORS["bad"])
     for y in (math.log(20), -math.log(20)):
         fig.add_hline(y=y, line=dict(color=EXTRA[0], dash="dot"))
-    return _layout(fig, "Catastrophic tokens: |l| beyond ln 20, mostly where the trainer finds the token unlikely",
+    return _layout(fig, "Catastrophic tokens: |l| beyond ln 20, mostly on tokens the trainer finds unlikely",
                    "trainer log-prob log pi", "log-ratio l")
 
 

@@ -51,7 +51,7 @@ def bands_of(comp: Composition) -> list[tuple[str, str, float]]:
         if w.band is not None:
             edges(kind, f"{what} band", *w.band, True)
     elif w.level != "none" and (w.truncated or w.band is not None):
-        out.append(("note", f"the {w.level} weight is truncated or banded per token", math.nan))
+        out.append(("note", f"the {w.level} weight:<br>truncated or banded per token", math.nan))
     for c in comp.criteria:
         where = {"mean": "hline", "sum": "curve"}.get(c.agg)
         if c.advantage is None and where is not None and c.statistic in ("ratio", "k1"):
@@ -62,7 +62,7 @@ def bands_of(comp: Composition) -> list[tuple[str, str, float]]:
         else:
             band = f"[{c.low if c.low is not None else '-inf'}, {c.high if c.high is not None else 'inf'}]"
             cond = f" when A is {c.advantage}" if c.advantage else ""
-            out.append(("note", f"{c.statistic} {c.agg} {band}{cond} acts per token or is not on this map",
+            out.append(("note", f"{c.statistic} {c.agg} {band}{cond}:<br>per token, or not on this map",
                         math.nan))
     return out
 
