@@ -70,9 +70,9 @@ def learning_curves(J: pd.DataFrame, *, title: str, J0: float) -> go.Figure:
 
 def diagnostics(grad_norm: pd.DataFrame, kept: pd.DataFrame, cosine: pd.DataFrame) -> go.Figure:
     """‖g‖ (log scale: a collapse is a spike), the kept fraction and cos(g, ∇J) against updates."""
-    fig = make_subplots(rows=1, cols=3, horizontal_spacing=0.07,
-                        subplot_titles=("‖g‖ of the update (log; 0 left out)",
-                                        "fraction of tokens kept", "cos(g, exact ∇J)"))
+    fig = make_subplots(rows=1, cols=3, horizontal_spacing=0.07,  # short titles: a third of a 900 px page each
+                        subplot_titles=("‖g‖ (log; 0 left out)", "tokens kept", "cos(g, exact ∇J)"))
+    fig.update_annotations(font_size=11)
     palette = colors(grad_norm["estimator"].unique())
     for col, df in enumerate((grad_norm, kept, cosine), start=1):
         _band_traces(fig, df, palette, row=1, col=col, showlegend=col == 1)
@@ -80,7 +80,9 @@ def diagnostics(grad_norm: pd.DataFrame, kept: pd.DataFrame, cosine: pd.DataFram
     fig.update_yaxes(type="log", row=1, col=1)
     fig.update_yaxes(range=[-0.02, 1.02], row=1, col=2)
     fig.update_yaxes(range=[-1.02, 1.02], row=1, col=3)
-    return _layout(fig, "What drove each update", 360)
+    fig = _layout(fig, "What drove each update", 380)
+    fig.update_layout(margin_t=max(fig.layout.margin.t or 0, 84))  # the subplot titles sit under the title
+    return fig
 
 
 SWEEP_AXES = {"horizon": ("horizon H", True), "lag": ("lag K (updates stale)", False),
