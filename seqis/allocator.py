@@ -1,11 +1,10 @@
 """glibc's malloc told to keep freed memory for reuse: an opt-in process setting, measured by the benchmark.
 
 Each estimator allocates a few (B, T) tensors per call. If a freed block goes back to the OS, the next tensor of
-that size page-faults in fresh memory. glibc raises its mmap threshold by itself once a large block is freed,
-so in a warmed-up process this setting changes little: `python -m seqis.bench --only estimators` (which
-prints both) measured 0.97-1.06x on 256 x 4096 on a 2-core CPU (2026-11-30), so neither the explorer nor
-`make run` applies it. A trainer whose first steps allocate in another pattern can try it, from Python or
-from the shell before Python starts:
+that size page-faults in fresh memory. `python -m seqis.bench --only estimators` prints both: on 256 x 4096 on
+a 2-core CPU (2026-11-30) a single estimator call is 1.3-1.9x faster with it, run_many of all twelve 1.1x; the
+explorer's server work per slider move did not measurably change (the browser's drawing dominates), so neither
+the explorer nor `make run` applies it. A trainer can, from Python or from the shell before Python starts:
 
     export GLIBC_TUNABLES=glibc.malloc.trim_threshold=1073741824:glibc.malloc.mmap_threshold=33554432
 """
