@@ -124,6 +124,8 @@ def test_bv_first_screen_tells_the_story():
     assert table.loc["seq_is", "bias²"] < 4 * table.loc["seq_is", "noise floor"]
     assert table["variance"].idxmax() == "seq_is"
     assert metric_starting(at, "lowest MSE").startswith("token_tis")
+    share = float(metric_starting(at, "seq_is (unbiased): share of its MSE from variance").rstrip("%")) / 100
+    assert share == pytest.approx(table.loc["seq_is", "variance"] / table.loc["seq_is", "MSE"], abs=1e-3)
     text = chart_text(at)
     assert "seq_tis: bias², variance and MSE vs seq_clip" in text
     assert "Batch-size frontier" in text

@@ -159,3 +159,17 @@ def test_every_estimator_describes_itself_in_words():
 def test_validation_names_the_field_and_why(make, message):
     with pytest.raises(ValueError, match=message):
         make()
+
+
+def test_unbiased_is_read_from_the_composition():
+    import math
+
+    from seqis import ESTIMATORS
+    from seqis.estimators import resolve
+    from seqis.presets import PRESETS
+
+    assert resolve("seq_is").unbiased
+    assert resolve("seq_tis", ESTIMATORS["seq_tis"].config(seq_clip=math.inf)).unbiased  # an open clip is plain IS
+    assert not resolve("seq_tis").unbiased  # truncated
+    assert [n for n in ESTIMATORS if resolve(n).unbiased] == ["seq_is"]
+    assert not any(resolve(k).unbiased for k in PRESETS)  # every framework's correction trades some bias

@@ -159,6 +159,15 @@ class Composition:
             _number("Composition", "log_ratio_clamp", self.log_ratio_clamp, low=0.0, open_low=True)
         _number("Composition", "adv_tau", self.adv_tau, low=0.0, open_low=True, allow_inf=False)
 
+    @property
+    def unbiased(self) -> bool:
+        """Plain sequence-level IS: the product weight untouched (no truncation, band, clamp or self-normalisation)
+        and nothing rejected or added, so the gradient is unbiased under valid IS (up to the e^40 weight cap)."""
+        w = self.weight
+        return (w.level == "sequence" and (w.clip is None or w.clip == math.inf) and w.clip_low == 0.0
+                and w.band is None and not w.self_normalize and not self.criteria and self.penalty is None
+                and self.log_ratio_clamp is None)
+
     def describe(self) -> str:
         """One line in words, e.g. 'sequence weight truncated at 2; drop rollouts with mean ratio outside
         [0.5, 2]'."""
