@@ -159,7 +159,7 @@ def test_longest_line_and_newlines_counted_chunk_by_chunk(tmp_path, monkeypatch,
     path = tmp_path / "f.jsonl"
     path.write_bytes(data)
     for source in (data, path):
-        assert prime_rl_lines._longest_line(source, len(data)) == longest
+        assert prime_rl_lines.line_stats(source, len(data)) == (len(complete), longest)
         assert prime_rl_lines._count_newlines(source, len(data)) == len(complete)
     if data:
         assert prime_rl_lines._count_newlines(path, len(data) - 1) == data[:-1].count(b"\n")

@@ -45,6 +45,7 @@ from .prime_rl_lines import (
     _complete_part,
     _line_numbers,
     _parse,
+    line_stats,
 )
 
 
@@ -187,11 +188,12 @@ def _records(source: bytes | Path, extras: bool, tolerate_truncated: bool, notes
     """One file (its bytes, or its path) as records (None: no records); errors and notes name lines, the
     source's first line numbered `first_line` (a span of a larger file)."""
     end = _complete_part(source, tolerate_truncated, notes, first_line)
-    table = _parse(source, end, extras, first_line)
+    stats = line_stats(source, end)  # one pass for the parser's block size and the line numbers
+    table = _parse(source, end, extras, stats, first_line)
     if table.num_rows == 0:
         notes.append("no records")
         return None
-    return _Records(table, _line_numbers(source, end, table.num_rows, first_line), extras)
+    return _Records(table, _line_numbers(source, end, table.num_rows, stats, first_line), extras)
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -128,18 +128,27 @@ def _count_newlines(source: bytes | Path, end: int) -> int:
     return sum(chunk.obj.count(b"\n", 0, len(chunk)) for chunk in _chunks(source, end))
 
 
-def _longest_line(source: bytes | Path, end: int) -> int:
-    """Bytes in the longest of the first `end` bytes' lines, its newline counted."""
-    longest = run = 0  # run: bytes since the last newline
+class LineStats(NamedTuple):
+    """The first `end` bytes' newlines and their longest line (its newline counted), from one pass."""
+
+    newlines: int
+    longest: int
+
+
+def line_stats(source: bytes | Path, end: int) -> LineStats:
+    """One read of the bytes gives both what the parser needs (the longest line sizes its blocks) and what the
+    line numbers need (the count of newlines)."""
+    longest = run = count = 0  # run: bytes since the last newline
     for chunk in _chunks(source, end):
         newlines = np.flatnonzero(np.frombuffer(chunk, np.uint8) == 10)  # (K,) positions in the chunk
+        count += newlines.size
         if newlines.size == 0:
             run += len(chunk)
             continue
         gaps = np.diff(newlines)
         longest = max(longest, run + int(newlines[0]) + 1, int(gaps.max()) if gaps.size else 0)
         run = len(chunk) - int(newlines[-1]) - 1
-    return max(longest, run)
+    return LineStats(count, max(longest, run))
 
 
 def _last_byte(source: bytes | Path, end: int) -> bytes:
@@ -150,9 +159,9 @@ def _last_byte(source: bytes | Path, end: int) -> bytes:
         return f.read(1)
 
 
-def _line_numbers(source: bytes | Path, end: int, n_rows: int, first_line: int = 1) -> np.ndarray:
+def _line_numbers(source: bytes | Path, end: int, n_rows: int, stats: LineStats, first_line: int = 1) -> np.ndarray:
     """Line number of each record (blank lines are not records), the source's first line `first_line`."""
-    n_lines = _count_newlines(source, end) + (end > 0 and _last_byte(source, end) != b"\n")
+    n_lines = stats.newlines + (end > 0 and _last_byte(source, end) != b"\n")
     if n_rows == n_lines:
         return np.arange(first_line, first_line + n_rows)
     lines = _bytes(source, end).split(b"\n")
@@ -199,7 +208,7 @@ def _bad_line(source: bytes | Path, end: int, schema, first_line: int = 1) -> Ba
     return None
 
 
-def _parse(source: bytes | Path, end: int, extras: bool, first_line: int = 1):
+def _parse(source: bytes | Path, end: int, extras: bool, stats: LineStats, first_line: int = 1):
     """The needed fields of the first `end` bytes; a whole file on disk is streamed, never held in memory."""
     import pyarrow as pa
     import pyarrow.json as pj
@@ -212,7 +221,7 @@ def _parse(source: bytes | Path, end: int, extras: bool, first_line: int = 1):
     # scan's engines run one step per core) and the system allocator: the parser's scratch memory goes back
     # (pyarrow's default mimalloc and its threads kept 3x as much resident on a 16 MB step, 4 MB blocks about
     # twice as much as 1 MB ones: measured with seqis/bench/runs.py's probe)
-    block = max(_BLOCK, _longest_line(source, end) + 1)
+    block = max(_BLOCK, stats.longest + 1)
     try:
         return pj.read_json(str(source) if whole_file else pa.BufferReader(data),
                             read_options=pj.ReadOptions(block_size=block, use_threads=False), parse_options=parse,
