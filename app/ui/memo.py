@@ -66,12 +66,10 @@ def _memo_store() -> Store:
     return Store(32)
 
 
-def memo(key: Hashable, compute: Callable[[], object], *, max_entries: int = 32):
-    """compute() once per key (held in an LRU of max_entries shared by every session; a second caller of a key
-    being computed waits for that result instead of computing it again). Treat the result as read-only."""
-    store = _memo_store()
-    store.max_entries = max_entries
-    return store.get(key, compute)
+def memo(key: Hashable, compute: Callable[[], object]):
+    """compute() once per key (held in one LRU of 32 entries shared by every session and page; a second caller of
+    a key being computed waits for that result instead of computing it again). Treat the result as read-only."""
+    return _memo_store().get(key, compute)
 
 
 def cached(max_entries: int):

@@ -118,7 +118,7 @@ def _train(spec: TrainSpec, progress=None) -> dict:
 def run_training(spec: TrainSpec, progress=None) -> dict:
     """The run's curves, memoised by spec. A Stop click interrupts the run (Streamlit stops the script at
     its next progress call), so only finished runs are kept."""
-    return memo(("train", spec), lambda: _train(spec, progress), max_entries=16)
+    return memo(("train", spec), lambda: _train(spec, progress))
 
 
 def has_run(spec: TrainSpec) -> bool:
@@ -153,4 +153,4 @@ def run_sweep(what: str, device: str, progress=None) -> dict:
         df = train_sweeps.sweep(what, panel["settings"], device=device, progress=progress)
         return {**panel, "ours": train_sweeps.summary(df)}
 
-    return memo(("train-sweep", what, device), compute, max_entries=6)
+    return memo(("train-sweep", what, device), compute)
