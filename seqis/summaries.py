@@ -23,9 +23,8 @@ import numpy as np
 import pandas as pd
 import torch
 
-from . import theory
+from .closed_forms import closed_form
 from .estimators._common import Ratios
-from .estimators.dispatch import resolve
 from .types import EstimatorOutput
 
 # log10 weight bins shared by every estimator so histograms overlay: 1e-3 .. 1e3, plus two overflow bins
@@ -173,36 +172,21 @@ def rollout_row(x: torch.Tensor, mask: torch.Tensor, j: int) -> tuple[torch.Tens
 
 
 def theory_rollouts(x, cfg, s: float, lengths) -> dict[str, float]:
-    """Closed-form expectations under valid-IS Gaussian noise of scale s (seqis.theory), averaged over the
+    """Closed-form expectations under valid-IS Gaussian noise of scale s (seqis.closed_forms), averaged over the
     batch's rollout lengths, read from the correction's composition (x: a name, a preset key or a Composition;
     cfg its config or None): "rollouts_kept_frac" when one rollout-level band on the ratio (geometric, product,
     or every token's) decides which rollouts go, "clipped_frac" when a sequence weight is truncated. Empty when
     the closed forms do not cover the composition (several rollout rules, other statistics, sign conditions)."""
     T = np.asarray(lengths, dtype=np.float64)
     T = T[T > 0]
-    comp = resolve(x, cfg)
-    if T.size == 0 or any(c.advantage is not None for c in comp.criteria):
+    form = closed_form(x, cfg, T, s) if T.size else None
+    if form is None:
         return {}
-    w = comp.weight
-    bands = [(c.agg, c.low or 0.0, math.inf if c.high is None else c.high) for c in comp.criteria
-             if c.agg != "token" and c.statistic == "ratio"]
-    if len(bands) != len([c for c in comp.criteria if c.agg != "token"]):
-        return {}  # a rollout rule on k1 / k2 / k3 / prob_diff: no closed form here
-    every = [b for b in bands if b[0] in ("max", "min")]
-    if every:  # max_t rho_t <= hi and min_t rho_t >= lo together: every token in [lo, hi]
-        bands = [b for b in bands if b[0] not in ("max", "min")]
-        bands.append(("every", max(b[1] for b in every), min(b[2] for b in every)))
-    if w.level == "sequence" and w.band is not None:
-        bands.append(("sum", *w.band))
-    if len(bands) == 1:
-        kind, lo, hi = bands[0]
-        accept = {"mean": theory.geo_band_acceptance, "sum": theory.product_band_acceptance,
-                  "every": theory.max_band_acceptance}[kind]
-        return {"rollouts_kept_frac": float(np.mean(accept(T, s, lo, hi)))}
-    if not bands and w.level == "sequence" and w.clip is not None and w.clip_low == 0:
-        return {"clipped_frac": float(np.mean(1.0 - theory.product_band_acceptance(T, s, 0.0, w.clip)))}
+    if form.accepted is not None:
+        return {"rollouts_kept_frac": float(np.mean(form.accepted))}
+    if form.clipped is not None:
+        return {"clipped_frac": float(np.mean(form.clipped))}
     return {}
-
 
 __all__ = ["HIST_BINS", "HIST_LOG10_RANGE", "TokenMap", "dropped_map", "effective_batch",
            "rollout_advantages", "rollout_row", "theory_rollouts", "token_map", "weight_histogram"]

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from seqis import ESTIMATORS, PRESETS, Batch, run, run_many
+from seqis.estimators.dispatch import About, about
 from seqis.presets import FRAMEWORKS, presets_of
 
 DESIGN_KEYS = [
@@ -69,6 +70,19 @@ def test_a_preset_describes_itself(key):
     assert "/" in repo or repo == "seqis", p.source
     assert ".py" in path, p.source
     assert isinstance(p.config, p.estimator.config)
+
+
+def test_about_serves_registry_names_and_preset_keys_alike():
+    for name, spec in ESTIMATORS.items():
+        a = about(name)
+        assert (a.summary, a.export_framework) == (spec.summary, None)
+        assert a.source == spec.section("Source") and a.source, name
+    for key, p in PRESETS.items():
+        assert about(key) == About(p.summary, p.source, p.export_framework)
+    assert about("verl/bypass_pg_is").export_framework == "verl"
+    assert about("prime-rl/seq_tis").export_framework == "prime-rl-legacy"  # written by the older table's exporter
+    with pytest.raises(ValueError, match="unknown estimator 'seq_tiss'"):
+        about("seq_tiss")
 
 
 @pytest.mark.parametrize("key", list(PRESETS))

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from seqis import ESTIMATORS, Batch, Composition, Weight, run
+from seqis import ESTIMATORS, PRESETS, Batch, Composition, Weight, run
 from seqis.lab import BitChain, TabularAR
 from seqis.lab.poisson_binomial import count_distribution, value_and_gradient
 from seqis.lab.policies import ChainPolicy, SamplerFault, TabularPolicy
@@ -210,6 +210,10 @@ def test_result_shapes_labels_and_first_value():
         assert getattr(res, name).shape == (3, 3, 5) and np.isfinite(getattr(res, name)).all()
     assert len(res.frame()) == 9
     assert label_of(("seq_tis", ESTIMATORS["seq_tis"].config())) == "seq_tis"
+    trl = PRESETS["trl/sequence_mask"]
+    assert label_of(("trl/sequence_mask", trl.config)) == "trl/sequence_mask"
+    moved = trl.config.replace(vllm_importance_sampling_clip_max=2.0)
+    assert label_of(("trl/sequence_mask", moved)) == "trl/sequence_mask(vllm_importance_sampling_clip_max=2)"
     assert label_of(SELF_NORMALISED) == SELF_NORMALISED.describe()
 
 

@@ -8,6 +8,7 @@ from typing import Any
 
 import streamlit as st
 
+from seqis.estimators import about
 from seqis.export import EXPORTERS, Snippet, export, prime_rl_toml
 from seqis.presets import FRAMEWORKS, PRESETS, presets_of
 from seqis.types import Config
@@ -56,7 +57,7 @@ def caption(key: str) -> str:
 def frameworks_for(name: str, cfg: Config) -> list[str]:
     """The frameworks a column offers snippets for: prime-rl and verl, plus a preset's own framework; a
     correction of no framework (the custom one) gets every framework that can express it."""
-    own = PRESETS[name].export_framework if name in PRESETS else None
+    own = about(name).export_framework
     if own is not None and own not in EXPORTERS:
         return [f for f in EXPORTERS if snippet(name, f, cfg).expressible]
     return [*BESIDE, *([own] if own not in (None, *BESIDE) else [])]
@@ -64,7 +65,7 @@ def frameworks_for(name: str, cfg: Config) -> list[str]:
 
 def first_framework(name: str, frameworks: list[str]) -> str:
     """The framework an export shows first: a preset's own, else the first offered."""
-    own = PRESETS[name].export_framework if name in PRESETS else None
+    own = about(name).export_framework
     return own if own in frameworks else frameworks[0]
 
 

@@ -12,6 +12,7 @@ import pandas as pd
 import streamlit as st
 
 from seqis import ESTIMATORS, acceptance, theory
+from seqis.closed_forms import closed_form
 
 LENGTHS = (16, 64, 256, 1024, 4096)  # simulated points
 T_GRID = tuple(int(t) for t in np.unique(np.round(np.geomspace(1, 8192, 97))))  # closed-form lines
@@ -20,6 +21,7 @@ KL_POINTS = tuple(float(f"{k:.2g}") for k in np.geomspace(1e-4, 0.1, 8))
 KL_GRID = tuple(float(k) for k in np.geomspace(5e-5, 0.2, 121))
 CATASTROPHIC_LENGTHS = tuple(int(t) for t in np.unique(np.round(np.geomspace(1, 4096, 32))))
 DRIFT_LENGTHS = (10, 100, 500, 1000, 2000, 5000)
+TABLE_ROLES = ("product", "geo", "traj")  # the bands whose numbers the length table lists
 
 
 def band_label(lo: float, hi: float) -> str:
@@ -36,62 +38,65 @@ def length_labels(geo: tuple[float, float], traj: tuple[float, float], clip: flo
     }
 
 
+def length_series(geo: tuple[float, float], traj: tuple[float, float], clip: float) -> list[tuple]:
+    """The estimators the length panel simulates, as (label, name, cfg, moments): `moments` maps the applied
+    weight's closed-form moments the moments chart shows (seqis.closed_forms.ClosedForm fields) to their
+    labels. Each one's acceptance is charted when its closed form has one (a rollout-level band)."""
+    lab = length_labels(geo, traj, clip)
+    spec = ESTIMATORS
+    return [
+        ("seq_tis", "seq_tis", spec["seq_tis"].config(seq_clip=clip),
+         {"weight_mean": f"seq_tis mean E[min(w, {clip:g})]", "weight_var": f"seq_tis variance Var[min(w, {clip:g})]"}),
+        (lab["geo"], "seq_mis", spec["seq_mis"].config(geo_mask_low=geo[0], geo_mask_high=geo[1]), {}),
+        (lab["traj"], "mis_po", spec["mis_po"].config(geo_mask_low=traj[0], geo_mask_high=traj[1]), {}),
+        (lab["product_one_sided"], "seq_mis_product", spec["seq_mis_product"].config(seq_clip=clip),
+         {"weight_mean": f"seq_mis_product kept mass E[w·1(w ≤ {clip:g})]"}),
+    ]
+
+
 @st.cache_data(max_entries=48, show_spinner="Simulating fixed-length batches…")
 def length_panel(s: float, geo: tuple[float, float], traj: tuple[float, float], clip: float,
                  n_rollouts: int, seed: int, device: str) -> dict[str, pd.DataFrame]:
-    """Acceptance vs length and truncated-weight moments vs length: closed forms and simulation.
+    """Acceptance vs length and truncated-weight moments vs length: closed forms (each estimator's, read from its
+    composition by seqis.closed_forms) and simulation. The two-sided product band has no estimator: its closed
+    form is theory's and its points count a <= exp(S) <= b on the same rollouts.
 
     Returns {"acc_theory", "acc_sim", "mom_theory", "mom_sim", "table"}; long DataFrames with columns
     label, T, accepted(_se) (acceptance) or label, T, value(_se) (moments).
     """
     lab = length_labels(geo, traj, clip)
-    spec = ESTIMATORS
-    ests = [
-        (lab["geo"], "seq_mis", spec["seq_mis"].config(geo_mask_low=geo[0], geo_mask_high=geo[1])),
-        (lab["traj"], "mis_po", spec["mis_po"].config(geo_mask_low=traj[0], geo_mask_high=traj[1])),
-        (lab["product_one_sided"], "seq_mis_product", spec["seq_mis_product"].config(seq_clip=clip)),
-        ("seq_tis", "seq_tis", spec["seq_tis"].config(seq_clip=clip)),
-    ]
-    sim = acceptance.length_sweep(ests, LENGTHS, s, n_rollouts=n_rollouts, seed=seed, device=device,
-                                  product_band=geo)
+    series = length_series(geo, traj, clip)
+    sim = acceptance.length_sweep([e[:3] for e in series], LENGTHS, s, n_rollouts=n_rollouts, seed=seed,
+                                  device=device, product_band=geo)
     sim.loc[sim["label"] == "product band", "label"] = lab["product"]
 
-    T = np.asarray(T_GRID, dtype=float)
-    acc_theory = pd.concat([
-        pd.DataFrame({"label": lab["geo"], "T": T, "accepted": theory.geo_band_acceptance(T, s, *geo)}),
-        pd.DataFrame({"label": lab["product"], "T": T, "accepted": theory.product_band_acceptance(T, s, *geo)}),
-        pd.DataFrame({"label": lab["product_one_sided"], "T": T,
-                      "accepted": theory.product_band_acceptance(T, s, 0.0, clip)}),
-        pd.DataFrame({"label": lab["traj"], "T": T, "accepted": theory.geo_band_acceptance(T, s, *traj)}),
-    ], ignore_index=True)
-    acc_sim = sim[sim["label"] != "seq_tis"][["label", "T", "accepted", "accepted_se"]]
+    T, Ts = np.asarray(T_GRID, dtype=float), np.asarray(LENGTHS, dtype=float)
+    lines = {label: closed_form(name, cfg, T, s) for label, name, cfg, _ in series}  # at T_GRID
+    points = {label: closed_form(name, cfg, Ts, s) for label, name, cfg, _ in series}  # at LENGTHS
+    accepting = [label for label, form in lines.items() if form.accepted is not None]
+    acc_theory = pd.concat(
+        [pd.DataFrame({"label": lab["product"], "T": T, "accepted": theory.product_band_acceptance(T, s, *geo)})]
+        + [pd.DataFrame({"label": label, "T": T, "accepted": lines[label].accepted}) for label in accepting],
+        ignore_index=True)
+    acc_sim = sim[sim["label"].isin([*accepting, lab["product"]])][["label", "T", "accepted", "accepted_se"]]
 
-    tis_mean, tis_var = theory.seq_tis_moments(T, s, clip)
-    mom_labels = (f"seq_tis mean E[min(w, {clip:g})]", f"seq_tis variance Var[min(w, {clip:g})]",
-                  f"seq_mis_product kept mass E[w·1(w ≤ {clip:g})]")
-    mom_theory = pd.concat([
-        pd.DataFrame({"label": mom_labels[0], "T": T, "value": tis_mean}),
-        pd.DataFrame({"label": mom_labels[1], "T": T, "value": tis_var}),
-        pd.DataFrame({"label": mom_labels[2], "T": T, "value": theory.seq_mis_product_mean(T, s, clip)}),
-    ], ignore_index=True)
-    tis = sim[sim["estimator"] == "seq_tis"]
-    prod = sim[sim["estimator"] == "seq_mis_product"]
-    mom_sim = pd.concat([
-        pd.DataFrame({"label": mom_labels[0], "T": tis["T"], "value": tis["weight_mean"], "se": tis["weight_mean_se"]}),
-        pd.DataFrame({"label": mom_labels[1], "T": tis["T"], "value": tis["weight_var"], "se": tis["weight_var_se"]}),
-        pd.DataFrame({"label": mom_labels[2], "T": prod["T"], "value": prod["weight_mean"],
-                      "se": prod["weight_mean_se"]}),
-    ], ignore_index=True)
+    moments = [(label, field, text) for label, _, _, shown in series for field, text in shown.items()]
+    mom_theory = pd.concat([pd.DataFrame({"label": text, "T": T, "value": getattr(lines[label], field)})
+                            for label, field, text in moments], ignore_index=True)
+    simulated = {label: sim[sim["label"] == label] for label, *_ in series}
+    mom_sim = pd.concat([pd.DataFrame({"label": text, "T": simulated[label]["T"], "value": simulated[label][field],
+                                       "se": simulated[label][f"{field}_se"]}) for label, field, text in moments],
+                        ignore_index=True)
 
-    # the numbers at the simulated lengths, closed form next to simulation
-    Ts = np.asarray(LENGTHS, dtype=float)
+    # the numbers at the simulated lengths, closed form next to simulation: the product band, then the bands of
+    # the estimators whose acceptance is charted
     table = pd.DataFrame({"T": list(LENGTHS)})
-    for role, fn in (("product", lambda: theory.product_band_acceptance(Ts, s, *geo)),
-                     ("geo", lambda: theory.geo_band_acceptance(Ts, s, *geo)),
-                     ("traj", lambda: theory.geo_band_acceptance(Ts, s, *traj))):
-        pts = acc_sim[acc_sim["label"] == lab[role]].set_index("T")["accepted"]
-        table[f"{lab[role]} (closed form)"] = fn()
-        table[f"{lab[role]} (simulated)"] = [pts.get(t, np.nan) for t in LENGTHS]
+    closed = {lab["product"]: theory.product_band_acceptance(Ts, s, *geo),
+              **{label: points[label].accepted for label in accepting}}
+    for label in (lab[role] for role in TABLE_ROLES):
+        pts = acc_sim[acc_sim["label"] == label].set_index("T")["accepted"]
+        table[f"{label} (closed form)"] = closed[label]
+        table[f"{label} (simulated)"] = [pts.get(t, np.nan) for t in LENGTHS]
     table["untruncated Var(w)"] = theory.seq_weight_variance(Ts, s)
     table["ESS of w"] = theory.ess_seq(Ts, s)
     return dict(acc_theory=acc_theory, acc_sim=acc_sim, mom_theory=mom_theory, mom_sim=mom_sim, table=table)

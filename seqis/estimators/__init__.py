@@ -104,7 +104,7 @@ _ROWS = [
 ESTIMATORS: dict[str, EstimatorSpec] = {spec.name: spec for spec in _ROWS}
 SEED_ESTIMATORS: tuple[str, ...] = tuple(s.name for s in _ROWS if s.seed)
 
-from .dispatch import resolve, resolve_config, run, run_many  # noqa: E402  (reads ESTIMATORS)
+from .dispatch import about, resolve, resolve_config, run, run_many  # noqa: E402  (reads ESTIMATORS)
 
 __all__ = ["ESTIMATORS", "SEED_ESTIMATORS", "AGGREGATIONS", "EstimatorSpec", "Ratios", "Correction", "Composition",
-           "Criterion", "Penalty", "Weight", "correction", "resolve_config", "resolve", "run", "run_many"]
+           "Criterion", "Penalty", "Weight", "about", "correction", "resolve_config", "resolve", "run", "run_many"]

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import importlib.util
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from functools import cache, lru_cache, partial
 
 import torch
@@ -77,6 +78,25 @@ def entry(name: str) -> tuple[EstimatorSpec, Config]:
         return presets[name].estimator, presets[name].config
     known = ", ".join([*ESTIMATORS, *presets])
     raise ValueError(f"unknown estimator {name!r}; known: {known}")
+
+
+@dataclass(frozen=True)
+class About:
+    """What a registry name or preset key is, in words, for whoever shows or exports it."""
+
+    summary: str  # one line
+    source: str  # the paper or the framework's code it reproduces
+    export_framework: str | None  # the framework whose own settings export it (a preset's); None: a registry entry
+
+
+def about(name: str) -> About:
+    """A registry estimator's or a preset's summary, source and export framework (one lookup serves both)."""
+    presets = _presets()
+    if name in presets:
+        p = presets[name]
+        return About(p.summary, p.source, p.export_framework)
+    spec, _ = entry(name)
+    return About(spec.summary, spec.section("Source"), None)
 
 
 def resolve_config(name: str, cfg: Config | None) -> Config:

@@ -37,7 +37,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from ..estimators import ESTIMATORS, Composition, resolve, run
+from ..estimators import Composition, resolve, run
+from ..estimators.dispatch import entry
 from ..types import Batch, Config
 from .policies import SamplerFault, policy_of
 from .streams import Streams
@@ -126,9 +127,9 @@ def label_of(estimator) -> str:
     if isinstance(estimator, Composition):
         return estimator.describe()
     name, cfg = estimator
-    if cfg is None or name not in ESTIMATORS:
+    if cfg is None:
         return name
-    default = ESTIMATORS[name].config().as_dict()
+    default = entry(name)[1].as_dict()  # a registry entry's defaults, or a preset's (the framework's)
     changed = [f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in cfg.as_dict().items()
                if default.get(k) != v]
     return f"{name}({', '.join(changed)})" if changed else name
