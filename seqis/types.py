@@ -223,6 +223,11 @@ class Masks(Mapping):
             m = self._masks[name] = m()
         return m
 
+    def __contains__(self, name: object) -> bool:
+        # Mapping's own test reads self[name], building the mask, and a missing name raises KeyError inside it:
+        # 5.6 ms of a 57 ms forward of all 62 keys through run_many (29 tests a call)
+        return name in self._masks
+
     def __iter__(self) -> Iterator[str]:
         return iter(self._masks)
 

@@ -36,6 +36,18 @@ def test_repeated_estimators_section_ends_with_a_median_and_range_per_row(capsys
     assert {label for label, _ in ratios} >= set(labels) and all(float(r) > 0 for _, r in ratios)
 
 
+def test_the_all_presets_row_under_an_allocator_setting_runs_in_a_fresh_interpreter(capsys):
+    from seqis.bench.estimators import ALLOCATOR_SETTINGS, allocator_rows
+
+    both = {"both": ALLOCATOR_SETTINGS["both"]}  # huge pages and freed memory kept: both paths of the child
+    got = allocator_rows("cpu", True, "seq_tis", rounds=1, settings=both)
+    (line,) = got["both"]
+    assert line["thp"] == "1" and line["malloc"].startswith("freed memory kept")
+    assert all(line[k][0] > 0 and line[k][1] > 0 for k in ("run_many", "writes"))
+    out = capsys.readouterr().out
+    assert re.search(r"^\| both \| \d+ \| [\d.]+x \| [\d.]+x \|$", out, re.M), out
+
+
 def test_training_section_prints_its_time_and_ratio(capsys):
     main(["--only", "train", "--quick"])
     out = capsys.readouterr().out

@@ -3,22 +3,29 @@ diagnostics, as ratios to a floor; measured with glibc's malloc defaults and wit
 
 from __future__ import annotations
 
+import json
+import os
 import statistics
+import subprocess
+import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 from ..allocator import keep_freed_memory
 from ..diagnostics import diagnostics
 from ..estimators import ESTIMATORS, SEED_ESTIMATORS, run_many
 from ..presets import PRESETS
+from ._allocators import gradient_writes
 from .timing import floor_pass, median_time, paired, ragged_batch, step, step_many, with_catastrophic_tokens
 
 ORDER = 10
 
 
-def table(device: str, quick: bool, malloc: str) -> dict[str, tuple[float, float, float]]:
+def table(device: str, quick: bool, malloc: str) -> tuple[dict[str, tuple[float, float, float]], str]:
     """Each estimator alone, all through run_many, diagnostics: prints the table and returns its rows,
-    label -> (median seconds, floor seconds, x floor); the run_many / slowest-single ratio under "run_many"."""
+    label -> (median seconds, floor seconds, x floor) (the run_many / slowest-single ratios under "run_many",
+    "run_many_presets" and "gradient_writes"), and the slowest single correction it found."""
     B, T = (64, 1024) if quick else (256, 4096)
     batch = ragged_batch(B, T, device=device)
     floor_fn = lambda: floor_pass(batch)
@@ -63,10 +70,14 @@ def table(device: str, quick: bool, malloc: str) -> dict[str, tuple[float, float
     slowest_any = max(top, key=single.get)
     rows["run_many_presets"] = paired(lambda: step_many(every, batch), lambda: step(slowest_any, batch),
                                       device=device)
+    # what any backward per output must do, timed the same way: one fresh (B, T) gradient per key, kept
+    rows["gradient_writes"] = paired(gradient_writes(batch, len(every)), lambda: step(slowest_any, batch),
+                                     device=device)
     print(f"all {len(all_names)} + {len(PRESETS)} presets through run_many / slowest single ({slowest_any}): "
-          f"{rows['run_many_presets'][2]:.2f}x (target: at most 4x)")
+          f"{rows['run_many_presets'][2]:.2f}x (target: at most 4x); {len(every)} fresh (B, T) gradients written "
+          f"alone and kept / the same single: {rows['gradient_writes'][2]:.2f}x")
     where_the_time_goes(batch, every, rows["run_many_presets"][0], single, device)
-    return rows
+    return rows, slowest_any
 
 
 def where_the_time_goes(batch, keys: list, full: float, single: dict, device: str) -> None:
@@ -75,8 +86,7 @@ def where_the_time_goes(batch, keys: list, full: float, single: dict, device: st
     do, as step_many keeps them), and the run against the sum of the singles. Medians in ms."""
     n, slowest = len(keys), max(single.values())
     forward = median_time(lambda: [o.scalars() for o in run_many(keys, batch).values()], repeats=5, device=device)
-    coef, mask_f = batch.advantages.float(), batch.loss_mask.float()
-    writes = median_time(lambda: [coef[:, None] * mask_f for _ in range(n)], repeats=5, device=device)
+    writes = median_time(gradient_writes(batch, n), repeats=5, device=device)
     print(f"  that run: {full * 1e3:.0f} ms = forward + metrics {forward * 1e3:.0f} ms + {n} backwards; "
           f"{n} gradients written alone and kept {writes * 1e3:.0f} ms ({writes / slowest:.1f}x the slowest "
           f"single); the sum of the {n} singles {sum(single.values()) * 1e3:.0f} ms "
@@ -93,7 +103,9 @@ def summarise_repeats(runs: list[dict[str, tuple[float, float, float]]], malloc:
         ms = statistics.median(r[label][0] for r in runs) * 1e3
         xs = [r[label][2] for r in runs]
         name = {"run_many": "all through run_many / the slowest single one",
-                "run_many_presets": "all + every preset through run_many / the slowest single one"}.get(label, label)
+                "run_many_presets": "all + every preset through run_many / the slowest single one",
+                "gradient_writes": "as many fresh (B, T) gradients written alone / the same single one",
+                }.get(label, label)
         print(f"| {name} | {ms:.2f} | {statistics.median(xs):.1f} | {min(xs):.1f}-{max(xs):.1f} |")
 
 
@@ -106,15 +118,51 @@ def compare(default: dict, tuned: dict) -> None:
     print("| estimator | defaults ms | kept ms | defaults / kept |")
     print("|---|---:|---:|---:|")
     for label in default:
-        if label in tuned and not label.startswith("run_many"):
+        if label in tuned and label not in ("run_many", "run_many_presets", "gradient_writes"):
             d, k = default[label][0], tuned[label][0]
             print(f"| {label} | {d * 1e3:.2f} | {k * 1e3:.2f} | {d / k:.2f} |")
 
 
+ALLOCATOR_SETTINGS = {  # label -> (environment, arguments) of a fresh interpreter running seqis.bench._allocators
+    "glibc malloc defaults": ({}, ()),
+    "torch's huge pages (THP_MEM_ALLOC_ENABLE=1)": ({"THP_MEM_ALLOC_ENABLE": "1"}, ()),
+    "freed memory kept (seqis.allocator)": ({}, ("--kept",)),
+    "both": ({"THP_MEM_ALLOC_ENABLE": "1"}, ("--kept",)),
+}
+
+
+def allocator_rows(device: str, quick: bool, slowest: str, *, rounds: int = 2, settings=None) -> dict:
+    """The all-presets run_many row and its gradient-write floor under each allocator setting, each in a fresh
+    interpreter (both settings are read once per process), the settings interleaved `rounds` times; prints the
+    medians and returns label -> [the child's JSON line, per round]."""
+    settings = ALLOCATOR_SETTINGS if settings is None else settings
+    root = str(Path(__file__).resolve().parents[2])  # this checkout's seqis, in the child too
+    path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p)
+    got = {label: [] for label in settings}
+    for _ in range(rounds):
+        for label, (extra, args) in settings.items():
+            cmd = [sys.executable, "-m", "seqis.bench._allocators", slowest, "--device", device, *args,
+                   *(["--quick"] if quick else [])]
+            env = {**os.environ, "PYTHONPATH": path, "THP_MEM_ALLOC_ENABLE": "0", **extra}
+            done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
+            got[label].append(json.loads(done.stdout.strip().splitlines()[-1]))
+    print(f"\n## All {len(ESTIMATORS)} + {len(PRESETS)} presets through run_many under each allocator setting "
+          f"(a fresh interpreter each, {rounds} interleaved rounds; slowest single: {slowest})\n")
+    print("| setting | run_many ms | run_many / slowest single | gradient writes / slowest single |")
+    print("|---|---:|---:|---:|")
+    med = lambda label, key, i: statistics.median(r[key][i] for r in got[label])
+    for label in settings:
+        print(f"| {label} | {med(label, 'run_many', 0) * 1e3:.0f} | {med(label, 'run_many', 1):.2f}x | "
+              f"{med(label, 'writes', 1):.2f}x |")
+    return got
+
+
 def run(device: str, quick: bool, *, repeat: int = 1, pause: float = 20.0, malloc: str = "both") -> None:
     """The table `repeat` times per allocator setting ("defaults", "kept" or "both": defaults first, since the
-    setting cannot be undone in a process), each ratio's median and range when repeated, and the comparison."""
+    setting cannot be undone in a process), each ratio's median and range when repeated, and the comparison;
+    then (CPU, full size, "both") the all-presets row under each allocator setting, torch's huge pages included."""
     results = {}
+    slowest = None
     for setting in (("defaults", "kept") if malloc == "both" else (malloc,)):
         label = "glibc malloc defaults"
         if setting == "kept":
@@ -122,9 +170,12 @@ def run(device: str, quick: bool, *, repeat: int = 1, pause: float = 20.0, mallo
         runs = []
         for i in range(repeat):
             time.sleep(pause if i else 0)
-            runs.append(table(device, quick, label))
+            rows, slowest = table(device, quick, label)
+            runs.append(rows)
         if repeat > 1:
             summarise_repeats(runs, label)
         results[setting] = {k: tuple(statistics.median(r[k][i] for r in runs) for i in range(3)) for k in runs[0]}
     if len(results) == 2:
         compare(results["defaults"], results["kept"])
+    if malloc == "both" and not quick and device == "cpu":
+        allocator_rows(device, quick, slowest)
