@@ -23,7 +23,12 @@ def main(argv: list[str]) -> None:
 
     warm.before_serving()
     warm.start_background()
-    sys.argv = ["streamlit", "run", str(APP), *argv]
+    import ui.chart  # noqa: F401  (plotly.js into app/static before the first page asks for it)
+
+    # what .streamlit/config.toml says, for a start from another folder: the static folder ui/chart.py serves
+    # plotly.js from, and no full garbage collection after each run (the config file says why)
+    sys.argv = ["streamlit", "run", str(APP), "--server.enableStaticServing", "true", "--runner.postScriptGC",
+                "false", *argv]
     cli.main()
 
 

@@ -14,3 +14,19 @@ def open_view(view: str, *, timeout: float = 120, **params) -> AppTest:
     at.switch_page(view).run()
     assert not at.exception, [e.value for e in at.exception]
     return at
+
+
+def charts(at: AppTest) -> list[dict]:
+    """The plotly figures the page drew (ui/chart.py's component), in page order, each validated by plotly (the
+    app sends them unvalidated: an invalid property fails here)."""
+    import json
+
+    import plotly.graph_objects as go
+
+    out = []
+    for e in at.get("bidi_component"):
+        if e.proto.component_name == "seqis_chart":
+            fig = json.loads(e.proto.bytes)["figure"]
+            go.Figure(fig)  # raises ValueError on a property plotly does not know
+            out.append(fig)
+    return out

@@ -2,10 +2,10 @@
 token's ratio at exactly 1.001, MIS-PO's upper trajectory edge, so S/T = log 1.001 on every rollout: Explore and
 Length & thresholds must both say that mis_po keeps every rollout (float32 rounding once dropped 117 of 256)."""
 
-import json
 from pathlib import Path
 
 import pytest
+from pages import charts  # noqa: E402
 
 APP = str(Path(__file__).resolve().parent.parent / "app" / "streamlit_app.py")
 
@@ -26,7 +26,7 @@ def test_explore_keeps_every_drift_rollout_at_mis_pos_edge():
     assert not at.exception, [e.value for e in at.exception]
     effective = at.dataframe[1].value  # the effective-batch table, estimators as columns
     assert float(str(effective.loc["rollouts_kept_frac", "mis_po"])) == 1.0
-    title = json.loads(at.get("plotly_chart")[0].proto.spec)["layout"]["title"]["text"]
+    title = charts(at)[0]["layout"]["title"]["text"]
     assert "256 kept" in title and "0 dropped" in title
 
 

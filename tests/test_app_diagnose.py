@@ -5,7 +5,7 @@ per-group table, the raw ratio tables and the worst rollout; the explorer's batc
 import pytest
 
 pytest.importorskip("streamlit")
-from pages import open_view  # noqa: E402
+from pages import charts, open_view  # noqa: E402
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
 
@@ -18,7 +18,7 @@ def test_a_fault_is_named_first_with_its_chart_and_the_tables():
     assert at.title[0].value == "Diagnose"
     first = [m.value for m in at.markdown if "**" in m.value and "background" in m.value][0]
     assert "Sampler truncation" in first and "log_offset" in first
-    assert len(at.get("plotly_chart")) == 2  # the finding's histogram and the worst rollout
+    assert len(charts(at)) == 2  # the finding's histogram and the worst rollout
     corrections = at.dataframe[2].value
     worst = at.dataframe[3].value
     assert {"position", "token_id", "trainer_logprob", "inference_logprob", "entropy"} <= set(worst.columns)

@@ -6,11 +6,13 @@ Most tests use a small batch (64 rollouts up to 256 tokens, set through the URL)
 renders the untouched first screen.
 """
 
+import json
 import sys
 from pathlib import Path
 
 import pytest
 import torch
+from pages import charts  # noqa: E402
 
 from seqis import ESTIMATORS, SEED_ESTIMATORS, run_many
 from seqis.estimators import Ratios
@@ -57,8 +59,7 @@ def test_first_screen_tells_the_story():
     assert any("What to look at" in c.value for c in at.caption)
     assert "256 rollouts x 4096 positions" in " ".join(c.value for c in at.sidebar.caption)
     assert "Device:" in " ".join(c.value for c in at.sidebar.caption)
-    charts = at.get("plotly_chart")
-    assert len(charts) == 4 + 3  # a rollout map per estimator; heatmap, coefficients, weights and effective batch
+    assert len(charts(at)) == 4 + 3  # a rollout map per estimator; heatmap, coefficients, weights and effective batch
     # the story: seq_tis clips long rollouts, mis_po's narrow trajectory band drops short ones, Li's band keeps all
     assert metric(at, "seq_tis", "is_clipped") > 0.05
     assert effective(at, "mis_po", "rollouts_kept_frac") < 0.9
@@ -328,7 +329,7 @@ def test_rollouts_can_be_coloured_by_metadata():
     assert "group_id" in options and "reward" in options
     at.selectbox(key="ex.color").set_value("reward").run()
     assert not at.exception
-    fig = at.get("plotly_chart")[0].proto.spec
+    fig = json.dumps(charts(at)[0])
     assert "reward = %{text}" in fig
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("streamlit")
+from pages import charts  # noqa: E402
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
 APP = str(Path(__file__).resolve().parent.parent / "app" / "streamlit_app.py")
@@ -43,7 +44,7 @@ def metric_starting(at: AppTest, prefix: str) -> str:
 
 def chart_text(at: AppTest) -> str:
     """Every plotly chart's JSON, unicode unescaped (titles, legends, annotations, hover text)."""
-    return " ".join(json.dumps(json.loads(c.proto.spec), ensure_ascii=False) for c in at.get("plotly_chart"))
+    return " ".join(json.dumps(c, ensure_ascii=False) for c in charts(at))
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -63,7 +64,7 @@ def test_lt_first_screen_tells_the_story(lt):
     assert metric_starting(lt, "geometric band [0.5, 2] keeps, T = 4096") == "100.0%"
     assert metric_starting(lt, "mis_po trajectory band keeps, T = 16") == "15.9%"
     assert metric_starting(lt, "w = r^T crosses C = 5") == "T = 1610"
-    assert len(lt.get("plotly_chart")) == 5  # acceptance, KL cutoff, moments, catastrophic, drift
+    assert len(charts(lt)) == 5  # acceptance, KL cutoff, moments, catastrophic, drift
     text = chart_text(lt)
     for label in ("product band [0.5, 2]", "seq_mis_product: w ≤ 2", "mis_po trajectory band [0.996, 1.001]",
                   "cutoff 0.0040", "geo T* = 14.4", "crosses C at T = 1610"):
@@ -116,7 +117,7 @@ def test_bv_first_screen_tells_the_story():
     at = open_page("views/bias_variance.py")
     assert at.title[0].value == "Bias & variance"
     assert at.multiselect(key="bv.est").value == ["seq_is", "seq_tis", "token_tis", "pg", "geo_mask"]
-    assert len(at.get("plotly_chart")) == 4  # error bars, gradients, knob sweep, frontier
+    assert len(charts(at)) == 4  # error bars, gradients, knob sweep, frontier
     table = at.dataframe[0].value.set_index("estimator")
     # Huang's chain (H = 64, k = 40, p = 0.6, q = 0.55): naive PG is far more biased than token TIS, and
     # sequence IS is unbiased (its bias² sits within a few noise floors) but has the largest variance
@@ -203,7 +204,7 @@ def test_bv_opens_with_the_first_view_computed_at_start_up(monkeypatch):
         monkeypatch.setattr(seqis.lab, name, refuse)
     at = open_page("views/bias_variance.py")
     assert at.title[0].value.startswith("Bias & variance")
-    assert len(at.get("plotly_chart")) == 4
+    assert len(charts(at)) == 4
 
 
 def test_memo_computes_a_key_once_while_another_caller_waits():

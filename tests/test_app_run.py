@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("streamlit")
-from pages import APP, open_view  # noqa: E402
+from pages import APP, charts, open_view  # noqa: E402
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
 from seqis.runs import scan  # noqa: E402
@@ -25,7 +25,7 @@ def test_the_example_run_shows_its_incident_and_timelines():
     assert (table.iloc[0]["step"], table.iloc[0]["group"]) == (5, "code")
     assert table.iloc[1]["group"] == "whole step"
     assert at.selectbox(key="run.step").value == 5  # the worst step is picked to open
-    assert len(at.get("plotly_chart")) == 2
+    assert len(charts(at)) == 2
     assert at.button(key="run.incident.explore.py.5").label == "Explore"  # one click from the incident
     assert at.button(key="run.open.explore.py.5").label == "Open step 5 in Explore"
 

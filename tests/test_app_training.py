@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("streamlit")
+from pages import charts  # noqa: E402
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
 APP = str(Path(__file__).resolve().parent.parent / "app" / "streamlit_app.py")
@@ -23,10 +24,6 @@ def open_page(**params) -> AppTest:
     at.run()
     assert not at.exception, [e.value for e in at.exception]
     return at
-
-
-def charts(at: AppTest) -> list[dict]:
-    return [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
 
 
 @pytest.fixture(scope="module")

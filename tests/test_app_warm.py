@@ -7,7 +7,7 @@ import sys
 import pytest
 
 pytest.importorskip("streamlit")
-from pages import APP, open_view  # noqa: E402
+from pages import APP, charts, open_view  # noqa: E402
 
 sys.path.insert(0, APP.rsplit("/", 1)[0])
 from ui import explore_data, warm  # noqa: E402
@@ -30,7 +30,7 @@ def test_the_first_view_is_computed_before_the_page_opens(monkeypatch):
     _no_computing(monkeypatch)
     at = open_view("views/explore.py")
     assert not at.error
-    assert len(at.get("plotly_chart")) == 7  # four rollout maps, the heatmap, coefficients, weights and effective batch
+    assert len(charts(at)) == 7  # four rollout maps, the heatmap, coefficients, weights and effective batch
 
 
 def test_a_learn_presets_view_is_computed_by_the_warm_up(monkeypatch):
@@ -41,4 +41,4 @@ def test_a_learn_presets_view_is_computed_by_the_warm_up(monkeypatch):
     _no_computing(monkeypatch)
     at = open_view("views/explore.py", **query(drift.view))
     assert not at.error
-    assert len(at.get("plotly_chart")) == 5
+    assert len(charts(at)) == 5

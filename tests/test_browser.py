@@ -97,7 +97,7 @@ def _shot(page, name: str) -> None:
 
 def _chart_spec(page, index: int) -> str:
     """Text that changes when a plotly chart redraws: its SVG paths and point markers."""
-    chart = page.locator('[data-testid="stPlotlyChart"]').nth(index)
+    chart = page.locator('.seqis-chart').nth(index)
     return chart.evaluate("el => Array.from(el.querySelectorAll('path, text')).map(n => n.getAttribute('d') || "
                           "n.textContent).join('|')")
 
@@ -139,7 +139,7 @@ def test_explore_by_name_lands_on_explore_with_its_view(server, browser):
 
 def test_moving_a_slider_redraws_the_chart(server, browser):
     page = _open(browser, f"{server}/?{SMALL}", "explore")
-    page.wait_for_selector('[data-testid="stPlotlyChart"] .main-svg', timeout=60_000)
+    page.wait_for_selector('.seqis-chart .main-svg', timeout=60_000)
     before = _chart_spec(page, 0)  # seq_tis's rollout map: its clip curve moves with seq_clip
     thumb = page.locator('[data-testid="stMain"] input[type="range"][aria-label="seq_clip"]').first
     thumb.focus()
@@ -161,7 +161,7 @@ def test_moving_a_slider_redraws_the_chart(server, browser):
 
 def test_training_renders_its_default_run_and_restores_a_view_from_the_url(server, browser):
     page = _open(browser, f"{server}/training", "training")
-    page.wait_for_selector('[data-testid="stPlotlyChart"] .main-svg', timeout=120_000)
+    page.wait_for_selector('.seqis-chart .main-svg', timeout=120_000)
     curves = _chart_spec(page, 0)
     for name in ("Sequence IS", "Token IS", "GeoMean IS"):  # the legend of the learning curves
         assert name in curves, name
@@ -169,7 +169,7 @@ def test_training_renders_its_default_run_and_restores_a_view_from_the_url(serve
     page.close()
     page = _open(browser, f"{server}/training?tr.H=32&tr.K=5&tr.steps=25&tr.B=32&tr.seeds=1&tr.est=seq_is,pg",
                  "training from a link")
-    page.wait_for_selector('[data-testid="stPlotlyChart"] .main-svg', timeout=120_000)
+    page.wait_for_selector('.seqis-chart .main-svg', timeout=120_000)
     caption = page.locator('[data-testid="stMain"] [data-testid="stCaptionContainer"]').first.inner_text()
     assert "H=32" in caption and "lag 5" in caption, caption
     legend = _chart_spec(page, 0)

@@ -28,13 +28,13 @@ def test_every_fault_asset_renders_each_findings_chart(server, browser):  # noqa
         cards = page.locator('[data-testid="stMarkdownContainer"]', has_text="· ")
         first = page.locator('[data-testid="stMain"]').get_by_text(lead).first
         assert first.count(), f"{asset}: no {lead} finding"
-        charts = page.locator('[data-testid="stPlotlyChart"]')
+        charts = page.locator('.seqis-chart')
         try:  # a finding's chart and the worst rollout; under load the second may arrive after the page settles
-            page.wait_for_function("document.querySelectorAll('[data-testid=\"stPlotlyChart\"]').length >= 2",
+            page.wait_for_function("document.querySelectorAll('.seqis-chart').length >= 2",
                                    timeout=60_000)
         except Exception:  # the assertion below says how many there were
             pass
-        page.wait_for_function("n => document.querySelectorAll('[data-testid=\"stPlotlyChart\"] .main-svg').length"
+        page.wait_for_function("n => document.querySelectorAll('.seqis-chart .main-svg').length"
                                " >= n", arg=charts.count(), timeout=60_000)
         assert charts.count() >= 2, f"{asset}: {charts.count()} charts"  # a finding's chart and the worst rollout
         assert cards.count() >= 1

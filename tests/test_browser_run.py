@@ -14,7 +14,7 @@ WIDTHS = (1600, 900)
 # the centre of point `index` of the trace named `name` in the page's first plotly chart (viewport pixels)
 POINT = """
 ([name, index]) => {
-  const gd = document.querySelector('[data-testid="stPlotlyChart"] .js-plotly-plot');
+  const gd = document.querySelector('.seqis-chart');
   const trace = gd.data.findIndex(t => t.name === name);
   const marker = gd.querySelectorAll('.scatterlayer .trace')[trace].querySelectorAll('.points path')[index];
   const box = marker.getBoundingClientRect();
@@ -40,11 +40,11 @@ def test_a_click_on_a_timeline_point_opens_its_step_in_diagnose(server, browser,
     page = _run_page(browser, server, width)
     errors = []
     page.on("pageerror", lambda e: errors.append(str(e)))
-    page.wait_for_selector('[data-testid="stPlotlyChart"] .main-svg', timeout=60_000)
-    assert page.locator('[data-testid="stPlotlyChart"]').count() == 2
+    page.wait_for_selector('.seqis-chart .main-svg', timeout=60_000)
+    assert page.locator('.seqis-chart').count() == 2
     assert page.get_by_text("Click a point to open its step in Diagnose").count()
     _shot(page, f"run-{width}")
-    chart = page.locator('[data-testid="stPlotlyChart"]').first
+    chart = page.locator('.seqis-chart').first
     chart.scroll_into_view_if_needed()
     _shot(page, f"run-timeline-{width}")
     x, y, step = page.evaluate(POINT, ["math", 3])  # an ordinary point: step 3 of the math environment
@@ -88,11 +88,11 @@ def test_an_uploaded_scan_shows_its_incident_and_timelines(server, browser, tmp_
     scan(tmp_path / "run", ["seq_tis", "mis_po"], by="env_name", out=out, workers=1)
     page = _run_page(browser, server, 1600, "?run.source=upload")
     page.locator('[data-testid="stFileUploader"] input[type="file"]').set_input_files(str(out))
-    page.wait_for_selector('[data-testid="stPlotlyChart"] .main-svg', timeout=60_000)
+    page.wait_for_selector('.seqis-chart .main-svg', timeout=60_000)
     _settle(page)
     _no_exceptions(page, "run, an uploaded scan")
     assert page.get_by_text("4 steps (0 to 3), 2 groups, 2 corrections").count()
-    assert page.locator('[data-testid="stPlotlyChart"]').count() == 2
+    assert page.locator('.seqis-chart').count() == 2
     assert page.get_by_text("Step 2 · b · bad: catastrophic_tokens").count()  # the incident, first
     _shot(page, "run-upload")
     page.close()

@@ -69,7 +69,7 @@ def bands_of(comp: Composition) -> list[tuple[str, str, float]]:
 
 def figure(traces: list[dict], layout: dict) -> go.Figure:
     """A figure from plain trace and layout dicts, without plotly's per-property validation (tens of ms a
-    figure; st.plotly_chart validates once more anyway, and the tests render every builder)."""
+    figure; ui/chart.py sends it unvalidated, and the tests validate every figure a page draws)."""
     return go.Figure(dict(data=traces, layout=layout), _validate=False)
 
 

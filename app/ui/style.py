@@ -17,6 +17,15 @@ FONT = dict(family="Inter, -apple-system, Segoe UI, Helvetica, Arial, sans-serif
 TITLE_SIZE = 14
 # chart toolbar ("modebar") hidden until hover and kept off titles; no plotly logo
 CHART_CONFIG = {"displaylogo": False, "modeBarButtonsToRemove": ["lasso2d", "select2d"]}
+_AXIS = dict(gridcolor="#e6eaf1", zerolinecolor="#d5dae5", linecolor="#d5dae5", automargin=True,
+             title=dict(standoff=8), tickfont=dict(color="#5f6270"))
+# what every chart in the app starts from (ui/chart.py adds it; a figure's own settings win): white, light grids,
+# axes that make room for their labels, the estimator palette for unnamed series
+CHART_TEMPLATE = dict(layout=dict(
+    colorway=PALETTE, paper_bgcolor="#ffffff", plot_bgcolor="#ffffff", font=dict(color="#31333f"),
+    xaxis=_AXIS, yaxis=_AXIS, hoverlabel=dict(bgcolor="#ffffff"), legend=dict(bgcolor="rgba(0,0,0,0)"),
+    colorscale=dict(sequential="Viridis"),
+))
 
 
 def estimator_color(name: str) -> str:
@@ -56,8 +65,8 @@ def log_ticks(lo: float, hi: float) -> dict:
 
 
 def base_layout(*, height: int, title: str | None = None, legend: bool = True, **extra) -> dict:
-    """A figure's layout as a plain dict. No template: Streamlit's theme styles charts in the app (a
-    template would cost ~15 ms of validation per figure and rerun); png.to_png adds plotly_white."""
+    """A figure's layout as a plain dict. No template: ui/chart.py adds CHART_TEMPLATE when it draws (a template
+    in every figure would cost ~15 ms of validation per figure and rerun); png.to_png adds plotly_white."""
     layout = dict(
         height=height,
         margin=dict(l=10, r=10, t=56 if title else 10, b=10 if not legend else 30),

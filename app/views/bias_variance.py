@@ -8,6 +8,7 @@ Every setting lives in sidebar forms (nothing reruns the Monte Carlo until "Run"
 import streamlit as st
 from ui import lab_charts as charts
 from ui import lab_data
+from ui.chart import chart
 from ui.device import device
 from ui.memo import ProgressSlot
 from ui.state import bound
@@ -130,7 +131,7 @@ cols[2].metric("largest relative bias ‖E g − ∇J‖ / ‖∇J‖", f"{worst
 zero_mse = info["true_norm"] ** 2  # the MSE of an estimate that is always 0
 left, right = st.columns(2)
 with left:
-    st.plotly_chart(charts.error_bars_summary(summary, zero_mse=zero_mse), width="stretch", key="bv.chart.summary")
+    chart(charts.error_bars_summary(summary, zero_mse=zero_mse), key="bv.chart.summary")
 with right:
     table = summary[["estimator", "bias2", "noise_floor", "variance", "mse", "relative_bias", "is_masked"]].rename(
         columns={"bias2": "bias²", "noise_floor": "noise floor", "mse": "MSE", "relative_bias": "rel. bias",
@@ -154,12 +155,12 @@ with right:
                f"bias² includes a noise floor of variance / {nb} batches: an unbiased estimator shows about that "
                f"much. Run took {res['seconds']:.2f} s on {mc.device}.")
 
-st.plotly_chart(
+chart(
     charts.gradient_vectors(info["true"], res["gradients"], exact=res["exact"],
                             labels=info["labels"] if toy == "tabular" else None,
                             x_title="position t (θ_t)" if toy == "bitchain" else
                             "parameter θ[t, previous token, token] (hover for its name)"),
-    width="stretch", key="bv.chart.gradients",
+    key="bv.chart.gradients",
 )
 st.caption("Bands: ±2 s.e. of the mean estimate. Dashed: the estimator's exact expectation where it is known "
            "(pg by Huang's closed form; every estimator by enumeration on small toys); its gap to the black line "
@@ -182,8 +183,7 @@ if target in lab_data.CHAIN_SWEEPS:
     what, values = lab_data.CHAIN_SWEEPS[target]
     with ProgressSlot(f"Sweeping {target}") as progress:
         df = lab_data.chain_sweep(toy_spec, ests, what, values, mc, progress=progress)
-    st.plotly_chart(charts.sweep_by_estimator(df, x_title=target, log_x=what == "horizon"), width="stretch",
-                    key="bv.chart.sweep")
+    chart(charts.sweep_by_estimator(df, x_title=target, log_x=what == "horizon"), key="bv.chart.sweep")
     st.caption("Each point is a fresh toy (horizon: the threshold scaled with it; lag: μ is π that many updates "
                "stale), every estimator on the same rollouts.")
 else:
@@ -192,9 +192,9 @@ else:
     with ProgressSlot(f"Sweeping {target}") as progress:
         df = lab_data.knob_sweep(toy_spec, name, configs[name], knob, values, mc, progress=progress)
     field = next(f for f in knobs(ESTIMATORS[name].config) if f.name == knob)
-    st.plotly_chart(charts.bias_variance_sweep(df, knob=knob, estimator=name, log_x=bool(field.metadata["log"]),
+    chart(charts.bias_variance_sweep(df, knob=knob, estimator=name, log_x=bool(field.metadata["log"]),
                                                reference=summary[["estimator", "mse"]]),
-                    width="stretch", key="bv.chart.sweep")
+                    key="bv.chart.sweep")
     st.caption(f"{name} with {knob} at each value (its other knobs as in the sidebar), on the same rollouts. "
                "Dotted lines: the other estimators' MSE at the sidebar's setting.")
 
@@ -203,8 +203,7 @@ st.subheader("Batch-size frontier")
 frontier_batches = lab_data.frontier_batches(nb)
 with ProgressSlot("Batch-size frontier") as progress:
     fr = lab_data.frontier(toy_spec, ests, frontier_batches, mc, progress=progress)
-st.plotly_chart(charts.batch_size_frontier(fr["points"], fr["lines"], zero_mse=zero_mse), width="stretch",
-                key="bv.chart.frontier")
+chart(charts.batch_size_frontier(fr["points"], fr["lines"], zero_mse=zero_mse), key="bv.chart.frontier")
 st.caption(
     f"{frontier_batches} batches of {max(lab_data.FRONTIER_SIZES)} rollouts, regrouped into batches of each size "
     "(points, ±2 s.e.). Lines: MSE(B) = bias² + Var(1)/B through the smallest size, extended. A biased "

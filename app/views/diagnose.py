@@ -10,8 +10,8 @@ first; a button carries it back to Explore.
 import streamlit as st
 from ui import diagnose_data as data
 from ui.batch_source import batch_source
+from ui.chart import chart
 from ui.state import ARRIVED_KEY, bound, first_look, hold_batch, set_view
-from ui.style import CHART_CONFIG
 
 P = "dg."
 SOURCES = {"fault": "Sampler fault demo (tiny transformer)", "batch": "Your batch (upload, example, synthetic)"}
@@ -72,7 +72,7 @@ for f in d.findings:
         st.write(f.message)
         fig = data.figure(d, f)
         if fig is not None:
-            st.plotly_chart(fig, config=CHART_CONFIG, key=f"{P}chart.{f.kind}")
+            chart(fig, key=f"{P}chart.{f.kind}")
         with st.expander("Evidence"):
             st.json({k: v for k, v in f.evidence.items() if k != "agreement"})
 
@@ -108,6 +108,6 @@ st.caption("The loss tokens of largest |log-ratio| (token ids and the trainer's 
 st.dataframe(d.worst, hide_index=True)
 
 st.subheader(f"The worst rollout, token by token (rollout {d.rollout})")
-st.plotly_chart(data.charts.rollout_figure(d.rollout_tokens), config=CHART_CONFIG, key=f"{P}chart.rollout")
+chart(data.charts.rollout_figure(d.rollout_tokens), key=f"{P}chart.rollout")
 with st.expander("Its tokens"):
     st.dataframe(d.rollout_tokens, hide_index=True)

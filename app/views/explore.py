@@ -16,10 +16,10 @@ import streamlit as st
 from ui import explore_data as data
 from ui import framework
 from ui.batch_source import batch_source
+from ui.chart import chart
 from ui.png import to_png
 from ui.presets import FIRST_ESTIMATORS, FIRST_SCENARIO, PREFIX, key_estimators
 from ui.state import ARRIVED_KEY, bound, first_look, fragment_rerun, set_view
-from ui.style import CHART_CONFIG
 from ui.widgets import config_from_state, knob_widgets
 
 from seqis import ESTIMATORS, PRESETS
@@ -100,10 +100,12 @@ def draw_dependents(src: data.Source, payload, names: list[str], slots: dict) ->
     drops = drops if drops in shown else shown[0]
     rollout = int(st.session_state.get(f"{P}rollout", 0))
     draw_advice(slots["advice"], data.advice_view(src, ests, _payload=payload))
-    slots["heat"].plotly_chart(data.token_heatmap_figure(src, drops, dict(ests)[drops], rollout, _payload=payload),
-                               config=CHART_CONFIG)
-    slots["coef"].plotly_chart(data.coefficient_figure(src, ests, rollout, _payload=payload), config=CHART_CONFIG)
-    slots["weights"].plotly_chart(data.weights_figure(src, ests, _payload=payload), config=CHART_CONFIG)
+    with slots["heat"]:
+        chart(data.token_heatmap_figure(src, drops, dict(ests)[drops], rollout, _payload=payload), key=f"{P}heat")
+    with slots["coef"]:
+        chart(data.coefficient_figure(src, ests, rollout, _payload=payload), key=f"{P}coef")
+    with slots["weights"]:
+        chart(data.weights_figure(src, ests, _payload=payload), key=f"{P}weights")
     t = data.tables(src, ests, _payload=payload)
     slots["metrics"].dataframe(t.metrics.map(_g), width="stretch")
     slots["effective"].dataframe(t.effective.map(_g), width="stretch")
@@ -147,8 +149,8 @@ def estimator_column(name: str, src: data.Source, payload, names: list[str], slo
         panel.error(f"{name}: {err}")
     else:
         view = data.estimator_view(src, name, cfg, _payload=payload)
-        plot_slot.plotly_chart(data.rollout_map_figure(src, name, cfg, color_by, _payload=payload),
-                               key=f"{P}map.{name}", config=CHART_CONFIG)
+        with plot_slot:
+            chart(data.rollout_map_figure(src, name, cfg, color_by, _payload=payload), key=f"{P}map.{name}")
         eff, th = view.effective, view.theory
         lines = [f"tokens kept **{eff['tokens_kept_frac']:.1%}** · ESS **{eff['ess']:.1f}** of "
                  f"{int(eff['rollouts'])}",

@@ -8,6 +8,7 @@ is bound to the URL under "lt.".
 import streamlit as st
 from ui import lab_charts as charts
 from ui import lengths_data
+from ui.chart import chart
 from ui.device import device
 from ui.state import bound
 from ui.widgets import knob_widgets
@@ -75,10 +76,10 @@ cols[3].metric(f"ESS of w, T = {int(last['T'])}", f"{last['ESS of w']:.2g}",
                help="Normalised effective sample size of the untruncated sequence weights, e^(-T s²).")
 
 order = [labels[k] for k in ("product", "product_one_sided", "geo", "traj")]
-st.plotly_chart(
+chart(
     charts.acceptance_vs_length(panel["acc_theory"], panel["acc_sim"], order=order,
                                 title=f"Acceptance vs length, s = {s:g} (per-token KL {s * s / 2:.2g})"),
-    width="stretch", key="lt.chart.acceptance",
+    key="lt.chart.acceptance",
 )
 st.caption(
     "Product bands (two-sided [a, b] on w; seq_mis_product's one-sided w ≤ C) accept fewer rollouts as T "
@@ -94,10 +95,10 @@ with st.expander("Numbers at the simulated lengths"):
 left, right = st.columns(2)
 with left:
     kl = lengths_data.kl_panel(traj, max(n // 4, 100), int(seed), dev)
-    st.plotly_chart(
+    chart(
         charts.kl_cutoff(kl["theory"], kl["sim"], cutoff_kl=kl["cutoff"], upper_kl=None, current_kl=s * s / 2,
                          title=f"mis_po trajectory band {lengths_data.band_label(*traj)} as a per-token KL cutoff"),
-        width="stretch", key="lt.chart.kl",
+        key="lt.chart.kl",
     )
     st.caption(
         f"Long rollouts pass iff the per-token KL is below −log {traj[0]:g} = {kl['cutoff']:.4f} nats: "
@@ -105,12 +106,12 @@ with left:
         "(measured engine mismatch, H20 to L20 GPUs), on both sides of MIS-PO's cutoff."
     )
 with right:
-    st.plotly_chart(
+    chart(
         charts.lines_and_points(panel["mom_theory"], panel["mom_sim"], x="T", y="value", series="label", se="se",
                                 colors=dict(zip(panel["mom_theory"]["label"].unique(), charts.MOMENT_COLORS)),
                                 title=f"Truncated weights shrink long rollouts (s = {s:g}, C = {clip:g})",
                                 x_title="rollout length T", y_title="moment of the applied weight"),
-        width="stretch", key="lt.chart.moments",
+        key="lt.chart.moments",
     )
     st.caption(
         "E[w] = 1 for the untruncated weight at every length, but its variance e^(T s²) − 1 explodes. "
@@ -123,8 +124,7 @@ st.subheader("Catastrophic-token dilution")
 L = bound(st.select_slider, "catastrophic log-ratio size L", "lt.L", 10, options=L_OPTIONS,
           valid=lambda v: v in L_OPTIONS, help="One token has l = −L (or +L); every other token is on-policy (l = 0).")
 cat = lengths_data.catastrophic_panel(float(L), geo, token, traj, clip, dev)
-st.plotly_chart(charts.catastrophic_strip(cat["df"], cat["thresholds"], L=float(L)), width="stretch",
-                key="lt.chart.catastrophic")
+chart(charts.catastrophic_strip(cat["df"], cat["thresholds"], L=float(L)), key="lt.chart.catastrophic")
 t_star = cat["thresholds"]["down"][0][1]
 st.caption(
     f"One token has l = ∓L, every other token is on-policy, so the rollout's geometric ratio is exp(∓L/T). "
@@ -151,8 +151,8 @@ with dr:
 d = lengths_data.drift_panel(r, C_drift, geo, traj, dev)
 dl, dr = st.columns([3, 2])
 with dl:
-    st.plotly_chart(charts.drift_curve(d["curve"], d["points"], C=C_drift, crossing=d["crossing"], r=r),
-                    width="stretch", key="lt.chart.drift")
+    chart(charts.drift_curve(d["curve"], d["points"], C=C_drift, crossing=d["crossing"], r=r),
+                    key="lt.chart.drift")
 with dr:
     st.metric(f"w = r^T crosses C = {C_drift:g} at", f"T = {d['crossing']:.0f}", help="T = log C / log r")
     st.markdown(

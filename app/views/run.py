@@ -11,8 +11,8 @@ from pathlib import Path
 import pandas as pd
 import streamlit as st
 from ui import run_charts, run_data
+from ui.chart import chart
 from ui.state import bound
-from ui.style import CHART_CONFIG
 
 from seqis import ESTIMATORS
 
@@ -126,18 +126,15 @@ def open_step(run_path: str | None, step: int, where, *, tag: str = "open", shor
 
 
 def clickable_chart(fig, key: str, run_path: str | None) -> None:
-    """A timeline whose points open their step: a click selects the point (plotly's selection event) and
-    carries its step to the first of _pages(). (Streamlit drops the selection when the page is left, so
-    coming back does not open the step again.)"""
-    event = st.plotly_chart(fig, key=f"{P}{key}", on_select="rerun", selection_mode="points", width="stretch",
-                            config=CHART_CONFIG)
-    points = event.selection.points if event and event.selection else []
-    if not points:
+    """A timeline whose points open their step: a click on a point reruns the page with it (once: coming back
+    to the page does not open the step again) and carries its step to the first of _pages()."""
+    point = chart(fig, key=f"{P}{key}", click=True)
+    if point is None:
         return
     if run_path is None:
         st.info(NOT_HERE)
         return
-    go_to_step(run_path, int(points[0]["x"]), _pages()[0][1])
+    go_to_step(run_path, int(point["x"]), _pages()[0][1])
 
 
 st.title("Run: every step of a training run")

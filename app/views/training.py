@@ -9,6 +9,7 @@ live in a sidebar form bound to the URL under "tr."; runs are memoised by their 
 import streamlit as st
 from ui import training_charts as charts
 from ui import training_data as data
+from ui.chart import chart
 from ui.device import device
 from ui.memo import ProgressSlot
 from ui.state import bound
@@ -114,11 +115,11 @@ stop_slot.empty()
 st.caption(f"`{chain_repr}` · J at the start {res['J0']:.4g} · {spec.steps} updates of B = {spec.batch_size}, "
            f"lag {spec.lag}, lr {spec.lr:g}, {spec.seeds} seed(s) per estimator · {OPTIMIZERS[spec.optimizer]}, "
            f"θ₀ = logit(p₀), A = reward{' − batch mean' if spec.baseline else ''} · {res['seconds']:.1f} s")
-st.plotly_chart(charts.learning_curves(res["J"], title="Exact J after each update (mean; band: lowest to highest "
+chart(charts.learning_curves(res["J"], title="Exact J after each update (mean; band: lowest to highest "
                                        "seed)", J0=res["J0"]), key="tr.curves")
 st.dataframe(res["final"], hide_index=True, width="stretch",
              column_config={c: st.column_config.NumberColumn(format="%.4g") for c in res["final"].columns[1:]})
-st.plotly_chart(charts.diagnostics(res["grad_norm"], res["kept"], res["cosine"]), key="tr.diag")
+chart(charts.diagnostics(res["grad_norm"], res["kept"], res["cosine"]), key="tr.diag")
 
 st.subheader("Huang's sweeps at CPU scale")
 settings = data.SWEEPS
@@ -145,4 +146,4 @@ if have or st.button("Run our three sweeps (about a minute of CPU)", key="tr_swe
     for what in settings:
         with ProgressSlot(f"{what} sweep") as progress:
             panels[what] = data.run_sweep(what, spec.device, progress=progress)
-st.plotly_chart(charts.sweeps(panels), key="tr.sweeps")
+chart(charts.sweeps(panels), key="tr.sweeps")

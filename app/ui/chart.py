@@ -1,0 +1,83 @@
+"""Every chart of the explorer: a plotly figure drawn by one small component that keeps its node between reruns
+and updates it in place (Plotly.react), instead of st.plotly_chart, which draws a changed figure anew (Streamlit
+puts the figure into the element's identity). A slider move then costs the browser the changed traces, not a new
+chart. Figures keep the look Streamlit's theme gave them (style.CHART_TEMPLATE); a click on a point can rerun
+the page with that point (`click=True`)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import weakref
+from pathlib import Path
+
+import plotly.io as pio
+import streamlit as st
+
+from .style import CHART_CONFIG, CHART_TEMPLATE
+
+_HERE = Path(__file__).resolve().parent
+STATIC = _HERE.parent / "static"  # served at app/static/ (server.enableStaticServing in .streamlit/config.toml)
+PLOTLY_JS = "plotly.min.js"
+
+
+def _publish_plotly() -> str:
+    """Copy the plotly package's own plotly.js (the version its figures are written for) into the app's static
+    folder once per install; return its version tag (a new version gets a new URL, so no browser keeps a stale
+    one)."""
+    import plotly
+
+    src = Path(plotly.__file__).parent / "package_data" / PLOTLY_JS
+    dst = STATIC / PLOTLY_JS
+    if not dst.exists() or dst.stat().st_size != src.stat().st_size:
+        STATIC.mkdir(exist_ok=True)
+        tmp = dst.with_suffix(".tmp")
+        shutil.copyfile(src, tmp)
+        tmp.replace(dst)  # whole or not at all: a server reading it never sees half a file
+    return plotly.__version__
+
+
+_VERSION = _publish_plotly()
+_mount = st.components.v2.component("seqis_chart", js=(_HERE / "chart.js").read_text(), isolate_styles=False)
+_json: dict[int, str] = {}  # id(figure) -> its JSON while the figure lives (cached figures repeat)
+
+
+def figure_json(fig) -> str:
+    """The figure as plotly JSON with the explorer's template, serialized once per figure object."""
+    text = _json.get(id(fig))
+    if text is None:
+        spec = fig.to_plotly_json()
+        spec["layout"] = {**spec.get("layout", {}), "template": CHART_TEMPLATE}  # not plotly's default template
+        text = _json[id(fig)] = pio.to_json(spec, validate=False, engine="auto")
+        weakref.finalize(fig, _json.pop, id(fig), None)
+    return text
+
+
+def payload(fig, *, click: bool = False, config: dict | None = None) -> bytes:
+    """What the component receives: the figure, plotly's config, where plotly.js lives, whether clicks report."""
+    head = json.dumps(dict(config={**CHART_CONFIG, **(config or {})}, click=click,
+                           plotly=f"{_base()}app/static/{PLOTLY_JS}?v={_VERSION}", version=id(fig)))
+    return (head[:-1] + ', "figure": ' + figure_json(fig) + "}").encode()
+
+
+def _base() -> str:
+    path = (st.get_option("server.baseUrlPath") or "").strip("/")
+    return f"/{path}/" if path else "/"
+
+
+def chart(fig, *, key: str, click: bool = False, config: dict | None = None) -> dict | None:
+    """Draw `fig` in the current container under `key` (stable across reruns: the node is kept and updated).
+    With click=True, returns the clicked point ({"x", "y", "curve", "index", "customdata", "name"}) on the rerun
+    a click causes, else None."""
+    result = _mount(data=payload(fig, click=click, config=config), key=key, width="stretch",
+                    **({"on_click_change": lambda: None} if click else {}))
+    return getattr(result, "click", None) if click else None
+
+
+def figures(elements) -> list[dict]:
+    """The figures (plain dicts) in AppTest elements of type "bidi_component" drawn by `chart` (for tests)."""
+    out = []
+    for e in elements:
+        if getattr(e.proto, "component_name", "") == "seqis_chart":
+            out.append(json.loads(e.proto.bytes)["figure"])
+    return out
