@@ -22,8 +22,8 @@ from ui.presets import FIRST_ESTIMATORS, FIRST_SCENARIO, PREFIX, key_estimators
 from ui.state import ARRIVED_KEY, bound, first_look, fragment_rerun, set_view
 from ui.widgets import config_from_state, knob_widgets
 
-from seqis import ESTIMATORS, PRESETS
-from seqis.estimators.dispatch import entry
+from seqis import ESTIMATORS
+from seqis.estimators.dispatch import about, entry
 
 P = PREFIX  # "ex."
 PER_ROW = 4
@@ -143,7 +143,7 @@ def estimator_column(name: str, src: data.Source, payload, names: list[str], slo
     spec, start = entry(name)  # a registry estimator, or a preset starting at its framework's defaults
     plot_slot = st.container()
     panel = st.container(border=True)
-    panel.markdown(f"**{name}** · {PRESETS[name].summary if name in PRESETS else spec.summary}")
+    panel.markdown(f"**{name}** · {about(name).summary}")
     cfg, err = knob_widgets(spec.config, f"{P}{name}", container=panel, defaults=start.as_dict())
     if err:
         panel.error(f"{name}: {err}")
