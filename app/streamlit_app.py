@@ -19,7 +19,7 @@ if str(_ROOT) not in sys.path:
     sys.path.insert(0, str(_ROOT))
 
 import streamlit as st  # noqa: E402
-from ui import chart, warm  # noqa: E402, F401  (chart: plotly.js into app/static before a page asks)
+from ui import chart, warm  # noqa: E402
 from ui.device import device_label  # noqa: E402
 from ui.style import RESPONSIVE_CSS  # noqa: E402
 
@@ -50,6 +50,8 @@ PAGES = [
 page = st.navigation(PAGES)
 st.html(RESPONSIVE_CSS)
 st.sidebar.caption(f"Device: **{device_label()}**")
+with st.sidebar:
+    chart.preload()
 try:
     page.run()
 finally:  # also after a page stops or switches: once per server, the other batches, Learn's presets and Bias &

@@ -21,6 +21,11 @@ function pointOf(p) {  // what a click reports: JSON-safe fields of the point un
 
 export default function ({ data, parentElement, setTriggerValue }) {
   const spec = JSON.parse(typeof data === "string" ? data : new TextDecoder().decode(data));
+  if (!spec.figure) {  // preload: fetch and compile plotly when the page is idle, so the next page's charts draw at once
+    const later = window.requestIdleCallback || (f => setTimeout(f, 200));
+    later(() => loadPlotly(spec.plotly).catch(() => {}));
+    return;
+  }
   let node = parentElement.querySelector(":scope > .seqis-chart");
   if (!node) {
     node = document.createElement("div");

@@ -53,10 +53,14 @@ def figure_json(fig) -> str:
     return text
 
 
+def _plotly_url() -> str:
+    return f"{_base()}app/static/{PLOTLY_JS}?v={_VERSION}"
+
+
 def payload(fig, *, click: bool = False, config: dict | None = None) -> bytes:
     """What the component receives: the figure, plotly's config, where plotly.js lives, whether clicks report."""
-    head = json.dumps(dict(config={**CHART_CONFIG, **(config or {})}, click=click,
-                           plotly=f"{_base()}app/static/{PLOTLY_JS}?v={_VERSION}", version=id(fig)))
+    head = json.dumps(dict(config={**CHART_CONFIG, **(config or {})}, click=click, plotly=_plotly_url(),
+                           version=id(fig)))
     return (head[:-1] + ', "figure": ' + figure_json(fig) + "}").encode()
 
 
@@ -74,10 +78,8 @@ def chart(fig, *, key: str, click: bool = False, config: dict | None = None) -> 
     return getattr(result, "click", None) if click else None
 
 
-def figures(elements) -> list[dict]:
-    """The figures (plain dicts) in AppTest elements of type "bidi_component" drawn by `chart` (for tests)."""
-    out = []
-    for e in elements:
-        if getattr(e.proto, "component_name", "") == "seqis_chart":
-            out.append(json.loads(e.proto.bytes)["figure"])
-    return out
+def preload() -> None:
+    """Load plotly.js in the browser once the page is idle (the app frame calls it on every page), so a page
+    reached from one without charts (Learn -> Explore) does not wait for it."""
+    _mount(data=json.dumps(dict(plotly=_plotly_url())).encode(), key="seqis.chart.preload", height=0)
+
