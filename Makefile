@@ -20,20 +20,25 @@ $(BIN)/.ready: pyproject.toml
 
 venv: $(BIN)/.ready
 
+# plotly.js's cartesian bundle for the explorer (a third of the full one; without npm the full one is served)
+PLOTLY_BUNDLE := app/static/plotly-cartesian.min.js
+$(PLOTLY_BUNDLE): $(BIN)/.ready
+	-$(BIN)/python app/ui/plotly_js.py
+
 browser:
 	@command -v chromium >/dev/null 2>&1 || [ -x /usr/bin/chromium ] || \
 	  (echo "installing Debian chromium for the browser tests"; \
 	   (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \
 	   || echo "could not install chromium: the browser tests will skip")
 
-test: venv browser
+test: venv browser $(PLOTLY_BUNDLE)
 	$(BIN)/ruff check seqis app tests scripts
 	$(BIN)/python -m pytest -q
 
-run: venv
+run: venv $(PLOTLY_BUNDLE)
 	$(BIN)/python -m app --server.port $(PORT) --browser.gatherUsageStats false
 
-bench: venv
+bench: venv $(PLOTLY_BUNDLE)
 	$(BIN)/python -m seqis.bench
 
 lint: venv

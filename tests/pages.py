@@ -1,10 +1,14 @@
 """How the AppTest tests open a page of the explorer: the whole app (its frame and navigation), one view."""
 
+import sys
 from pathlib import Path
 
 from streamlit.testing.v1 import AppTest
 
 APP = str(Path(__file__).resolve().parent.parent / "app" / "streamlit_app.py")
+if str(Path(APP).parent) not in sys.path:  # the app's own `ui` package, as `streamlit run app` finds it
+    sys.path.insert(0, str(Path(APP).parent))
+from ui.plotly_js import CARTESIAN_TRACES  # noqa: E402
 
 
 def open_view(view: str, *, timeout: float = 120, **params) -> AppTest:
@@ -18,7 +22,8 @@ def open_view(view: str, *, timeout: float = 120, **params) -> AppTest:
 
 def charts(at: AppTest) -> list[dict]:
     """The plotly figures the page drew (ui/chart.py's component), in page order, each validated by plotly (the
-    app sends them unvalidated: an invalid property fails here)."""
+    app sends them unvalidated: an invalid property fails here) and drawable by the cartesian bundle the browser
+    may load (ui/plotly_js.py)."""
     import json
 
     import plotly.graph_objects as go
@@ -28,5 +33,6 @@ def charts(at: AppTest) -> list[dict]:
         fig = json.loads(e.proto.bytes).get("figure") if e.proto.component_name == "seqis_chart" else None
         if fig is not None:  # (the frame's plotly preload has none)
             go.Figure(fig)  # raises ValueError on a property plotly does not know
+            assert {t.get("type", "scatter") for t in fig["data"]} <= CARTESIAN_TRACES, fig["data"]
             out.append(fig)
     return out

@@ -7,37 +7,18 @@ the page with that point (`click=True`)."""
 from __future__ import annotations
 
 import json
-import shutil
 import weakref
 from pathlib import Path
 
 import plotly.io as pio
 import streamlit as st
 
+from . import plotly_js
 from .style import CHART_CONFIG, CHART_TEMPLATE
 
 _HERE = Path(__file__).resolve().parent
-STATIC = _HERE.parent / "static"  # served at app/static/ (server.enableStaticServing in .streamlit/config.toml)
-PLOTLY_JS = "plotly.min.js"
-
-
-def _publish_plotly() -> str:
-    """Copy the plotly package's own plotly.js (the version its figures are written for) into the app's static
-    folder once per install; return its version tag (a new version gets a new URL, so no browser keeps a stale
-    one)."""
-    import plotly
-
-    src = Path(plotly.__file__).parent / "package_data" / PLOTLY_JS
-    dst = STATIC / PLOTLY_JS
-    if not dst.exists() or dst.stat().st_size != src.stat().st_size:
-        STATIC.mkdir(exist_ok=True)
-        tmp = dst.with_suffix(".tmp")
-        shutil.copyfile(src, tmp)
-        tmp.replace(dst)  # whole or not at all: a server reading it never sees half a file
-    return plotly.__version__
-
-
-_VERSION = _publish_plotly()
+_PLOTLY = plotly_js.publish()  # the plotly.js file app/static/ serves (server.enableStaticServing)
+_VERSION = plotly_js.wanted()  # in its URL: a new version is a new URL, so no browser keeps a stale one
 _mount = st.components.v2.component("seqis_chart", js=(_HERE / "chart.js").read_text(), isolate_styles=False)
 _json: dict[int, str] = {}  # id(figure) -> its JSON while the figure lives (cached figures repeat)
 
@@ -54,7 +35,7 @@ def figure_json(fig) -> str:
 
 
 def _plotly_url() -> str:
-    return f"{_base()}app/static/{PLOTLY_JS}?v={_VERSION}"
+    return f"{_base()}app/static/{_PLOTLY}?v={_VERSION}"
 
 
 def payload(fig, *, click: bool = False, config: dict | None = None) -> bytes:

@@ -30,9 +30,9 @@ def _layout(fig: go.Figure, title: str, x: str, y: str, *, height: int = 340, le
 
 def _tokens(fig: go.Figure, points: pd.DataFrame, x: np.ndarray, y: np.ndarray, name: str, color: str) -> None:
     hover = [f"rollout {r}, position {p}" for r, p in zip(points["rollout"], points["position"])]
-    fig.add_trace(go.Scattergl(x=x, y=y, mode="markers", name=name, text=hover,
-                               marker=dict(size=4, color=color, opacity=0.5),
-                               hovertemplate="%{text}<br>x %{x:.4g}<br>y %{y:.4g}<extra></extra>"))
+    fig.add_trace(go.Scatter(x=x, y=y, mode="markers", name=name, text=hover,
+                             marker=dict(size=4, color=color, opacity=0.5),
+                             hovertemplate="%{text}<br>x %{x:.4g}<br>y %{y:.4g}<extra></extra>"))
 
 
 def temperature_figure(points: pd.DataFrame, evidence: dict) -> go.Figure:
