@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from .style import EXTRA, PALETTE, STATUS_COLORS, base_layout
+from .style import EXTRA, PALETTE, STATUS_COLORS, base_layout, two_lines
 
 SEVERITY_COLORS = {"bad": STATUS_COLORS["dropped"], "warn": STATUS_COLORS["clipped"], "ok": "#2e7d32"}
 UNIT_ROUNDOFF = {"bf16": 2.0**-8, "fp16": 2.0**-11}
@@ -18,11 +18,10 @@ UNIT_ROUNDOFF = {"bf16": 2.0**-8, "fp16": 2.0**-11}
 def _layout(fig: go.Figure, title: str, x: str, y: str, *, height: int = 340, legend: bool = True) -> go.Figure:
     """Axes, size and a title on two lines ("Finding: what the chart shows" -> the finding, then the rest in
     smaller type), so it fits a chart half of a 900 px window (plotly never wraps a title)."""
-    head, _, rest = title.partition(": ")
-    fig.update_layout(**base_layout(height=height, title=head, legend=legend), hovermode="closest")
-    if rest:
-        fig.update_layout(title=dict(subtitle=dict(text=rest, font=dict(size=11, color="#555")), yref="container",
-                                     y=1.0, yanchor="top", pad=dict(t=12)), margin_t=76)
+    head, second = two_lines(title)
+    fig.update_layout(**base_layout(height=height, title=head["text"], legend=legend), hovermode="closest")
+    if second:
+        fig.update_layout(title=head, margin_t=76)
     fig.update_xaxes(title_text=x, zeroline=False)
     fig.update_yaxes(title_text=y, zeroline=False)
     return fig

@@ -190,7 +190,7 @@ def rollout_map(
                           align="left", showarrow=False, font=dict(size=10, color="#555"),
                           bgcolor="rgba(255,255,255,0.75)"))
     counts = {k: int((valid & (status == k)).sum()) for k in ("kept", "clipped", "dropped")}
-    head = f"<b>{title or name}</b>  <span style='font-size:11px;color:#666'>" + " · ".join(
+    head = f"<b>{title or name}</b>  <span style='font-size:12px;color:#666'>" + " · ".join(
         f"<span style='color:{STATUS_COLORS[k]}'>{n} {k}</span>" for k, n in counts.items()) + "</span>"
     layout = base_layout(
         height=height, title=head, shapes=shapes, annotations=notes, legend=False, margin=dict(l=10, r=36, t=48, b=10),
@@ -198,6 +198,7 @@ def rollout_map(
         yaxis=dict(range=y_range, title=dict(text="S / T  (geometric log-ratio)"), zeroline=True,
                    zerolinecolor="#ddd", exponentformat="e", tickformat="~g"),
     )
+    layout["title"]["font"]["weight"] = "normal"  # the name is bold in the text; the counts stay light
     return figure(traces, layout)
 
 

@@ -67,6 +67,7 @@ def dropped_timelines(df: pd.DataFrame, estimators: list[str], *, height_each: i
     estimators = [e for e in estimators if e in set(df["estimator"])]
     fig = make_subplots(rows=max(len(estimators), 1), cols=1, shared_xaxes=True, vertical_spacing=0.06,
                         subplot_titles=estimators or ["no estimator in this scan"])
+    fig.update_annotations(font_size=13)  # the panel titles a size under the chart's title
     colors = _group_colors(df)
     for i, est in enumerate(estimators, start=1):
         rows = df[df["estimator"] == est].sort_values("step", kind="stable")
@@ -79,6 +80,14 @@ def dropped_timelines(df: pd.DataFrame, estimators: list[str], *, height_each: i
                 line=dict(width=1.5, dash="dash" if whole else "solid", color=colors[name]),
                 hovertemplate=f"{est}<br>step %{{x}}<br>{name}: %{{y:.1%}} dropped<extra></extra>"), row=i, col=1)
         fig.update_yaxes(range=[-0.03, 1.03], tickformat=".0%", row=i, col=1)
-    _layout(fig, 80 + height_each * max(len(estimators), 1), "fraction of loss tokens dropped, per correction")
+    panels = max(len(estimators), 1)
+    height = 80 + height_each * panels
+    _layout(fig, height, "fraction of loss tokens dropped, per correction")
+    # one shared x axis: its title under the last panel only (under each, it ran into the next panel's title),
+    # the legend under it at a fixed distance (a fraction of a tall chart left a gap of 200 px)
+    fig.update_xaxes(title_text=None)
+    fig.update_xaxes(title_text="step", row=panels, col=1)
+    plot_px = height - fig.layout.margin.t - fig.layout.margin.b
+    fig.update_layout(legend_y=-64 / plot_px)
     return fig
 

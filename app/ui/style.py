@@ -13,18 +13,26 @@ EXTRA = ["#111111", "#6B4C9A", "#C05A00", "#2E8B57", "#B22222", "#4682B4"]  # se
 STATUS_COLORS = {"kept": "#3b6fd8", "clipped": "#f2a541", "dropped": "#d62728"}
 STATUS_SYMBOLS = {"kept": "circle", "clipped": "diamond", "dropped": "x"}
 DASHES = ["solid", "dash", "dot", "dashdot", "longdash", "longdashdot"]
-FONT = dict(family="Inter, -apple-system, Segoe UI, Helvetica, Arial, sans-serif", size=12)
+# the page's own typeface first (Streamlit serves Source Sans to the page, so charts read as part of it); system
+# sans fonts where it is missing (a PNG export)
+FONT = dict(family='"Source Sans", "Source Sans Pro", Inter, -apple-system, "Segoe UI", Helvetica, Arial, sans-serif',
+            size=12)
 TITLE_SIZE = 14
 # chart toolbar ("modebar") hidden until hover and kept off titles; no plotly logo
 CHART_CONFIG = {"displaylogo": False, "modeBarButtonsToRemove": ["lasso2d", "select2d"]}
-_AXIS = dict(gridcolor="#e6eaf1", zerolinecolor="#d5dae5", linecolor="#d5dae5", automargin=True,
-             title=dict(standoff=8), tickfont=dict(color="#5f6270"))
+# axes: light grids, room for their labels, no tick marks (plotly draws dark ones beside a heatmap's labels unless
+# told), axis titles a size over the tick labels
+_AXIS = dict(gridcolor="#e6eaf1", zerolinecolor="#d5dae5", linecolor="#d5dae5", automargin=True, ticks="",
+             title=dict(standoff=8, font=dict(size=13)), tickfont=dict(color="#5f6270"))
 # what every chart in the app starts from (ui/chart.py adds it; a figure's own settings win): white, light grids,
-# axes that make room for their labels, the estimator palette for unnamed series
+# axes that make room for their labels, the estimator palette for unnamed series; the page's font on every chart
+# (also those built without base_layout), bold titles, tick labels a few px off the plot (margin.pad: without it
+# "0" of x and "-0.2" of y meet in the corner), as Streamlit's own plotly theme drew them before ui/chart.py
 CHART_TEMPLATE = dict(layout=dict(
-    colorway=PALETTE, paper_bgcolor="#ffffff", plot_bgcolor="#ffffff", font=dict(color="#31333f"),
-    xaxis=_AXIS, yaxis=_AXIS, hoverlabel=dict(bgcolor="#ffffff"), legend=dict(bgcolor="rgba(0,0,0,0)"),
-    colorscale=dict(sequential="Viridis"),
+    colorway=PALETTE, paper_bgcolor="#ffffff", plot_bgcolor="#ffffff", font=dict(FONT, color="#31333f"),
+    title=dict(font=dict(weight="bold")), margin=dict(pad=6),
+    xaxis=_AXIS, yaxis=_AXIS, hoverlabel=dict(bgcolor="#ffffff", font=dict(family=FONT["family"])),
+    legend=dict(bgcolor="rgba(0,0,0,0)"), colorscale=dict(sequential="Viridis"),
 ))
 
 
@@ -74,11 +82,22 @@ def base_layout(*, height: int, title: str | None = None, legend: bool = True, *
         if title else None,
         font=FONT,
         showlegend=legend,
-        legend=dict(orientation="h", yanchor="top", y=-0.28, xanchor="left", x=0.0, font=dict(size=11)),
-        hoverlabel=dict(font_size=11),
+        legend=dict(orientation="h", yanchor="top", y=-0.28, xanchor="left", x=0.0, font=dict(size=12)),
+        hoverlabel=dict(font_size=12),
     )
     layout.update(extra)
     return layout
+
+
+def two_lines(title: str) -> tuple[dict, bool]:
+    """A layout title for "Head: the rest" as the head and, under it in smaller type, the rest; and whether it
+    has a second line (the chart then needs about 76 px above its plot). Plotly never wraps a title: a long one is
+    cut where the chart is half or a third of a 900 px window."""
+    head, _, rest = title.partition(": ")
+    if not rest:
+        return dict(text=head), False
+    return dict(text=head, subtitle=dict(text=rest, font=dict(size=12, color="#555")), yref="container", y=1.0,
+                yanchor="top", pad=dict(t=12)), True
 
 
 def titled(fig: go.Figure, title: str, *, height: int = 420, legend_below: bool = True) -> go.Figure:

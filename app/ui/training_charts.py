@@ -3,9 +3,13 @@ updates, and the sweeps as small multiples beside Huang's published points. No s
 
 from __future__ import annotations
 
+import math
+
 import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
+
+from .style import two_lines
 
 # Huang's colours for his three estimators; the rest cycle through a qualitative palette
 FIXED = {"Sequence IS": "#1F6FEB", "Token IS": "#6B7280", "GeoMean IS": "#111111", "Sequence TIS 0-2": "#DC2626",
@@ -62,7 +66,8 @@ def learning_curves(J: pd.DataFrame, *, title: str, J0: float) -> go.Figure:
     fig = go.Figure()
     _band_traces(fig, J, colors(J["estimator"].unique()))
     fig.add_hline(y=J0, line=dict(color="#999999", dash="dot", width=1), annotation_text="J at the start",
-                  annotation_position="bottom right")
+                  annotation_position="top left")  # above the line where every curve is still flat; below it the
+                                                    # label sat on the x tick labels
     fig.update_yaxes(title="exact J = P(success)", range=[-0.02, 1.02])
     fig.update_xaxes(title="update")
     return _layout(fig, title, 440)
@@ -85,8 +90,21 @@ def diagnostics(grad_norm: pd.DataFrame, kept: pd.DataFrame, cosine: pd.DataFram
     return fig
 
 
-SWEEP_AXES = {"horizon": ("horizon H", True), "lag": ("lag K (updates stale)", False),
-              "batch": ("batch size B", True)}
+SWEEP_AXES = {"horizon": ("horizon H", True, "H"), "lag": ("lag K (updates stale)", False, "K"),
+              "batch": ("batch size B", True, "B")}  # axis title, log axis, the symbol in the panel's title
+
+
+def spaced_labels(ticks: list[float], *, log: bool, gap: float = 0.25) -> list[str]:
+    """Tick labels with those closer than `gap` of the axis to the last labelled one left blank: a panel a third
+    of a 900 px page holds about four (ten batch sizes stood on end and ran into the legend)."""
+    where = [math.log10(t) if log else float(t) for t in ticks]
+    span = (max(where) - min(where)) or 1.0
+    out, last = [], None
+    for t, w in zip(ticks, where):
+        shown = last is None or w - last >= gap * span
+        out.append(f"{t:g}" if shown else "")
+        last = w if shown else last
+    return out
 
 
 def sweeps(panels: dict[str, dict]) -> go.Figure:
@@ -95,10 +113,12 @@ def sweeps(panels: dict[str, dict]) -> go.Figure:
     whats = [w for w in SWEEP_AXES if w in panels]
     have_ours = any(not panels[w]["ours"].empty for w in whats)
     pub_row = 2 if have_ours else 1
-    titles = ([f"ours: J vs {SWEEP_AXES[w][0]}" for w in whats] if have_ours else []) + [
-        f"Huang 2026: J vs {SWEEP_AXES[w][0]}" for w in whats]
+    # panel titles short enough for a third of a 900 px page (the axis titles below say what is swept)
+    titles = ([f"ours: J vs {SWEEP_AXES[w][2]}" for w in whats] if have_ours else []) + [
+        f"Huang 2026: J vs {SWEEP_AXES[w][2]}" for w in whats]
     fig = make_subplots(rows=pub_row, cols=len(whats), subplot_titles=titles, vertical_spacing=0.16,
                         horizontal_spacing=0.06)
+    fig.update_annotations(font_size=12)
     labels = [e for w in whats for part in ("ours", "published") for e in panels[w][part]["estimator"].unique()]
     palette, seen = colors(dict.fromkeys(labels)), set()
     for col, what in enumerate(whats, start=1):
@@ -121,10 +141,12 @@ def sweeps(panels: dict[str, dict]) -> go.Figure:
         for row, xs in rows:  # ticks at the swept values themselves
             ticks = sorted(set(xs.tolist()))
             fig.update_xaxes(title=SWEEP_AXES[what][0], type="log" if SWEEP_AXES[what][1] else "linear",
-                             tickvals=ticks, ticktext=[f"{t:g}" for t in ticks], row=row, col=col)
+                             tickvals=ticks, ticktext=spaced_labels(ticks, log=SWEEP_AXES[what][1]), tickangle=0,
+                             row=row, col=col)
             fig.update_yaxes(range=[-0.02, 1.02], row=row, col=col)
     title = ("Huang's sweeps: final J, ours at CPU scale (top) and published (bottom)" if have_ours
              else "Huang's sweeps as published: final J after 7,000 updates (H = 1024, lag 500 unless swept)")
     fig = _layout(fig, title, 660 if have_ours else 380)
-    fig.update_layout(hovermode="closest", margin=dict(_MARGIN, t=90, b=50))
+    head, _ = two_lines(title)  # on two lines: one is cut at 900 px
+    fig.update_layout(title=dict(head, font=dict(size=15)), hovermode="closest", margin=dict(_MARGIN, t=104, b=50))
     return fig

@@ -73,9 +73,9 @@ def _knobs(knobs: dict) -> str:
 def draw_advice(slot, advice) -> None:
     """The batch read against each shown estimator, and where to start (seqis.advice)."""
     f = advice.facts
-    rows = ["| estimator | tokens kept | rollouts kept | ESS | what binds here |", "|---|---:|---:|---:|---|"]
-    rows += [f"| `{r.name}` | {r.tokens_kept:.0%} | {r.rollouts_kept:.0%} | {r.ess:.0%} | {r.why[0]} |"
-             for r in advice.readings]
+    # a line per estimator, not a table: at 900 px a table's last column ("what binds here") was a word wide
+    rows = [f"- `{r.name}` keeps {r.tokens_kept:.0%} of tokens, {r.rollouts_kept:.0%} of rollouts, ESS "
+            f"{r.ess:.0%}: {r.why[0]}" for r in advice.readings]
     with slot.container():
         st.markdown(f"**The batch.** {advice.regime}. Rollout lengths: median {f['length_p50']:.0f}, 90th percentile "
                     f"{f['length_p90']:.0f}, longest {f['length_max']:.0f}. |l| 99th percentile {f['abs_l_p99']:.2g}, "
