@@ -9,6 +9,8 @@ from collections.abc import Mapping
 
 import plotly.graph_objects as go
 
+from .style import CHART_TEMPLATE
+
 BROWSERS = ("chromium", "chromium-browser", "google-chrome")
 
 
@@ -40,7 +42,8 @@ def to_png(figures: Mapping[str, go.Figure], *, width: int = 1200, scale: float 
         out = {}
         async with kaleido.Kaleido(n=1, mathjax=False, path=path) as k:
             for name, fig in figures.items():
-                styled = go.Figure(fig).update_layout(template="plotly_white")  # a copy: cached figures stay
+                # a copy (cached figures stay) in the page's look: the template ui/chart.py draws with
+                styled = go.Figure(fig).update_layout(template=CHART_TEMPLATE)
                 h = fig.layout.height or 500
                 out[name] = await k.calc_fig(styled.to_dict(), opts=dict(format="png", width=width, height=h,
                                                                           scale=scale))

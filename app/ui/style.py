@@ -74,7 +74,7 @@ def log_ticks(lo: float, hi: float) -> dict:
 
 def base_layout(*, height: int, title: str | None = None, legend: bool = True, **extra) -> dict:
     """A figure's layout as a plain dict. No template: ui/chart.py adds CHART_TEMPLATE when it draws (a template
-    in every figure would cost ~15 ms of validation per figure and rerun); png.to_png adds plotly_white."""
+    in every figure would cost ~15 ms of validation per figure and rerun); png.to_png adds it too."""
     layout = dict(
         height=height,
         margin=dict(l=10, r=10, t=56 if title else 10, b=10 if not legend else 30),
