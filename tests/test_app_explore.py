@@ -329,8 +329,14 @@ def test_rollouts_can_be_coloured_by_metadata():
     assert "group_id" in options and "reward" in options
     at.selectbox(key="ex.color").set_value("reward").run()
     assert not at.exception
-    fig = json.dumps(charts(at)[0])
-    assert "reward = %{text}" in fig
+    fig = charts(at)[0]
+    assert "reward = %{text}" in json.dumps(fig)
+    # a category column gets a key: one legend entry per value, in the colour its points have, and nothing else
+    key = {t["name"]: t["marker"]["color"] for t in fig["data"] if t.get("showlegend", True)}
+    assert fig["layout"]["showlegend"] and set(key) == {"reward = 0.0", "reward = 1.0"}, key
+    points = [t for t in fig["data"] if t.get("mode") == "markers" and t.get("text") is not None]
+    shown = {(text, color) for t in points for text, color in zip(t["text"], t["marker"]["color"])}
+    assert shown == {(name.split(" = ")[1], color) for name, color in key.items()}
 
 
 def test_the_coefficient_lines_draw_every_token_with_fewer_points():

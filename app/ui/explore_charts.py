@@ -75,7 +75,8 @@ def figure(traces: list[dict], layout: dict) -> go.Figure:
 
 def metadata_colors(name: str, values, n: int) -> dict | None:
     """Point colours for a metadata column: a continuous scale for numbers, the palette for categories
-    (at most 12; beyond that, by category index on a continuous scale). None when the column does not fit."""
+    (at most 12, with `key`: [(value, colour)]; beyond that, by category index on a continuous scale). None when
+    the column does not fit."""
     if values is None or len(values) != n:
         return None
     arr = np.asarray(values, dtype=object)
@@ -88,8 +89,8 @@ def metadata_colors(name: str, values, n: int) -> dict | None:
     except (TypeError, ValueError):
         pass
     cats, idx = np.unique(text, return_inverse=True)
-    if len(cats) <= len(PALETTE):
-        return dict(color=np.asarray(PALETTE, dtype=object)[idx], text=text)
+    if len(cats) <= len(PALETTE):  # with a key: which colour is which value
+        return dict(color=np.asarray(PALETTE, dtype=object)[idx], text=text, key=list(zip(cats, PALETTE)))
     return dict(color=idx.astype(float), text=text, colorscale="Turbo", cmin=0.0, cmax=float(len(cats) - 1))
 
 
@@ -138,7 +139,7 @@ def rollout_map(
             traces.append(dict(type="scatter",
                 x=t_grid, y=mean + sign * 2 * noise_s / np.sqrt(t_grid), mode="lines",
                 line=dict(color="rgba(90,90,90,0.6)", width=1.2, dash="dot"), hoverinfo="skip",
-                name="theory: -s²/2 ± 2s/√T", legendgroup="theory", showlegend=sign > 0))
+                name="theory: -s²/2 ± 2s/√T", showlegend=False))  # the legend, when shown, is the colour key
     by = metadata_colors(color_by, (metadata or {}).get(color_by), T.size) if color_by else None
     if by is not None:
         hover += f"<br>{color_by} = %{{text}}"
@@ -151,11 +152,19 @@ def rollout_map(
             if "colorscale" in by:
                 marker.update(colorscale=by["colorscale"], cmin=by["cmin"], cmax=by["cmax"],
                               showscale=st_name == "kept",
-                              colorbar=dict(title=dict(text=color_by, side="right"), thickness=10, len=0.8))
+                              # under the x axis's title: beside the plot it took a third of a map's width at
+                              # 1600 px and covered the band labels ("1.001")
+                              colorbar=dict(title=dict(text=color_by, side="top"), thickness=10, len=0.9,
+                                            orientation="h", x=0.0, xanchor="left", yanchor="top",
+                                            y=-64 / max(height - 58, 1)))
         traces.append(dict(type="scatter",   # SVG: a few hundred points draw faster than a WebGL context starts
-            x=T[sel], y=y[sel], mode="markers", name=st_name, marker=marker,
+            x=T[sel], y=y[sel], mode="markers", name=st_name, marker=marker, showlegend=False,
             text=by["text"][sel] if by is not None else None,
             customdata=custom[sel], hovertemplate=hover + f"<extra>{st_name}</extra>"))
+
+    for value, c in (by or {}).get("key", ()):  # the categories' key, as a legend under the chart
+        traces.append(dict(type="scatter", x=[None], y=[None], mode="markers", name=f"{color_by} = {value}",
+                           marker=dict(color=c, size=7), hoverinfo="skip"))
 
     # y range from the data, widened to show band edges that are near it; edges far off are named in a
     # note instead of squashing the points into a line
@@ -178,7 +187,8 @@ def rollout_map(
                 (above if v > y_range[1] else below).append(label.split(" = ")[-1])
         elif kind == "curve":  # product clip: S/T = log C / T
             traces.append(dict(type="scatter", x=t_grid, y=v / t_grid, mode="lines", name=label, hoverinfo="skip",
-                                     line=dict(color=color(name), width=1.6, dash="dash")))
+                               showlegend=False,
+                               line=dict(color=color(name), width=1.6, dash="dash")))
     lines = [label for kind, label, _ in bands if kind == "note"]
     if above and below:
         lines.append(f"band [{below[0]}, {above[0]}] lies off the chart:<br>every point is inside it")
@@ -193,7 +203,8 @@ def rollout_map(
     head = f"<b>{title or name}</b>  <span style='font-size:12px;color:#666'>" + " · ".join(
         f"<span style='color:{STATUS_COLORS[k]}'>{n} {k}</span>" for k, n in counts.items()) + "</span>"
     layout = base_layout(
-        height=height, title=head, shapes=shapes, annotations=notes, legend=False, margin=dict(l=10, r=36, t=48, b=10),
+        height=height, title=head, shapes=shapes, annotations=notes, legend="key" in (by or {}),
+        margin=dict(l=10, r=36, t=48, b=10),
         xaxis=dict(type="log", title=dict(text="rollout length T (loss tokens)"), **log_ticks(lo, hi)),
         yaxis=dict(range=y_range, title=dict(text="S / T  (geometric log-ratio)"), zeroline=True,
                    zerolinecolor="#ddd", exponentformat="e", tickformat="~g"),
