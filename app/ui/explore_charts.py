@@ -239,7 +239,8 @@ def token_heatmap(
     ids = [str(int(i)) for i in index]
     traces = [dict(type="heatmap",
         z=np.round(values, 4), x=x, y=y, zmin=-zmax, zmax=zmax, zmid=0.0, colorscale="RdBu_r",
-        colorbar=dict(title=dict(text="l_t", side="right"), thickness=12, len=0.9),
+        # the colour bar's title above it: beside it, it ran into the "0" tick label
+        colorbar=dict(title=dict(text="l_t", side="top"), thickness=12, len=0.9),
         hovertemplate="row %{y}<br>positions ~%{x:.0f}<br>l = %{z:.4g}<extra></extra>", name="log-ratio")]
     if dropped is not None:
         d = np.where(dropped > 0, np.round(dropped, 3), np.nan)
