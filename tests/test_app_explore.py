@@ -42,11 +42,11 @@ def explore(**params):
 
 def metric(at, estimator: str, name: str) -> float:
     """A value of the metrics table (estimators as columns)."""
-    return float(str(at.dataframe[0].value.loc[name, estimator]).replace(",", ""))
+    return float(str(at.table[0].value.loc[name, estimator]).replace(",", ""))
 
 
 def effective(at, estimator: str, name: str) -> float:
-    return float(str(at.dataframe[1].value.loc[name, estimator]).replace(",", ""))
+    return float(str(at.table[1].value.loc[name, estimator]).replace(",", ""))
 
 
 def test_first_screen_tells_the_story():
@@ -94,7 +94,7 @@ def test_query_params_restore_a_view():
     assert at.sidebar.number_input(key="ex.seed").value == 7
     assert at.number_input(key="ex.rollout").value == 3
     assert "synthetic catastrophic (seed 7): **32 rollouts" in " ".join(c.value for c in at.sidebar.caption)
-    assert list(at.dataframe[0].value.columns) == ["seq_tis", "token_tis"]
+    assert list(at.table[0].value.columns) == ["seq_tis", "token_tis"]
 
 
 def test_bad_query_values_fall_back_to_defaults():
@@ -116,7 +116,7 @@ def test_a_bad_knob_combination_names_the_knob():
     at.select_slider(key="ex.seq_mis.geo_mask_high").set_value(1.0).run()
     assert not at.exception
     assert any("geo_mask_low must be below geo_mask_high" in e.value for e in at.error)
-    assert list(at.dataframe[0].value.columns) == ["seq_tis"]  # the others still draw
+    assert list(at.table[0].value.columns) == ["seq_tis"]  # the others still draw
 
 
 def test_upload_loads_and_a_bad_one_keeps_the_previous_batch(tmp_path):
@@ -132,7 +132,7 @@ def test_upload_loads_and_a_bad_one_keeps_the_previous_batch(tmp_path):
     captions = " ".join(c.value for c in at.sidebar.caption)
     assert "upload tiny.npz: **24 rollouts" in captions
     assert "opened earlier in this session" in " ".join(c.value for c in at.caption)
-    assert list(at.dataframe[0].value.columns) == list(SEED_ESTIMATORS)
+    assert list(at.table[0].value.columns) == list(SEED_ESTIMATORS)
     at.run()
     assert at.title[0].value.startswith("Explore")  # seen once: it stays on Explore now
 
@@ -176,7 +176,7 @@ def test_exports_and_downloads_are_offered():
 
 def test_every_estimator_renders():
     at = explore(**{"ex.est": ",".join(ESTIMATORS)})
-    assert list(at.dataframe[0].value.columns) == list(ESTIMATORS)
+    assert list(at.table[0].value.columns) == list(ESTIMATORS)
     assert not at.error
     torch.testing.assert_close(effective(at, "pg", "tokens_kept_frac"), 1.0)
 

@@ -27,7 +27,7 @@ def explore(**params) -> AppTest:
 
 
 def metric(at: AppTest, column: str, name: str) -> float:
-    return float(str(at.dataframe[0].value.loc[name, column]).replace(",", ""))
+    return float(str(at.table[0].value.loc[name, column]).replace(",", ""))
 
 
 def small_batch(**overrides):
@@ -46,7 +46,7 @@ def test_a_picked_preset_is_a_column_with_the_frameworks_numbers_and_knobs():
     key = "verl/bypass_pg_geo_rs_token_tis"
     at = explore(**{"ex.fw": "verl", "ex.fw.verl": key})
     assert not at.error
-    assert list(at.dataframe[0].value.columns) == [key, "seq_tis"]
+    assert list(at.table[0].value.columns) == [key, "seq_tis"]
     want = run_many([key], small_batch())[key].scalars()
     assert metric(at, key, "is_masked") == pytest.approx(want["is_masked"], rel=1e-3, abs=1e-6)
     assert at.selectbox(key=f"ex.{key}.rollout_is").value == "token"  # verl's own knob names and defaults
@@ -70,7 +70,7 @@ def test_a_presets_knob_moves_its_numbers():
 def test_the_custom_composition_builds_a_correction_from_its_parts():
     key = "custom/composition"
     at = explore(**{"ex.fw": "custom", "ex.fw.custom": key, "ex.sc.gaussian.s": "0.3"})
-    assert not at.error and key in at.dataframe[0].value.columns
+    assert not at.error and key in at.table[0].value.columns
     base = run_many([key], small_batch(s=0.3))[key].scalars()
     assert metric(at, key, "is_masked") == pytest.approx(base["is_masked"], rel=1e-3, abs=1e-6)
     at.selectbox(key=f"ex.{key}.rule2_statistic").select("ratio").run()  # a token band [None, None]: refused
@@ -100,7 +100,7 @@ def test_a_string_choice_off_by_default_survives_the_link():
 def test_a_preset_beside_the_four_seed_estimators_starts_a_second_row():
     at = explore(**{"ex.est": "seq_tis,seq_mis,geo_mask,mis_po", "ex.fw": "slime", "ex.fw.slime": "slime/mis"})
     assert not at.error
-    assert list(at.dataframe[0].value.columns) == ["slime/mis", "seq_tis", "seq_mis", "geo_mask", "mis_po"]
+    assert list(at.table[0].value.columns) == ["slime/mis", "seq_tis", "seq_mis", "geo_mask", "mis_po"]
 
 
 def test_the_rollout_map_draws_bands_read_from_the_composition():

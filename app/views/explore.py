@@ -107,8 +107,9 @@ def draw_dependents(src: data.Source, payload, names: list[str], slots: dict) ->
     with slots["weights"]:
         chart(data.weights_figure(src, ests, _payload=payload), key=f"{P}weights")
     t = data.tables(src, ests, _payload=payload)
-    slots["metrics"].dataframe(t.metrics.map(_g), width="stretch")
-    slots["effective"].dataframe(t.effective.map(_g), width="stretch")
+    # plain tables, not st.dataframe: its grid is 1.2 MB of JavaScript to compile on a first load (0.5 s here)
+    slots["metrics"].table(t.metrics.map(_g))
+    slots["effective"].table(t.effective.map(_g))
     draw_export(slots["export"], names, dict(ests))
 
 
@@ -131,7 +132,9 @@ def draw_export(slot, names: list[str], ests: dict) -> None:
         return
     snip = framework.snippet(name, fw, cfg)
     note = "" if snip.exact else " (approximate: see the NOTE lines)" if snip.expressible else " (cannot express)"
-    slot.code(snip.text + (f"# {fw}{note}\n" if note else ""), language=framework.language(snip))
+    # in a popover, drawn when opened: the code view's highlighter is 1.5 MB of JavaScript a first load then skips
+    slot.popover(f"Show {snip.filename}", icon=":material/code:").code(
+        snip.text + (f"# {fw}{note}\n" if note else ""), language=framework.language(snip))
 
 
 def estimator_column(name: str, src: data.Source, payload, names: list[str], slots: dict, color_by,
@@ -257,7 +260,7 @@ slots["metrics"] = left.empty()
 left.markdown("**Effective batch**")
 slots["effective"] = left.empty()
 right.markdown("**Batch diagnostics** (estimator-free)")
-right.dataframe(pd.Series(bv.diagnostics, name="value").map(_g).to_frame(), width="stretch", height=422)
+right.table(pd.Series(bv.diagnostics, name="value").map(_g).to_frame())
 d1, d2 = right.columns(2)
 d1.download_button("Metrics CSV", lambda: data.metrics_csv(src, current_estimators(names), _payload=payload),
                    file_name="seqis-metrics.csv", mime="text/csv", on_click="ignore", key=f"{P}csv")
