@@ -91,4 +91,4 @@ def test_a_frameworks_preset_opens_explore_beside_the_estimators():
     assert at.title[0].value.startswith("Explore")
     assert at.selectbox(key="ex.fw").value == "nemo-rl"
     assert at.selectbox(key="ex.fw.nemo-rl").value == "nemo-rl/seq-mask-tis"
-    assert list(at.dataframe[0].value.columns) == ["nemo-rl/seq-mask-tis", "seq_tis"]  # the estimators stay
+    assert list(at.table[0].value.columns) == ["nemo-rl/seq-mask-tis", "seq_tis"]  # the estimators stay
