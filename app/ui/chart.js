@@ -1,13 +1,17 @@
 // seqis chart: a plotly figure drawn into a node this component keeps between reruns and updated in place
 // (Plotly.react), where st.plotly_chart draws a changed figure anew. Plotly itself loads once per page, from the
-// app's static folder (ui/chart.py copies it there from the plotly package).
+// app's static folder (ui/plotly_js.py says which bundle).
 function loadPlotly(src) {
   if (!window.__seqisPlotly) {
     window.__seqisPlotly = window.Plotly ? Promise.resolve(window.Plotly) : new Promise((resolve, reject) => {
       const s = document.createElement("script");
       s.src = src;
       s.onload = () => resolve(window.Plotly);
-      s.onerror = () => { window.__seqisPlotly = null; reject(new Error("could not load " + src)); };
+      s.onerror = () => {
+        window.__seqisPlotly = null;
+        reject(new Error("could not load " + src + ". Start the explorer with `python -m app` or `streamlit run " +
+                         "app` from the repository's folder (its .streamlit/config.toml serves app/static)"));
+      };
       document.head.appendChild(s);
     });
   }
@@ -32,15 +36,12 @@ export default function ({ data, parentElement, setTriggerValue }) {
     node.className = "seqis-chart";
     node.style.width = "100%";
     parentElement.appendChild(node);
-    window.__seqisMounts = (window.__seqisMounts || 0) + 1;
   }
   node.style.minHeight = (spec.figure.layout.height || 450) + "px";  // the page keeps its place while plotly loads
-  node.dataset.version = spec.version;
   const draw = loadPlotly(spec.plotly).then(P => {
     // one draw at a time per chart, the newest figure last
     node.__seqisDraw = (node.__seqisDraw || Promise.resolve()).then(() =>
       P.react(node, spec.figure.data, spec.figure.layout, spec.config)).then(() => {
-        node.dataset.drawn = spec.version;
         if (spec.click && !node.__seqisClick) {
           node.__seqisClick = true;
           node.on("plotly_click", ev => setTriggerValue("click", pointOf(ev.points[0])));
@@ -55,10 +56,7 @@ export default function ({ data, parentElement, setTriggerValue }) {
       });
     return node.__seqisDraw;
   });
-  draw.catch(e => {
-    node.textContent = "This chart could not be drawn: " + e.message + ". Start the explorer with `python -m app` " +
-      "or `streamlit run app` from the repository's folder (its .streamlit/config.toml serves app/static).";
-  });
+  draw.catch(e => { node.textContent = "This chart could not be drawn: " + e.message; });
   return () => {  // unmounted: let go of plotly's state and the observer
     if (node.__seqisResize) node.__seqisResize.disconnect();
     if (window.Plotly) window.Plotly.purge(node);

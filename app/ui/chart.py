@@ -38,10 +38,9 @@ def _plotly_url() -> str:
     return f"{_base()}app/static/{_PLOTLY}?v={_VERSION}"
 
 
-def payload(fig, *, click: bool = False, config: dict | None = None) -> bytes:
+def payload(fig, *, click: bool = False) -> bytes:
     """What the component receives: the figure, plotly's config, where plotly.js lives, whether clicks report."""
-    head = json.dumps(dict(config={**CHART_CONFIG, **(config or {})}, click=click, plotly=_plotly_url(),
-                           version=id(fig)))
+    head = json.dumps(dict(config=CHART_CONFIG, click=click, plotly=_plotly_url()))
     return (head[:-1] + ', "figure": ' + figure_json(fig) + "}").encode()
 
 
@@ -50,11 +49,11 @@ def _base() -> str:
     return f"/{path}/" if path else "/"
 
 
-def chart(fig, *, key: str, click: bool = False, config: dict | None = None) -> dict | None:
+def chart(fig, *, key: str, click: bool = False) -> dict | None:
     """Draw `fig` in the current container under `key` (stable across reruns: the node is kept and updated).
     With click=True, returns the clicked point ({"x", "y", "curve", "index", "customdata", "name"}) on the rerun
     a click causes, else None."""
-    result = _mount(data=payload(fig, click=click, config=config), key=key, width="stretch",
+    result = _mount(data=payload(fig, click=click), key=key, width="stretch",
                     **({"on_click_change": lambda: None} if click else {}))
     return getattr(result, "click", None) if click else None
 

@@ -129,9 +129,10 @@ def stop_server(proc: subprocess.Popen) -> None:
 class Meter:
     """Measures actions on one page."""
 
-    def __init__(self, page, quiet_ms: float = 1500, timeout_s: float = 180):
+    def __init__(self, page, results: dict[str, list[dict]] | None = None, quiet_ms: float = 1500,
+                 timeout_s: float = 180):
         self.page, self.quiet_ms, self.timeout_s = page, quiet_ms, timeout_s
-        self.results: dict[str, list[dict]] = {}
+        self.results: dict[str, list[dict]] = {} if results is None else results  # action -> measurements
 
     def running(self) -> bool:
         """Streamlit's running indicator is up (it only shows after 500 ms of a run)."""
@@ -167,11 +168,6 @@ class Meter:
             self.page.wait_for_timeout(100)
         running = self.running()
         raise TimeoutError(f"the page did not fall quiet ({r}, running indicator: {running})")
-
-    def record_into(self, results: dict[str, list[dict]], name: str) -> None:
-        """Wait for the page's first load and keep it in `results` (a meter of a page about to be closed)."""
-        self.results = results
-        self.record(name, self.wait(0.0))
 
     def record(self, name: str, r: dict) -> dict:
         self.results.setdefault(name, []).append(r)
@@ -304,25 +300,21 @@ def measure(root: Path, port: int, python: str, only: list[str], moves: int) -> 
     print(f"machine: {os.cpu_count()} cpus, load average {os.getloadavg()}", flush=True)
     proc, up = start_server(root, port, python)
     url = f"http://127.0.0.1:{port}"
-    results_first: dict[str, list[dict]] = {}
     print(f"server up in {up:.1f} s", flush=True)
     try:
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path=chromium(), args=CHROMIUM_ARGS)
-            for _ in range(FIRST_LOADS - 1):  # a fresh browser context each: nothing cached, as a first visit
+            results: dict[str, list[dict]] = {}
+            ctx = None
+            for _ in range(FIRST_LOADS):  # a fresh browser context each: nothing cached, as a first visit
+                if ctx is not None:
+                    ctx.close()
                 ctx = browser.new_context(viewport={"width": 1600, "height": 1000})
                 ctx.add_init_script(PROBE)
                 page = ctx.new_page()
+                meter = Meter(page, results)  # the last page stays for the sections
                 page.goto(url)
-                Meter(page).record_into(results_first, "first load (fresh browser)")
-                ctx.close()
-            ctx = browser.new_context(viewport={"width": 1600, "height": 1000})
-            ctx.add_init_script(PROBE)
-            page = ctx.new_page()
-            meter = Meter(page)
-            page.goto(url)
-            meter.record("first load (fresh browser)", meter.wait(0.0))
-            meter.results["first load (fresh browser)"][:0] = results_first.get("first load (fresh browser)", [])
+                meter.record("first load (fresh browser)", meter.wait(0.0))
             for _ in range(3):
                 floor(meter, page)
             for name in only:
