@@ -1,6 +1,6 @@
 """The real page in a real browser: `streamlit run app` on a free loopback port, every page opened in
 headless Chromium (Playwright driving the system's chromium, e.g. Debian's /usr/bin/chromium), a slider
-moved on Explore until its chart changes, an upload whose columns have other names mapped in the page (it
+moved on Explore until its chart changes, charts far below the viewport drawn once scrolled near, an upload whose columns have other names mapped in the page (it
 opens on Diagnose first and a button carries it to Explore; the rollout pick resets when the batch changes; a
 pickle is refused with a message), and no exception element anywhere.
 
@@ -156,6 +156,42 @@ def test_moving_a_slider_redraws_the_chart(server, browser):
     page.wait_for_timeout(500)
     _no_exceptions(page, "explore, narrow")
     _shot(page, "explore-narrow")
+    page.close()
+
+
+def _drawn(page) -> list[bool]:
+    """Per chart on the page, top to bottom: whether plotly has drawn it."""
+    return page.evaluate("() => Array.from(document.querySelectorAll('.seqis-chart')).map(n => !!n._fullLayout)")
+
+
+def test_charts_far_below_draw_when_scrolled_near(server, browser):
+    # a first load draws the rollout maps on screen, not the heatmap, coefficients and histograms far below
+    # (each keeps its place); scrolling down draws each before it is in view, and a knob move made up there redraws
+    # them once they are near again
+    page = browser.new_page(viewport={"width": 1600, "height": 700})
+    page.goto(f"{server}/?{SMALL}")
+    _settle(page)
+    page.wait_for_function("document.querySelectorAll('.seqis-chart').length >= 7", timeout=60_000)
+    page.locator('.seqis-chart .main-svg').first.wait_for(timeout=60_000)
+    page.wait_for_timeout(500)
+    first = _drawn(page)
+    assert first[:4] == [True] * 4 and not any(first[4:]), first
+    heights = page.evaluate("() => Array.from(document.querySelectorAll('.seqis-chart')).map(n => n.clientHeight)")
+    assert min(heights) >= 200, heights  # an undrawn chart holds its place: the page does not jump as it draws
+    page.locator('h3', has_text="Weights and the effective batch").scroll_into_view_if_needed()
+    page.wait_for_function("Array.from(document.querySelectorAll('.seqis-chart')).every(n => n._fullLayout)",
+                           timeout=30_000)
+    weights = _chart_spec(page, 6)
+    thumb = page.locator('[data-testid="stMain"] input[type="range"][aria-label="seq_clip"]').first
+    thumb.focus()
+    thumb.press("ArrowLeft")  # seq_clip 2 -> 1.5: seq_tis's weights histogram changes
+    _settle(page)
+    page.locator('h3', has_text="Weights and the effective batch").scroll_into_view_if_needed()  # focus scrolled up
+    deadline = time.time() + 60
+    while time.time() < deadline and _chart_spec(page, 6) == weights:
+        page.wait_for_timeout(250)
+    assert _chart_spec(page, 6) != weights, "the weights histogram did not follow the knob"
+    _no_exceptions(page, "explore after scrolling")
     page.close()
 
 

@@ -34,8 +34,9 @@ def test_every_fault_asset_renders_each_findings_chart(server, browser):  # noqa
                                    timeout=60_000)
         except Exception:  # the assertion below says how many there were
             pass
-        page.wait_for_function("n => document.querySelectorAll('.seqis-chart .main-svg').length"
-                               " >= n", arg=charts.count(), timeout=60_000)
+        for i in range(charts.count()):  # a chart far below the viewport draws when scrolled near, as a person would
+            charts.nth(i).scroll_into_view_if_needed()
+            charts.nth(i).locator('.main-svg').first.wait_for(timeout=60_000)
         assert charts.count() >= 2, f"{asset}: {charts.count()} charts"  # a finding's chart and the worst rollout
         assert cards.count() >= 1
         _shot(page, f"diagnose-{asset.split('.parquet')[0]}")

@@ -1,6 +1,7 @@
 // seqis chart: a plotly figure drawn into a node this component keeps between reruns and updated in place
 // (Plotly.react), where st.plotly_chart draws a changed figure anew. Plotly itself loads once per page, from the
-// app's static folder (ui/plotly_js.py says which bundle).
+// app's static folder (ui/plotly_js.py says which bundle). A chart far from the viewport draws when it comes near
+// (its place on the page is kept meanwhile): a first load or a knob move pays for the charts a person can see.
 function loadPlotly(src) {
   if (!window.__seqisPlotly) {
     window.__seqisPlotly = window.Plotly ? Promise.resolve(window.Plotly) : new Promise((resolve, reject) => {
@@ -16,6 +17,52 @@ function loadPlotly(src) {
     });
   }
   return window.__seqisPlotly;
+}
+
+const NEAR = "600px 0px";  // a chart within this distance of the visible part of the page draws at once
+const watchers = new WeakMap();  // scrolling element -> the IntersectionObserver of the charts in it
+
+function watch(node) {
+  if (!window.IntersectionObserver) {
+    node.__seqisNear = true;
+    return;
+  }
+  // the page scrolls inside Streamlit's main element, not the window: observe against it, or the margin is lost
+  const root = node.closest('[data-testid="stMain"]');
+  let watcher = watchers.get(root || document);
+  if (!watcher) {
+    watcher = new IntersectionObserver(entries => {
+      for (const e of entries) {
+        e.target.__seqisNear = e.isIntersecting;
+        if (e.isIntersecting) render(e.target);
+      }
+    }, {root, rootMargin: NEAR});
+    watchers.set(root || document, watcher);
+  }
+  watcher.observe(node);
+  node.__seqisWatcher = watcher;
+}
+
+function render(node) {
+  // Draw the chart's newest figure if it is near the viewport and plotly has loaded, one draw at a time per chart.
+  const spec = node.__seqisSpec;
+  if (!node.__seqisNear || !window.Plotly || spec === node.__seqisDrawn) return;
+  node.__seqisDrawn = spec;
+  const P = window.Plotly;
+  node.__seqisDraw = (node.__seqisDraw || Promise.resolve()).then(() =>
+    P.react(node, spec.figure.data, spec.figure.layout, spec.config)).then(() => {
+      if (spec.click && !node.__seqisClick) {
+        node.__seqisClick = true;
+        node.on("plotly_click", ev => node.__seqisReport("click", pointOf(ev.points[0])));
+      }
+      if (!node.__seqisResize) {  // follow the column's width (plotly's own `responsive` leaks a window listener)
+        let width = node.clientWidth;
+        node.__seqisResize = new ResizeObserver(() => {
+          if (node.clientWidth !== width && node._fullLayout) { width = node.clientWidth; P.Plots.resize(node); }
+        });
+        node.__seqisResize.observe(node);
+      }
+    }).catch(e => { node.textContent = "This chart could not be drawn: " + e.message; });
 }
 
 function pointOf(p) {  // what a click reports: JSON-safe fields of the point under the pointer
@@ -36,28 +83,15 @@ export default function ({ data, parentElement, setTriggerValue }) {
     node.className = "seqis-chart";
     node.style.width = "100%";
     parentElement.appendChild(node);
+    watch(node);
   }
-  node.style.minHeight = (spec.figure.layout.height || 450) + "px";  // the page keeps its place while plotly loads
-  const draw = loadPlotly(spec.plotly).then(P => {
-    // one draw at a time per chart, the newest figure last
-    node.__seqisDraw = (node.__seqisDraw || Promise.resolve()).then(() =>
-      P.react(node, spec.figure.data, spec.figure.layout, spec.config)).then(() => {
-        if (spec.click && !node.__seqisClick) {
-          node.__seqisClick = true;
-          node.on("plotly_click", ev => setTriggerValue("click", pointOf(ev.points[0])));
-        }
-        if (!node.__seqisResize) {  // follow the column's width (plotly's own `responsive` leaks a window listener)
-          let width = node.clientWidth;
-          node.__seqisResize = new ResizeObserver(() => {
-            if (node.clientWidth !== width && node._fullLayout) { width = node.clientWidth; P.Plots.resize(node); }
-          });
-          node.__seqisResize.observe(node);
-        }
-      });
-    return node.__seqisDraw;
-  });
-  draw.catch(e => { node.textContent = "This chart could not be drawn: " + e.message; });
-  return () => {  // unmounted: let go of plotly's state and the observer
+  node.style.minHeight = (spec.figure.layout.height || 450) + "px";  // the page keeps its place until it draws
+  node.__seqisSpec = spec;
+  node.__seqisReport = setTriggerValue;
+  loadPlotly(spec.plotly).then(() => render(node),
+                               e => { node.textContent = "This chart could not be drawn: " + e.message; });
+  return () => {  // unmounted: let go of plotly's state and the observers
+    if (node.__seqisWatcher) node.__seqisWatcher.unobserve(node);
     if (node.__seqisResize) node.__seqisResize.disconnect();
     if (window.Plotly) window.Plotly.purge(node);
   };
