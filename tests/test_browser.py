@@ -1,8 +1,9 @@
 """The real page in a real browser: `streamlit run app` on a free loopback port, every page opened in
 headless Chromium (Playwright driving the system's chromium, e.g. Debian's /usr/bin/chromium), a slider
-moved on Explore until its chart changes, charts far below the viewport drawn once scrolled near, an upload whose columns have other names mapped in the page (it
-opens on Diagnose first and a button carries it to Explore; the rollout pick resets when the batch changes; a
-pickle is refused with a message), and no exception element anywhere.
+moved on Explore until its chart changes, charts far below the viewport drawn once scrolled near, an upload
+whose columns have other names mapped in the page (it opens on Diagnose first and a button carries it to
+Explore; the rollout pick resets when the batch changes; a pickle is refused with a message), and no exception
+element anywhere.
 
 Skips, saying so, when Playwright or a chromium cannot be found (`make browser` installs Debian's).
 SEQIS_SHOTS=/some/dir saves a screenshot of every page there (wide and narrow).
