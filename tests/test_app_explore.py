@@ -356,3 +356,28 @@ def test_the_coefficient_lines_draw_every_token_with_fewer_points():
     positions = torch.arange(100, 4196).numpy()
     fig = coefficient_plot(positions, positions * 0.0, {"seq_tis": positions * 0.0 + 0.7})
     assert list(fig.data[0].x) == [100, 4195] and list(fig.data[0].y) == [0.7, 0.7]
+
+
+def test_effective_batch_labels_sit_above_the_theory_diamonds():
+    """Each bar's label is drawn at its bar's top, or above the theory's diamond where the diamond reaches above
+    that top: no label over a diamond (they collided at 100% and 71% on the first screen)."""
+    sys.path.insert(0, str(Path(APP).parent))
+    from ui.explore_charts import DIAMOND, effective_bars
+
+    eff = {n: dict(tokens_kept_frac=t, rollouts_kept_frac=r, ess_frac=e)
+           for n, (t, r, e) in dict(a=(1.0, 1.0, 0.59), b=(0.85, 0.71, 0.71), c=(0.5, 0.2, 0.1),
+                                    d=(0.4, 0.3, 0.3)).items()}
+    theory = dict(a=dict(rollouts_kept_frac=1.0), b=dict(rollouts_kept_frac=0.717), c=dict(rollouts_kept_frac=0.6),
+                  d=dict(rollouts_kept_frac=0.1))
+    fig = effective_bars(eff, theory)
+    bars, labels, diamonds = fig.data
+    assert [t.type for t in fig.data] == ["bar", "scatter", "scatter"] and labels.mode == "text"
+    assert list(labels.text) == [f"{v:.0%}" for v in bars.y]
+    at = {(n, k): y for n, k, y in zip(*labels.x, labels.y)}
+    for n, k, d in zip(*diamonds.x, diamonds.y):
+        bar = eff[n]["rollouts_kept_frac"]
+        assert at[n, k] >= bar  # never inside its bar
+        assert at[n, k] >= d + DIAMOND or d + DIAMOND <= bar, (n, at[n, k], d)  # clear of the diamond's top
+    assert at["d", "rollouts"] == 0.3  # a diamond well inside the bar leaves the label on the bar
+    assert at["c", "rollouts"] == 0.6 + DIAMOND and at["a", "rollouts"] == 1.0 + DIAMOND
+    assert fig.layout.yaxis.range[1] >= 1.0 + DIAMOND + 0.1  # room for a label above a diamond at 100%

@@ -344,6 +344,9 @@ def weight_histograms(hists: Mapping[str, Mapping], *, height: int = 340, title:
     return figure(traces, layout)
 
 
+DIAMOND = 0.04  # a theory diamond's half-height on the effective-batch chart, in its y units (fractions)
+
+
 def effective_bars(
     effective: Mapping[str, Mapping[str, float]],
     theory: Mapping[str, Mapping[str, float]] | None = None,
@@ -361,18 +364,25 @@ def effective_bars(
     x1 = [label for _ in names for label, _, _ in series]
     y = [effective[n][key] for n in names for _, key, _ in series]
     colors = [alpha(color(n), a) for n in names for _, _, a in series]
+    expected = {(n, "rollouts"): theory[n]["rollouts_kept_frac"] for n in names
+                if "rollouts_kept_frac" in (theory or {}).get(n, {})}
+    # each value's label just above its bar, or above the theory's diamond where that sits at or above the bar's
+    # top (a diamond is ±DIAMOND in y: its half-height on this chart), so no label is drawn over a diamond
+    lift = [max(v, expected[key] + DIAMOND) if key in expected and expected[key] > v - DIAMOND else v
+            for key, v in zip(zip(x0, x1), y)]
     traces = [dict(type="bar", x=[x0, x1], y=y, marker=dict(color=colors, line=dict(width=0)), showlegend=False,
-                     text=[f"{v:.0%}" for v in y], textposition="outside", textfont=dict(size=10),
-                     cliponaxis=False, name="kept", hovertemplate="%{x}: %{y:.1%}<extra></extra>")]
-    tx = [n for n in names if "rollouts_kept_frac" in (theory or {}).get(n, {})]
-    if tx:
-        traces.append(dict(type="scatter", x=[tx, ["rollouts"] * len(tx)],
-                           y=[theory[n]["rollouts_kept_frac"] for n in tx],
-                                 mode="markers", name="theory: rollouts kept",
-                                 marker=dict(symbol="diamond", size=10, color="black"),
-                                 hovertemplate="%{x}<br>theory: %{y:.1%} of rollouts kept<extra></extra>"))
+                   name="kept", hovertemplate="%{x}: %{y:.1%}<extra></extra>"),
+              dict(type="scatter", x=[x0, x1], y=lift, mode="text", text=[f"{v:.0%}" for v in y],
+                   textposition="top center", textfont=dict(size=10), cliponaxis=False, showlegend=False,
+                   hoverinfo="skip")]
+    if expected:
+        traces.append(dict(type="scatter", x=[[n for n, _ in expected], [k for _, k in expected]],
+                           y=list(expected.values()), mode="markers", name="theory: rollouts kept",
+                           marker=dict(symbol="diamond", size=10, color="black"),
+                           hovertemplate="%{x}<br>theory: %{y:.1%} of rollouts kept<extra></extra>"))
     layout = base_layout(height=height, title=title, bargap=0.15, legend=False,
-                     yaxis=dict(range=[0, 1.12], tickformat=".0%"), xaxis=dict(tickfont=dict(size=9), tickangle=0))
+                     yaxis=dict(range=[0, 1.12 + DIAMOND], tickformat=".0%"),
+                     xaxis=dict(tickfont=dict(size=9), tickangle=0))
     return figure(traces, layout)
 
 
