@@ -112,10 +112,11 @@ def titled(fig: go.Figure, title: str, *, height: int = 420, legend_below: bool 
 
 # Columns wrap instead of squeezing: each keeps at least 240 px, so four rollout maps stand side by side at 1600 px
 # and stack at 900 px, and metric labels and chart titles keep their room; a container keyed "narrow..." holds
-# controls that may shrink to 140 px (Explore's estimator picker keeps 400 px, room for four chips: a multiselect does
-# not wrap its chips, it scrolls them out of sight). A chart's toolbar (plotly's modebar, shown on hover) sits in a strip above the
-# chart (12 px of padding and the 16 px gap between elements), not over the chart's title: inside the chart it hid
-# the right half of any title longer than half the chart (14 of the 23 charts of six pages at 900 px, 6 at 1600).
+# controls that may shrink to 140 px (Explore's estimator picker keeps 400 px, room for four chips: a multiselect
+# does not wrap its chips, it scrolls them out of sight). A chart's toolbar (plotly's modebar, shown on hover) sits
+# in a strip above the chart (12 px of padding and the 16 px gap between elements), not over the chart's title:
+# inside the chart it hid the right half of any title longer than half the chart (14 of the 23 charts of six pages
+# at 900 px, 6 at 1600).
 RESPONSIVE_CSS = """<style>
 [data-testid="stMain"] [data-testid="stHorizontalBlock"] { flex-wrap: wrap; row-gap: 1rem; }
 [data-testid="stMain"] [data-testid="stColumn"] { min-width: min(240px, 100%); }
