@@ -67,6 +67,9 @@ def bands_of(comp: Composition) -> list[tuple[str, str, float]]:
     return out
 
 
+NOTE_BELOW_AXIS, NOTE_LINE = 40, 14  # px: a rollout map's note sits under its x axis's ticks and title, 14 px a line
+
+
 def figure(traces: list[dict], layout: dict) -> go.Figure:
     """A figure from plain trace and layout dicts, without plotly's per-property validation (tens of ms a
     figure; ui/chart.py sends it unvalidated, and the tests validate every figure a page draws)."""
@@ -195,16 +198,16 @@ def rollout_map(
     elif above or below:
         lines.append(f"band edge {(above or below)[0]} lies {'above' if above else 'below'} the chart")
     off = "<br>".join(lines)
-    if off:
-        notes.append(dict(text=off, xref="paper", yref="paper", x=0.02, y=0.02, xanchor="left", yanchor="bottom",
-                          align="left", showarrow=False, font=dict(size=10, color="#555"),
-                          bgcolor="rgba(255,255,255,0.75)"))
+    if off:  # under the axis title, not over the points
+        notes.append(dict(text=off, xref="paper", yref="paper", x=0.0, y=0.0, xanchor="left", yanchor="top",
+                          yshift=-NOTE_BELOW_AXIS, align="left", showarrow=False, font=dict(size=10, color="#555")))
     counts = {k: int((valid & (status == k)).sum()) for k in ("kept", "clipped", "dropped")}
     head = f"<b>{title or name}</b>  <span style='font-size:12px;color:#666'>" + " · ".join(
         f"<span style='color:{STATUS_COLORS[k]}'>{n} {k}</span>" for k, n in counts.items()) + "</span>"
     layout = base_layout(
         height=height, title=head, shapes=shapes, annotations=notes, legend="key" in (by or {}),
-        margin=dict(l=10, r=36, t=48, b=10),
+        # room for two lines of note under every map, so the maps of a row keep plot areas of one height
+        margin=dict(l=10, r=36, t=48, b=NOTE_BELOW_AXIS + NOTE_LINE * max(2, off.count("<br>") + 1 if off else 0)),
         xaxis=dict(type="log", title=dict(text="rollout length T (loss tokens)"), **log_ticks(lo, hi)),
         yaxis=dict(range=y_range, title=dict(text="S / T  (geometric log-ratio)"), zeroline=True,
                    zerolinecolor="#ddd", exponentformat="e", tickformat="~g"),
