@@ -179,7 +179,9 @@ def test_charts_far_below_draw_when_scrolled_near(server, browser):
     assert first[:4] == [True] * 4 and not any(first[4:]), first
     heights = page.evaluate("() => Array.from(document.querySelectorAll('.seqis-chart')).map(n => n.clientHeight)")
     assert min(heights) >= 200, heights  # an undrawn chart holds its place: the page does not jump as it draws
-    page.locator('h3', has_text="Weights and the effective batch").scroll_into_view_if_needed()
+    for section in ("Tokens", "Weights and the effective batch"):  # down the page as a person scrolls
+        page.locator('h3', has_text=section).scroll_into_view_if_needed()
+        page.wait_for_timeout(300)
     page.wait_for_function("Array.from(document.querySelectorAll('.seqis-chart')).every(n => n._fullLayout)",
                            timeout=30_000)
     weights = _chart_spec(page, 6)
