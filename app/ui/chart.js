@@ -62,7 +62,11 @@ function render(node) {
         });
         node.__seqisResize.observe(node);
       }
-    }).catch(e => { node.textContent = "This chart could not be drawn: " + e.message; });
+    }).catch(e => failed(node, e));
+}
+
+function failed(node, e) {  // plotly.js did not load, or this figure did not draw: say so where the chart would be
+  node.textContent = "This chart could not be drawn: " + e.message;
 }
 
 function pointOf(p) {  // what a click reports: JSON-safe fields of the point under the pointer
@@ -88,8 +92,7 @@ export default function ({ data, parentElement, setTriggerValue }) {
   node.style.minHeight = (spec.figure.layout.height || 450) + "px";  // the page keeps its place until it draws
   node.__seqisSpec = spec;
   node.__seqisReport = setTriggerValue;
-  loadPlotly(spec.plotly).then(() => render(node),
-                               e => { node.textContent = "This chart could not be drawn: " + e.message; });
+  loadPlotly(spec.plotly).then(() => render(node), e => failed(node, e));
   return () => {  // unmounted: let go of plotly's state and the observers
     if (node.__seqisWatcher) node.__seqisWatcher.unobserve(node);
     if (node.__seqisResize) node.__seqisResize.disconnect();

@@ -20,6 +20,10 @@ from ._allocators import gradient_writes
 from .timing import floor_pass, median_time, paired, ragged_batch, step, step_many, with_catastrophic_tokens
 
 ORDER = 10
+# the rows that hold a ratio to the slowest single correction, not a time against the floor, and their names
+RATIO_ROWS = {"run_many": "all through run_many / the slowest single one",
+              "run_many_presets": "all + every preset through run_many / the slowest single one",
+              "gradient_writes": "as many fresh (B, T) gradients written alone / the same single one"}
 
 
 def table(device: str, quick: bool, malloc: str) -> tuple[dict[str, tuple[float, float, float]], str]:
@@ -102,10 +106,7 @@ def summarise_repeats(runs: list[dict[str, tuple[float, float, float]]], malloc:
     for label in runs[0]:
         ms = statistics.median(r[label][0] for r in runs) * 1e3
         xs = [r[label][2] for r in runs]
-        name = {"run_many": "all through run_many / the slowest single one",
-                "run_many_presets": "all + every preset through run_many / the slowest single one",
-                "gradient_writes": "as many fresh (B, T) gradients written alone / the same single one",
-                }.get(label, label)
+        name = RATIO_ROWS.get(label, label)
         print(f"| {name} | {ms:.2f} | {statistics.median(xs):.1f} | {min(xs):.1f}-{max(xs):.1f} |")
 
 
@@ -118,7 +119,7 @@ def compare(default: dict, tuned: dict) -> None:
     print("| estimator | defaults ms | kept ms | defaults / kept |")
     print("|---|---:|---:|---:|")
     for label in default:
-        if label in tuned and label not in ("run_many", "run_many_presets", "gradient_writes"):
+        if label in tuned and label not in RATIO_ROWS:
             d, k = default[label][0], tuned[label][0]
             print(f"| {label} | {d * 1e3:.2f} | {k * 1e3:.2f} | {d / k:.2f} |")
 
