@@ -33,7 +33,7 @@ browser:
 
 test: venv browser $(PLOTLY_BUNDLE)
 	$(BIN)/ruff check seqis app tests scripts
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -m ""
 
 run: venv $(PLOTLY_BUNDLE)
 	$(BIN)/python -m app --server.port $(PORT) --browser.gatherUsageStats false

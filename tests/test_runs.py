@@ -140,6 +140,7 @@ def test_local_processes_give_the_same_table(generated, scanned):
     pd.testing.assert_frame_equal(scan(generated[0], ESTIMATORS, by="env_name", workers=2), scanned)
 
 
+@pytest.mark.slow  # starts a local Ray (~10 s)
 def test_ray_gives_the_same_table(generated):
     pytest.importorskip("ray.data")
     import ray
