@@ -1,9 +1,14 @@
-"""Record every registry estimator's outputs on fixed batches into tests/data/reference_outputs.npz.
+"""Record every registry estimator's (or every preset's) outputs on fixed batches into an npz.
 
 Run once on main (8c601da) BEFORE the composable-correction refactor (issue 12), so that test_reference_outputs.py
 can prove the twelve estimators are unchanged to 1e-6 afterwards:
 
     PYTHONPATH=. python scripts/record_reference_outputs.py tests/data/reference_outputs.npz
+
+and on main at b69b2b1 (before the plain evaluator and the fast one above it, issue 21) every preset at its
+framework's defaults, so that test_reference_outputs.py can prove them unchanged too:
+
+    PYTHONPATH=. python scripts/record_reference_outputs.py --presets tests/data/reference_outputs_presets.npz
 
 Inputs are stored in the file too (the test does not regenerate them). Every batch keeps |l| < 40, so the
 k3 metrics are not affected by the (old) cap at l = 40.
@@ -16,7 +21,7 @@ import sys
 import numpy as np
 import torch
 
-from seqis import AGGREGATIONS, ESTIMATORS, Batch, run
+from seqis import AGGREGATIONS, ESTIMATORS, PRESETS, Batch, run
 
 D = torch.float64
 
@@ -60,36 +65,47 @@ BATCHES = {
 }
 
 
-def record() -> dict[str, np.ndarray]:
-    arrays = {"variants": np.array(json.dumps(VARIANTS))}  # the test reads the non-default configs from here
+def corrections(presets: bool):
+    """(name, variant name, config) of every registry estimator (defaults and VARIANTS) or every preset (its
+    framework's defaults)."""
+    if presets:
+        return [(key, "default", p.config) for key, p in PRESETS.items()]
+    return [(name, vname, spec.config(**knobs)) for name, spec in ESTIMATORS.items()
+            for vname, knobs in (("default", {}), ("variant", VARIANTS[name]))]
+
+
+def record(presets: bool = False) -> dict[str, np.ndarray]:
+    arrays = {"variants": np.array(json.dumps({} if presets else VARIANTS))}  # the test reads the configs here
+    if presets:  # what each key ran: the test compares a key only while its composition is the same
+        arrays["compositions"] = np.array(json.dumps({k: repr(p.compose()) for k, p in PRESETS.items()}))
     for bname, (tl, il, adv, mask) in BATCHES.items():
         arrays[f"{bname}/input/trainer_logprobs"] = tl.numpy()
         arrays[f"{bname}/input/inference_logprobs"] = il.numpy()
         arrays[f"{bname}/input/advantages"] = adv.numpy()
         arrays[f"{bname}/input/loss_mask"] = mask.numpy()
-        for name, spec in ESTIMATORS.items():
-            for vname, knobs in (("default", {}), ("variant", VARIANTS[name])):
-                cfg = spec.config(**knobs)
-                key = f"{bname}/{name}/{vname}"
-                for agg in AGGREGATIONS:
-                    t = tl.clone().requires_grad_()
-                    out = run(name, Batch(t, il, adv, mask), cfg, agg=agg)
-                    (g,) = torch.autograd.grad(out.loss, t)
-                    arrays[f"{key}/{agg}/loss"] = out.loss.detach().numpy()
-                    arrays[f"{key}/{agg}/grad"] = g.numpy()
-                    if agg != "token-mean":
-                        continue
-                    arrays[f"{key}/weights"] = out.weights.numpy()
-                    for k, m in out.masks.items():
-                        arrays[f"{key}/mask/{k}"] = m.numpy()
-                    for k, v in out.scalars().items():
-                        arrays[f"{key}/metric/{k}"] = np.array(v)
-                    for k, v in out.rollouts.items():
-                        arrays[f"{key}/rollout/{k}"] = v.detach().numpy()
+        for name, vname, cfg in corrections(presets):
+            key = f"{bname}/{name}/{vname}"
+            for agg in AGGREGATIONS:
+                t = tl.clone().requires_grad_()
+                out = run(name, Batch(t, il, adv, mask), cfg, agg=agg)
+                (g,) = torch.autograd.grad(out.loss, t)
+                arrays[f"{key}/{agg}/loss"] = out.loss.detach().numpy()
+                arrays[f"{key}/{agg}/grad"] = g.numpy()
+                if agg != "token-mean":
+                    continue
+                arrays[f"{key}/weights"] = out.weights.numpy()
+                for k, m in out.masks.items():
+                    arrays[f"{key}/mask/{k}"] = m.numpy()
+                for k, v in out.scalars().items():
+                    arrays[f"{key}/metric/{k}"] = np.array(v)
+                for k, v in out.rollouts.items():
+                    arrays[f"{key}/rollout/{k}"] = v.detach().numpy()
     return arrays
 
 
 if __name__ == "__main__":
-    arrays = record()
-    np.savez_compressed(sys.argv[1], **arrays)
-    print(f"{len(arrays)} arrays -> {sys.argv[1]}")
+    presets = "--presets" in sys.argv[1:]
+    path = [a for a in sys.argv[1:] if a != "--presets"][0]
+    arrays = record(presets)
+    np.savez_compressed(path, **arrays)
+    print(f"{len(arrays)} arrays -> {path}")
