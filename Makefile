@@ -33,7 +33,8 @@ browser:
 
 test: venv browser $(PLOTLY_BUNDLE)
 	$(BIN)/ruff check seqis app tests scripts
-	$(BIN)/python -m pytest -q -m ""
+	$(BIN)/lint-imports
+	SEQIS_HYPOTHESIS=full $(BIN)/python -m pytest -q -m ""
 
 run: venv $(PLOTLY_BUNDLE)
 	$(BIN)/python -m app --server.port $(PORT) --browser.gatherUsageStats false

@@ -13,21 +13,14 @@ trajectories (mis_po); reference estimators (pg, seq_is, token_tis, ...) are the
     out = run("verl/bypass_pg_geo_rs", batch)   # every framework's shipped correction: seqis.PRESETS
 """
 
+from .compose import Composition, Criterion, Penalty, Weight
 from .diagnose import Finding, diagnose
 from .diagnostics import diagnostics
-from .estimators import (
-    AGGREGATIONS,
-    ESTIMATORS,
-    SEED_ESTIMATORS,
-    Composition,
-    Criterion,
-    EstimatorSpec,
-    Penalty,
-    Weight,
-    run,
-    run_many,
-)
+from .estimators import ESTIMATORS, SEED_ESTIMATORS
+from .evaluate import AGGREGATIONS
 from .presets import PRESETS
+from .registry import run, run_many
+from .spec import EstimatorSpec
 from .types import Batch, Config, EstimatorOutput, Knobs, knob, knobs
 
 __all__ = [

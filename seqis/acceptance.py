@@ -25,8 +25,9 @@ from collections.abc import Iterable, Sequence
 import pandas as pd
 import torch
 
-from .estimators import Ratios, run_many
-from .estimators._kernels import in_band
+from ._kernels import in_band
+from .fast import Ratios
+from .registry import run_many
 from .types import Batch, Config
 
 Estimator = tuple[str, str, Config | None]  # (label, registry name, config or None for defaults)

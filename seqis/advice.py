@@ -23,9 +23,11 @@ from dataclasses import dataclass, field
 import torch
 
 from . import theory
+from .compose import Composition
 from .diagnostics import diagnostics
-from .estimators import ESTIMATORS, Ratios, resolve, resolve_config, run_many
-from .estimators.compose import Composition
+from .estimators import ESTIMATORS
+from .fast import Ratios
+from .registry import resolve, resolve_config, run_many
 from .summaries import effective_batch
 from .types import Batch
 
@@ -96,26 +98,13 @@ def regime(kl: float) -> str:
     return f"per-token KL {kl:.2g} nats"
 
 
-def _ratio_edges(comp: Composition) -> list[tuple[str, float | None, float | None, str]]:
-    """(where, low, high, unit) of every band on a ratio in the composition: its weight's band and its criteria
-    on the ratio statistic."""
-    out = []
-    w = comp.weight
-    if w.band is not None:
-        out.append((w.level, w.band[0], w.band[1], "weight"))
-    for c in comp.criteria:
-        if c.statistic == "ratio":
-            out.append(({"token": "token", "sum": "sequence", "mean": "geometric"}.get(c.agg, c.agg), c.low, c.high,
-                        "criterion"))
-    return out
-
-
 def _why(comp: Composition, facts: dict[str, float], kept: float, clipped: float) -> list[str]:
     """What binds on this batch and why, from the composition and the closed forms."""
     why, kl, s = [], facts["kl"], facts["s"]
     T50, Tmax = facts["length_p50"], facts["length_max"]
-    for level, low, high, _ in _ratio_edges(comp):
-        band = f"[{low if low is not None else 0:g}, {high if high is not None else math.inf:g}]"
+    for b in comp.ratio_bands():
+        level, low, high = b.level, b.low, b.high
+        band = f"[{low:g}, {high:g}]"
         if level == "geometric":
             cut = float(theory.mis_po_kl_cutoff(low)) if low else math.inf
             if kl > cut:
@@ -131,7 +120,7 @@ def _why(comp: Composition, facts: dict[str, float], kept: float, clipped: float
                 acc = float(theory.product_band_acceptance(Tmax, s, low or 0.0, high or math.inf))
                 why.append(f"its product band {band} keeps {acc:.0%} of rollouts at the longest length {Tmax:.0f} "
                            "(the product ratio spreads like s√T)")
-        elif level in ("token", "max", "min"):
+        elif level in ("token", "every"):
             hit = facts["catastrophic"]
             why.append(f"its token band {band} drops single tokens outside it"
                        + (f" (this batch has {hit:.0f} tokens with |l| > log 10)" if hit else ""))
@@ -160,8 +149,7 @@ def _why(comp: Composition, facts: dict[str, float], kept: float, clipped: float
 def read(name: str, comp: Composition, effective: dict[str, float], facts: dict[str, float]) -> EstimatorReading:
     """One estimator on the batch (its effective batch, seqis.summaries.effective_batch), read against its
     composition."""
-    token_rule = any(c.agg in ("token", "max", "min") and c.statistic == "ratio" for c in comp.criteria) or (
-        comp.weight.band is not None and not comp.weight.per_rollout)
+    token_rule = comp.catches_single_tokens
     kept, clipped = effective["tokens_kept_frac"], effective["clipped_frac"]
     return EstimatorReading(name=name, description=comp.describe(), tokens_kept=kept,
                             rollouts_kept=effective["rollouts_kept_frac"], clipped=clipped, ess=effective["ess_frac"],

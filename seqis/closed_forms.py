@@ -20,18 +20,16 @@ uncovered. Every entry's closed form is tested against a simulation (tests/test_
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
 
 from . import theory
-from .estimators import resolve
-from .estimators.compose import Composition
+from .registry import resolve
 from .types import Config
 
-# the rollout rule's kind -> the acceptance of a band [low, high] on it
-_ACCEPT = {"mean": theory.geo_band_acceptance, "sum": theory.product_band_acceptance,
+# a rollout band's level -> the acceptance of a band [low, high] on it
+_ACCEPT = {"geometric": theory.geo_band_acceptance, "sequence": theory.product_band_acceptance,
            "every": theory.max_band_acceptance}
 
 
@@ -50,42 +48,24 @@ class ClosedForm:
     weight_var: np.ndarray | None = None
 
 
-def _rollout_bands(comp: Composition) -> list[tuple[str, float, float]] | None:
-    """The composition's rollout-level bands on the ratio as (kind, low, high); None when a rule is uncovered."""
-    if any(c.advantage is not None for c in comp.criteria):
-        return None
-    rules = [c for c in comp.criteria if c.per_rollout]
-    if any(c.statistic != "ratio" for c in rules):
-        return None  # a rollout rule on k1 / k2 / k3 / prob_diff
-    bands = [(c.agg, c.low or 0.0, math.inf if c.high is None else c.high) for c in rules
-             if c.agg in ("sum", "mean")]
-    every = [c for c in rules if c.agg in ("max", "min")]
-    if every:  # max_t rho_t <= hi and min_t rho_t >= lo together: every token in [lo, hi]
-        bands.append(("every", max(c.low or 0.0 for c in every),
-                      min(math.inf if c.high is None else c.high for c in every)))
-    w = comp.weight
-    if w.level == "sequence" and w.band is not None:
-        bands.append(("sum", *w.band))
-    return bands
-
-
 def closed_form(x, cfg: Config | None, T, s: float) -> ClosedForm | None:
     """The closed forms of a correction (a name, a preset key or a Composition; cfg its config or None) at the
     lengths T (array-like, each > 0) and noise scale s; None when its rollout rules are not covered."""
     comp = resolve(x, cfg)
     T = np.asarray(T, dtype=np.float64)
-    bands = _rollout_bands(comp)
+    bands = comp.rollout_bands()
     if bands is None or len(bands) > 1:
         return None
     w = comp.weight
-    token_rules = any(not c.per_rollout for c in comp.criteria)
+    token_rules = bool(comp.token_rules)
     exact = comp.log_ratio_clamp is None and not w.self_normalize  # the weight's moments are covered
     if bands:
-        kind, lo, hi = bands[0]
-        accepted = np.asarray(_ACCEPT[kind](T, s, lo, hi), dtype=np.float64)
+        band = bands[0]
+        lo, hi = band.low, band.high
+        accepted = np.asarray(_ACCEPT[band.level](T, s, lo, hi), dtype=np.float64)
         if w.level == "none" and not token_rules:  # a 0/1 weight: Bernoulli(accepted)
             return ClosedForm(accepted, weight_mean=accepted, weight_var=accepted * (1 - accepted))
-        product_mask = (kind == "sum" and lo == 0.0 and w.level == "sequence" and w.band is not None
+        product_mask = (band.level == "sequence" and lo == 0.0 and w.level == "sequence" and w.band is not None
                         and not w.truncated and not comp.criteria)
         if product_mask and exact:  # 1[w <= C] w
             mean, var = theory.seq_mis_product_moments(T, s, hi)

@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import torch
 
-from .estimators._common import Ratios
-from .estimators._kernels import MAX_LOG_WEIGHT, expm1, masked_mean
+from ._kernels import expm1, masked_mean
+from .evaluate import MAX_LOG_WEIGHT
+from .fast import Ratios
 from .types import Batch
 
 # exact up to this many tokens; beyond, a seeded sample of this size (rank error ~1e-4)

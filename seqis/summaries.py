@@ -24,7 +24,7 @@ import pandas as pd
 import torch
 
 from .closed_forms import closed_form
-from .estimators._common import Ratios
+from .fast import Ratios
 from .types import EstimatorOutput
 
 # log10 weight bins shared by every estimator so histograms overlay: 1e-3 .. 1e3, plus two overflow bins

@@ -30,6 +30,7 @@ def knob(
     choices: tuple | None = None,
     finite: bool = False,
     band: bool = True,
+    inf: bool = False,
 ) -> Any:
     """A config field whose metadata says how to validate it and how to draw it.
 
@@ -38,10 +39,11 @@ def knob(
     ui: the slider's range; log: draw the slider on a log scale; optional: None is a valid value
     (it switches the feature off, e.g. geo_mask's token_clip); choices: a categorical knob (a select box);
     band=False on an X_low knob: X_low / X_high are not a band's edges (prime-rl's dppo_mask_low is the size
-    of a downward step), so low need not be below high.
+    of a downward step), so low need not be below high. inf: the widget offers +inf past the end of its range (a
+    clip or an upper band edge that can be opened).
     """
     meta = dict(help=help, gt=gt, ge=ge, ui=ui, log=log, optional=optional, choices=choices, finite=finite,
-                band=band)
+                band=band, inf=inf)
     return field(default=default, metadata=meta)
 
 

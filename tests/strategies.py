@@ -1,11 +1,22 @@
-"""Hypothesis strategies the property tests share: an estimator's config drawn from its declared knobs."""
+"""Hypothesis strategies the property tests share: an estimator's config drawn from its declared knobs, and how many
+examples a property test draws (`examples`: more under `make test`, which sets SEQIS_HYPOTHESIS=full)."""
 
 import math
+import os
 
 from hypothesis import assume
 from hypothesis import strategies as st
 
 from seqis import ESTIMATORS, knobs
+
+# plain `pytest` (the fast suite) draws the given number of examples; `make test` (SEQIS_HYPOTHESIS=full) draws
+# FULL_FACTOR times as many
+FULL_FACTOR = 3
+
+
+def examples(n: int) -> int:
+    """How many examples a property test with a base of n draws under the current profile."""
+    return n * FULL_FACTOR if os.environ.get("SEQIS_HYPOTHESIS") == "full" else n
 
 
 @st.composite

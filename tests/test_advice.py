@@ -8,7 +8,8 @@ import pytest
 
 from seqis import ESTIMATORS, run_many
 from seqis.advice import advise, batch_facts, regime
-from seqis.estimators import Ratios, resolve
+from seqis.fast import Ratios
+from seqis.registry import resolve
 from seqis.summaries import effective_batch
 from seqis.synthetic import make_batch
 

@@ -15,7 +15,7 @@ import torch
 from pages import charts  # noqa: E402
 
 from seqis import ESTIMATORS, SEED_ESTIMATORS, run_many
-from seqis.estimators import Ratios
+from seqis.fast import Ratios
 from seqis.io import save_batch
 from seqis.summaries import dropped_map, effective_batch, token_map, weight_histogram
 from seqis.synthetic import make_batch

@@ -110,7 +110,7 @@ def test_the_rollout_map_draws_bands_read_from_the_composition():
     sys.path.insert(0, str(Path(APP).parent))
     from ui.explore_charts import bands_of
 
-    from seqis.estimators import resolve
+    from seqis.registry import resolve
 
     assert ("curve", "w = exp(S) clip high = 2", math.log(2.0)) in bands_of(resolve("seq_tis"))
     geo = [(k, v) for k, _, v in bands_of(resolve("geo_mask"))]

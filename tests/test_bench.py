@@ -8,6 +8,8 @@ import pytest
 from seqis import ESTIMATORS, PRESETS, SEED_ESTIMATORS
 from seqis.bench import main, sections
 
+pytestmark = pytest.mark.slow  # each section runs for real (quick sizes): ~15 s of two idle cores; make test runs it
+
 
 def test_sections_are_found_in_order_and_named_after_their_files():
     found = sections()

@@ -123,7 +123,7 @@ def test_run_many_keys_a_composition_by_itself_and_refuses_a_cfg_with_it():
 
 def test_every_estimator_describes_itself_in_words():
     from seqis import ESTIMATORS
-    from seqis.estimators.dispatch import resolve
+    from seqis.registry import resolve
 
     assert resolve("mis_po").describe() == ("weight 1; drop tokens with ratio outside [0.5, 2]; "
                                             "drop rollouts by mean with ratio outside [0.996, 1.001]")
@@ -165,8 +165,8 @@ def test_unbiased_is_read_from_the_composition():
     import math
 
     from seqis import ESTIMATORS
-    from seqis.estimators import resolve
     from seqis.presets import PRESETS
+    from seqis.registry import resolve
 
     assert resolve("seq_is").unbiased
     assert resolve("seq_tis", ESTIMATORS["seq_tis"].config(seq_clip=math.inf)).unbiased  # an open clip is plain IS

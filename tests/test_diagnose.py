@@ -15,7 +15,7 @@ from seqis.diagnose import (
     temperature_fit,
     truncation_offset,
 )
-from seqis.estimators import Ratios
+from seqis.fast import Ratios
 from seqis.sampler_faults import truth
 from seqis.summaries import band_shares, correction_fractions, ratio_quantiles
 from seqis.synthetic import make_batch

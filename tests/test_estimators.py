@@ -10,10 +10,10 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from strategies import configs
+from strategies import configs, examples
 
 from seqis import AGGREGATIONS, ESTIMATORS, PRESETS, SEED_ESTIMATORS, Batch, diagnostics, run, run_many
-from seqis.estimators._kernels import MAX_LOG_WEIGHT
+from seqis.evaluate import MAX_LOG_WEIGHT
 
 NAMES = list(ESTIMATORS)
 # the properties that hold for any correction run at its defaults: every estimator and every preset
@@ -58,7 +58,7 @@ def adv_bt(batch):
 
 
 @pytest.mark.parametrize("name", NAMES)
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(batch=batches(), data=st.data())
 def test_autograd_gradient_is_minus_weights_times_advantage(name, batch, data):
     cfg = data.draw(configs(name))
@@ -515,7 +515,7 @@ def test_run_refuses_unknown_names_configs_and_aggregations():
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_cpu_expm1_is_within_an_ulp_of_the_exact_value(dtype):
-    from seqis.estimators._kernels import expm1
+    from seqis._kernels import expm1
 
     x = torch.cat([torch.tensor([0.0, -0.0, 1e-30, -1e-30, 1e-7, 88.0, 100.0, -100.0, 700.0, -math.inf, math.inf]),
                    torch.linspace(-30, 30, 10_001), torch.randn(10_000) * 1e-4]).to(dtype)
@@ -529,6 +529,14 @@ def test_cpu_expm1_is_within_an_ulp_of_the_exact_value(dtype):
     assert float(rel.max()) <= 2 * torch.finfo(dtype).eps
 
 
+def fast_correction(name, r, cfg=None):
+    """The fast evaluator's Correction of a registry estimator on a batch's Ratios (its form, its kept rows)."""
+    from seqis import fast
+    from seqis.registry import resolve
+
+    return fast.correction(r, fast.Cache(), resolve(name, cfg))
+
+
 def _everything(out, batch, per_token_adv):
     """Every tensor an output gives, backward included (twice: retain_graph, then a scaled second pass)."""
     (g1,) = torch.autograd.grad(out.loss, batch.trainer_logprobs, retain_graph=True)
@@ -540,20 +548,20 @@ def _everything(out, batch, per_token_adv):
 
 
 @pytest.mark.parametrize("agg", AGGREGATIONS)
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=examples(25), deadline=None)
 @given(batch=batches(), data=st.data())
 def test_mis_po_sparse_and_dense_forms_agree(agg, batch, data):
     # a token band that drops tokens in few rollouts keeps only those rows' masks (Correction.kept_rows; none
     # when no row has a token outside); forced on (share 1) and off (share -1), the two forms (rows and tokens)
     # must give the same everything
-    from seqis.estimators import Ratios
+    from seqis.fast import Ratios
 
     cfg = data.draw(configs("mis_po"))
     per_token_adv = batch.advantages.dim() == 2
     got = {}
     for share, rows_form in [(1.0, True), (-1.0, False)]:
         r = Ratios.of(batch, sparse_share=share)
-        c = ESTIMATORS["mis_po"].fn(r, cfg)
+        c = fast_correction("mis_po", r, cfg)
         assert c.per_token != rows_form or per_token_adv
         got[rows_form] = _everything(run_many([("mis_po", cfg)], batch, agg=agg, ratios=r)["mis_po"], batch,
                                      per_token_adv)
@@ -581,7 +589,7 @@ def test_the_gpu_paths_give_what_the_cpu_shortcuts_give(name, kind):
     # on the CPU, data-dependent questions (is any log-ratio non-finite? are few rollouts touched by a token
     # band? does the backward get a gradient of 1?) skip passes; a GPU runs the passes instead. Both, here on
     # the CPU (Ratios.of(..., shortcuts=False) is what a GPU batch gets).
-    from seqis.estimators import Ratios
+    from seqis.fast import Ratios
 
     batch = {"nan padding": lambda: make_batch(seed=12, pad=math.nan),
              "catastrophic": lambda: make_batch(B=20, seed=13, scale=60.0),
@@ -597,13 +605,13 @@ def test_the_gpu_paths_give_what_the_cpu_shortcuts_give(name, kind):
 
 
 def test_mis_po_takes_the_sparse_form_when_few_rollouts_have_a_catastrophic_token():
-    from seqis.estimators import Ratios
+    from seqis.fast import Ratios
 
     batch = make_batch(B=32, T=9, seed=11, scale=0.01, empty=False)
     tl = batch.trainer_logprobs.detach().clone()
     tl[5, 0] += 3.0  # rho = e^3 > 2: outside the token band, in one rollout of 32
     b = Batch(tl.requires_grad_(), batch.inference_logprobs, batch.advantages, batch.loss_mask)
-    c = ESTIMATORS["mis_po"].fn(Ratios.of(b), ESTIMATORS["mis_po"].config())
+    c = fast_correction("mis_po", Ratios.of(b))
     rows, kept = c.kept_rows.rows, c.kept_rows.keep
     assert rows.tolist() == [5] and kept[0, 0] == 0 and kept[0, 1:].eq(b.loss_mask[5, 1:].to(D)).all()
     out = run("mis_po", b)
@@ -612,9 +620,9 @@ def test_mis_po_takes_the_sparse_form_when_few_rollouts_have_a_catastrophic_toke
 
 
 def _sequence_level(name):
-    from seqis.estimators import Ratios
+    from seqis.fast import Ratios
 
-    c = ESTIMATORS[name].fn(Ratios.of(make_batch()), ESTIMATORS[name].config())
+    c = fast_correction(name, Ratios.of(make_batch()))
     return not c.per_token and c.profile is None  # a token weight's profile is a (B, T) tensor of its own
 
 
@@ -625,7 +633,7 @@ def test_a_sequence_level_output_lets_the_batch_log_ratios_go(name):
     import gc
     import weakref
 
-    from seqis.estimators import Ratios
+    from seqis.fast import Ratios
 
     batch = make_batch(seed=10)
     r = Ratios.of(batch)
@@ -643,7 +651,7 @@ def test_a_ratio_on_a_band_edge_is_inside_the_band(dtype):
     # drift: every token's ratio is 1.001, mis_po's trajectory band ends at 1.001. Rounded to float32 the
     # log-probs put S/T either side of log 1.001 (it dropped 117 of 256 rollouts); within the rounding of the
     # mean it is on the edge, and the edge is inside. Just past the edge (1.0011) every rollout goes.
-    from seqis.estimators import Composition, Criterion
+    from seqis.compose import Composition, Criterion
     from seqis.synthetic import make_batch
 
     b = make_batch("drift", seed=0, dtype=dtype)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 
 import pytest
+import yaml
 
 try:
     import tomllib  # Python 3.11+
@@ -17,7 +18,7 @@ except ModuleNotFoundError:  # Python 3.10
     tomllib = pytest.importorskip("tomli")
 
 from seqis import ESTIMATORS, PRESETS
-from seqis.estimators.compose import Composition, Criterion, Penalty, Weight
+from seqis.compose import Composition, Criterion, Penalty, Weight
 from seqis.export import EXPORTERS, export, export_all
 from seqis.export._format import fmt
 
@@ -83,7 +84,8 @@ def test_verl_k1_band_is_written_on_mu_over_pi():
     # a band [0.5, 2] on the geometric ratio pi/mu is verl's seq_mean_k1 band [1/2, 1/0.5] on mu/pi
     comp = Composition(Weight("none"), (Criterion("ratio", "mean", low=0.5, high=4.0),))
     text = export(comp, "verl").text
-    assert 'rollout_rs: seq_mean_k1' in text and 'rollout_rs_threshold: "0.25_2.0"' in text
+    block = yaml.safe_load(text)["algorithm"]["rollout_correction"]
+    assert block["rollout_rs"] == "seq_mean_k1" and block["rollout_rs_threshold"] == "0.25_2.0"  # a string
     assert "NOTE: verl clamps log-ratios at +-20" in text  # expressible, not exact
 
 

@@ -16,6 +16,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from safetensors.torch import save_file
+from strategies import examples
 
 import seqis.io as sio
 import seqis.io.load as sio_load
@@ -450,7 +451,7 @@ def load_raw(data: bytes, name: str):
     return b
 
 
-FUZZ = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+FUZZ = settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
@@ -532,7 +533,7 @@ def valid_files(tmp_path_factory) -> dict[str, bytes]:
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(40), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
 def test_fuzz_damaged_valid_files(valid_files, fmt, data):
     raw = bytearray(valid_files[fmt])

@@ -3,8 +3,8 @@ entry (its composition, its summary, its closed form read from the composition),
 
 The check is the grep the report quotes: in seqis/ and app/, a comparison with a registry name or preset key
 (==, !=, `in (...)`, .startswith) or a choice by registry membership (`... if name in PRESETS else ...`). The
-registry entries themselves (seqis/estimators/<name>.py, seqis/presets/) and the dispatcher that looks entries up
-(seqis/estimators/dispatch.py, seqis/estimators/__init__.py) are where a name is allowed to mean something.
+registry entries themselves (seqis/estimators/<name>.py, seqis/presets/) and the registry that looks entries up
+(seqis/registry.py, seqis/estimators/__init__.py) are where a name is allowed to mean something.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pathlib import Path
 from seqis import ESTIMATORS, PRESETS
 
 ROOT = Path(__file__).resolve().parents[1]
-ENTRIES = {"seqis/estimators/__init__.py", "seqis/estimators/dispatch.py",
+ENTRIES = {"seqis/estimators/__init__.py", "seqis/registry.py",
            *(f"seqis/estimators/{name}.py" for name in ESTIMATORS)}
 
 

@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from seqis import ESTIMATORS, PRESETS, Batch, run, run_many
-from seqis.estimators.dispatch import About, about
 from seqis.presets import FRAMEWORKS, presets_of
+from seqis.registry import About, about
 
 DESIGN_KEYS = [
     *(f"verl/{k}" for k in (

@@ -21,11 +21,12 @@ import pytest
 import torch
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
-from strategies import configs
+from strategies import configs, examples
 
-from seqis import AGGREGATIONS, ESTIMATORS, Batch, run, run_many
-from seqis.estimators import Composition, Criterion, Penalty, Ratios, Weight
-from seqis.estimators.dispatch import entry, resolve
+from seqis import AGGREGATIONS, ESTIMATORS, Batch, fast, run
+from seqis.compose import Composition, Criterion, Penalty, Weight
+from seqis.fast import Ratios
+from seqis.registry import entry, resolve
 
 D = torch.float64
 CAP = 40.0  # every weight is at most e^40 (DESIGN: min(w_j, e^40))
@@ -273,13 +274,13 @@ def check(out, batch, ref):
 
 
 @pytest.mark.parametrize("name", list(ESTIMATORS))
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=examples(30), deadline=None)
 @given(batch=batches(), data=st.data())
 def test_every_estimator_matches_its_formula(name, batch, data):
     cfg = data.draw(configs(name, adv_taus=(1.0, 0.5, 2.0)))
     agg = data.draw(st.sampled_from(AGGREGATIONS))
     paths = data.draw(st.sampled_from(PATHS))
-    out = run_many([(name, cfg)], batch, agg=agg, ratios=Ratios.of(batch, **paths))[name]
+    out = fast_output(name, cfg, batch, agg, paths)
     rows = [formula(name, Rollout(batch, j), cfg) for j in range(batch.shape[0])]
     check(out, batch, reference(batch, rows, agg, cfg.adv_tau))
 
@@ -299,19 +300,26 @@ def check_composition(comp: Composition, batch: Batch, agg: str, out=None):
 PATHS = [dict(), dict(shortcuts=False), dict(sparse_share=1.0, profiles=True)]
 
 
-def _preset_keys() -> list[str]:
-    from seqis.estimators.dispatch import _presets
+def fast_output(x, cfg, batch: Batch, agg: str, paths: dict):
+    """The fast evaluator's output for a name or composition, along one of PATHS."""
+    comp = resolve(x, cfg)
+    r = Ratios.of(batch, **{k: v for k, v in paths.items() if k != "profiles"})
+    return fast.evaluate_many({comp: 1}, batch, agg, r, profiles=paths.get("profiles"))[comp][0]
 
-    return sorted(_presets())
+
+def _preset_keys() -> list[str]:
+    from seqis.presets import PRESETS
+
+    return sorted(PRESETS)
 
 
 @pytest.mark.parametrize("key", _preset_keys() or [pytest.param("none", marks=pytest.mark.skip("no presets"))])
-@settings(max_examples=15, deadline=None)
+@settings(max_examples=examples(15), deadline=None)
 @given(batch=batches(), agg=st.sampled_from(AGGREGATIONS), paths=st.sampled_from(PATHS))
 def test_every_preset_matches_its_composition(key, batch, agg, paths):
     comp = resolve(key)  # the preset's composition at the framework's defaults
     assert entry(key)[0].compose(entry(key)[1]) == comp
-    check_composition(comp, batch, agg, out=run_many([key], batch, agg=agg, ratios=Ratios.of(batch, **paths))[key])
+    check_composition(comp, batch, agg, out=fast_output(key, None, batch, agg, paths))
 
 
 RATIO_EDGES = [0.5, 0.9, 0.999, 1.0, 1.001, 1.2, 2.0, 5.0]
@@ -345,11 +353,10 @@ def compositions(draw):
                        draw(st.sampled_from([None, None, 1.0, 20.0])), draw(st.sampled_from([1.0, 0.7])))
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(comp=compositions(), batch=batches(), agg=st.sampled_from(AGGREGATIONS), paths=st.sampled_from(PATHS))
 def test_any_composition_matches_its_definition(comp, batch, agg, paths):
-    out = run_many([comp], batch, agg=agg, ratios=Ratios.of(batch, **paths))[comp]
-    check_composition(comp, batch, agg, out=out)
+    check_composition(comp, batch, agg, out=fast_output(comp, None, batch, agg, paths))
 
 
 @pytest.mark.parametrize("paths", PATHS)
@@ -363,6 +370,6 @@ def test_a_prefix_weight_keeps_its_clamp_in_the_rows_evaluated_in_full(paths):
                   torch.ones(3, 4, dtype=torch.bool))
     comp = Composition(Weight("prefix", band=(0.5, 3.0)), (Criterion("ratio", "token", high=1.5),),
                        log_ratio_clamp=1.0)
-    out = run_many([comp], batch, ratios=Ratios.of(batch, **paths))[comp]
+    out = fast_output(comp, None, batch, "token-mean", paths)
     assert out.masks["kept"][0].tolist() == [False, True, True, True]
     check_composition(comp, batch, "token-mean", out=out)

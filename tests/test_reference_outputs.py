@@ -13,6 +13,8 @@ weights, masks, metrics and per-rollout values under token-mean.
   since (a framework changed its default, a quirk was fixed) is not compared: the recording keeps each key's
   composition, and a key is compared while it is the same.
 
+Per-rollout values are compared on valid rollouts: an empty one's `weight` is 0 now (no weight applied), where the
+rows form used to report its row weight (1).
 Metrics and masks that the estimator did not report then must still be there now with the same values;
 metrics it reports now and did not then (every composition reports the whole contract) are not compared.
 """
@@ -78,8 +80,9 @@ def compare(data, batch_name: str, name: str, variant: str, cfg) -> None:
             metric = k.rsplit("/", 1)[1]
             assert got[metric] == pytest.approx(float(data[k]), rel=1e-6, abs=1e-9), f"{key} {metric}"
             assert math.isfinite(got[metric])
-        for k in (k for k in keys if k.startswith(f"{key}/rollout/")):
-            close(out.rollouts[k.rsplit("/", 1)[1]], data[k], k)
+        valid = mask.any(-1)  # per-rollout values of empty rollouts are left out (DESIGN: an empty rollout
+        for k in (k for k in keys if k.startswith(f"{key}/rollout/")):  # contributes nothing; its weight was 1
+            close(out.rollouts[k.rsplit("/", 1)[1]][valid], data[k][valid.numpy()], k)  # in the rows form then)
 
 
 def test_the_recordings_cover_every_estimator_and_most_presets():

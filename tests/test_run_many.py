@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from seqis import ESTIMATORS, PRESETS, Batch, run, run_many
-from seqis.estimators import resolve
+from seqis.registry import resolve
 
 D = torch.float64
 ALL = list(ESTIMATORS) + sorted(PRESETS)
@@ -94,7 +94,7 @@ def test_a_penalty_adds_its_gradient_once_per_output(batch):
 
 def test_row_dots_in_blocks_equal_the_plain_formula():
     # dot_rows makes a * b a block of rows at a time on the CPU (no fresh (B, T) product)
-    from seqis.estimators._kernels import DOT_BLOCK, dot_rows
+    from seqis._kernels import DOT_BLOCK, dot_rows
 
     g = torch.Generator().manual_seed(0)
     T = 1000
@@ -113,15 +113,20 @@ def test_the_sparse_rows_form_on_a_batch_of_many_rollouts():
         _assert_same(_everything(outs[k], batch), _everything(run(k, batch), batch), k)
 
 
-def test_a_callers_ratios_is_left_to_decide_again():
-    # run_many turns the shared profiles on for a call of several compositions only: a Ratios the caller keeps
-    # for later calls is not left switched either way, and each call gives what run() gives
-    from seqis.estimators import Ratios
+def test_a_callers_ratios_serves_later_calls_unchanged():
+    # a Ratios is a frozen record: the pieces a call shares live in that call's own cache, so a Ratios the caller
+    # keeps for later calls is the same record after each, and each call gives what run() gives
+    import dataclasses
+
+    from seqis.fast import Ratios
 
     batch = _batch("sparse")
     r = Ratios.of(batch)
+    before = {f.name: getattr(r, f.name) for f in dataclasses.fields(r)}
     for keys in (["token_tis"], ["token_tis", "icepop", "prefix_is"], ["icepop"]):
         outs = run_many(keys, batch, ratios=r)
-        assert r.profiles is None
+        assert all(getattr(r, k) is v for k, v in before.items())
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            r.log_ratio = None
         for k in keys:
             _assert_same(_everything(outs[k], batch), _everything(run(k, batch), batch), k)

@@ -11,7 +11,7 @@ import streamlit as st
 import torch
 
 from seqis import ESTIMATORS, Finding, diagnose, run_many
-from seqis.estimators import Ratios
+from seqis.fast import Ratios
 from seqis.sampler_faults import TinyLMFaultConfig
 from seqis.summaries import band_shares, correction_fractions, ratio_quantiles
 from seqis.token_tables import rollout_tokens, sample_tokens, worst_rollout, worst_tokens

@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import plotly.graph_objects as go
 
-from seqis.estimators.compose import Composition
+from seqis.compose import Composition
 from seqis.summaries import HIST_BINS, HIST_LOG10_RANGE
 
 from .style import PALETTE, STATUS_COLORS, STATUS_SYMBOLS, alpha, base_layout, dash, log_ticks

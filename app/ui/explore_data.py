@@ -32,8 +32,9 @@ import torch
 
 from seqis import ESTIMATORS, PRESETS, diagnostics, run_many
 from seqis.advice import Advice, batch_facts, read, suggest
-from seqis.estimators import Ratios, resolve
+from seqis.fast import Ratios
 from seqis.io import BatchFormatError
+from seqis.registry import resolve
 from seqis.summaries import (
     dropped_map,
     effective_batch,

@@ -8,9 +8,9 @@ from typing import Any
 
 import streamlit as st
 
-from seqis.estimators import about
 from seqis.export import EXPORTERS, Snippet, export, prime_rl_toml
 from seqis.presets import FRAMEWORKS, PRESETS, presets_of
+from seqis.registry import about
 from seqis.types import Config
 
 from .presets import PREFIX

@@ -15,7 +15,7 @@ import streamlit as st
 import torch
 
 from seqis import ESTIMATORS, Config, knobs, lab, theory
-from seqis.estimators import resolve
+from seqis.registry import resolve
 
 from .memo import memo
 
@@ -96,8 +96,8 @@ def _exact_means(toy: ToySpec, ests: Estimators) -> dict[str, list[float]]:
     max_ratio = max(p / q, (1 - p) / (1 - q))  # the largest token ratio rho_t the chain can produce
     for name, cfg in ests:  # read from each estimator's composition, never its name
         comp = resolve(name, cfg)
-        w, plain = comp.weight, not comp.criteria and comp.penalty is None and comp.log_ratio_clamp is None
-        if not plain or w.band is not None or w.self_normalize or w.clip_low:
+        w = comp.weight
+        if not comp.plain or w.band is not None or w.self_normalize or w.clip_low:
             continue
         if w.level == "sequence" and w.upper == math.inf:  # untruncated sequence IS: unbiased
             out[name] = chain.true_gradient().tolist()

@@ -15,7 +15,7 @@ import os
 import threading
 from typing import Any
 
-from seqis.estimators.dispatch import entry
+from seqis.registry import entry
 from seqis.synthetic import SCENARIOS
 
 from . import explore_data as data

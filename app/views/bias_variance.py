@@ -15,7 +15,7 @@ from ui.state import bound
 from ui.widgets import knob_widgets
 
 from seqis import ESTIMATORS, knobs
-from seqis.estimators import resolve
+from seqis.registry import resolve
 
 TOYS = {"bitchain": "bit chain (Huang)", "tabular": "tabular autoregressive"}
 H_OPTIONS = [4, 8, 12, 16, 24, 32, 48, 64, 96, 128, 256]

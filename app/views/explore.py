@@ -23,7 +23,7 @@ from ui.state import ARRIVED_KEY, bound, first_look, fragment_rerun, set_view
 from ui.widgets import config_from_state, knob_widgets
 
 from seqis import ESTIMATORS
-from seqis.estimators.dispatch import about, entry
+from seqis.registry import about, entry
 
 P = PREFIX  # "ex."
 PER_ROW = 4

@@ -14,8 +14,9 @@ from pathlib import Path
 
 from ..allocator import keep_freed_memory
 from ..diagnostics import diagnostics
-from ..estimators import ESTIMATORS, SEED_ESTIMATORS, run_many
+from ..estimators import ESTIMATORS, SEED_ESTIMATORS
 from ..presets import PRESETS
+from ..registry import run_many
 from ._allocators import gradient_writes
 from .timing import floor_pass, median_time, paired, ragged_batch, step, step_many, with_catastrophic_tokens
 

@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 import torch
 
-from ..estimators import run, run_many
+from ..registry import run, run_many
 from ..types import Batch
 
 

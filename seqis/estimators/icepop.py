@@ -1,4 +1,4 @@
-"""IcePop: token IS with tokens outside a ratio band masked out.
+"""IcePop: rho_t where it lies in a band, else 0.
 
     weight on token t = rho_t * 1[lo <= rho_t <= hi]
 
@@ -10,9 +10,13 @@ Source: IcePop (Ring-1T, inclusionAI), default band [0.5, 5].
 
 from dataclasses import dataclass
 
+import torch
+
+from ..compose import Composition, Weight
 from ..types import Config
-from ._common import TOKEN, band_high, band_low
-from .compose import Composition, Weight
+from ._shared import CAP, TOKEN, band_high, band_low, log_edge, log_ratios
+
+LATEX = r"\rho_t\cdot\mathbb{1}\big[\mathrm{lo} \le \rho_t \le \mathrm{hi}\big]"
 
 
 @dataclass(frozen=True)
@@ -21,6 +25,15 @@ class IcePopConfig(Config):
     token_mask_high: float = band_high(5.0, TOKEN)
 
 
+CONFIG = IcePopConfig
+
+
 def compose(cfg: IcePopConfig) -> Composition:
     band = (cfg.token_mask_low, cfg.token_mask_high)
     return Composition(Weight("token", band=band), adv_tau=cfg.adv_tau)  # rho_t * 1[lo <= rho_t <= hi]
+
+
+def reference(batch, cfg: IcePopConfig) -> tuple[torch.Tensor, torch.Tensor]:
+    m, l = log_ratios(batch)  # (B, T)
+    kept = m & (l >= log_edge(cfg.token_mask_low)) & (l <= log_edge(cfg.token_mask_high))  # (B, T) rho_t in band
+    return torch.where(kept, torch.exp(l.clamp(max=CAP)), 0.0), kept  # rho_t on the kept tokens

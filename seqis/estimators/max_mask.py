@@ -1,4 +1,4 @@
-"""Trust-region masking with the max criterion (verl's veto / seq_max rejection).
+"""Drop a rollout if any token's ratio leaves the band.
 
     weight on rollout j = 1[every loss token of j has lo <= rho_t <= hi]
 
@@ -11,9 +11,13 @@ Source: verl's rollout-correction helper (veto threshold, seq_max rejection).
 
 from dataclasses import dataclass
 
+import torch
+
+from ..compose import Composition, Criterion, Weight
 from ..types import Config
-from ._common import TOKEN, band_high, band_low
-from .compose import Composition, Criterion, Weight
+from ._shared import TOKEN, band_high, band_low, log_edge, log_ratios
+
+LATEX = r"\mathbb{1}\big[\forall t:\ \mathrm{lo} \le \rho_t \le \mathrm{hi}\big]"
 
 
 @dataclass(frozen=True)
@@ -22,7 +26,17 @@ class MaxMaskConfig(Config):
     token_mask_high: float = band_high(2.0, TOKEN + " (one token outside drops its rollout)")
 
 
+CONFIG = MaxMaskConfig
+
+
 def compose(cfg: MaxMaskConfig) -> Composition:
     every_token_below = Criterion("ratio", "max", high=cfg.token_mask_high)  # max_t rho_t <= hi
     every_token_above = Criterion("ratio", "min", low=cfg.token_mask_low)  # min_t rho_t >= lo
     return Composition(Weight(), (every_token_below, every_token_above), adv_tau=cfg.adv_tau)
+
+
+def reference(batch, cfg: MaxMaskConfig) -> tuple[torch.Tensor, torch.Tensor]:
+    m, l = log_ratios(batch)  # (B, T)
+    inside = (l >= log_edge(cfg.token_mask_low)) & (l <= log_edge(cfg.token_mask_high))  # (B, T)
+    kept = m & (inside | ~m).all(-1, keepdim=True)  # (B, T) rollouts whose every loss token is inside
+    return kept.double(), kept

@@ -1,4 +1,4 @@
-"""Naive policy gradient (no correction): REINFORCE on the sampler's tokens.
+"""No correction: plain REINFORCE on the sampler's tokens.
 
     weight on every loss token = 1
 
@@ -10,8 +10,13 @@ Source: the baseline every IS correction is measured against.
 
 from dataclasses import dataclass
 
+import torch
+
+from ..compose import Composition
 from ..types import Config
-from .compose import Composition
+from ._shared import log_ratios
+
+LATEX = r"1"
 
 
 @dataclass(frozen=True)
@@ -19,5 +24,13 @@ class PGConfig(Config):
     pass
 
 
+CONFIG = PGConfig
+
+
 def compose(cfg: PGConfig) -> Composition:
     return Composition(adv_tau=cfg.adv_tau)  # weight 1 on every loss token
+
+
+def reference(batch, cfg: PGConfig) -> tuple[torch.Tensor, torch.Tensor]:
+    m, _ = log_ratios(batch)  # (B, T)
+    return m.double(), m.clone()  # 1 on every loss token

@@ -1,4 +1,4 @@
-"""Untruncated sequence importance sampling.
+"""Untruncated sequence IS: unbiased, variance ~ (1+chi2)^T.
 
     weight on every loss token of rollout j = min(w_j, e^40),  w_j = exp(S_j)
 
@@ -11,8 +11,13 @@ Source: Li & Liu, part 2; Huang, "Is Frontier Asynchronous RL Solved?".
 
 from dataclasses import dataclass
 
+import torch
+
+from ..compose import Composition, Weight
 from ..types import Config
-from .compose import Composition, Weight
+from ._shared import CAP, log_ratios
+
+LATEX = r"\min\big(w_j,\ e^{40}\big)"
 
 
 @dataclass(frozen=True)
@@ -20,5 +25,14 @@ class SeqISConfig(Config):
     pass
 
 
+CONFIG = SeqISConfig
+
+
 def compose(cfg: SeqISConfig) -> Composition:
     return Composition(Weight("sequence"), adv_tau=cfg.adv_tau)  # exp S_j (the e^40 cap is every weight's)
+
+
+def reference(batch, cfg: SeqISConfig) -> tuple[torch.Tensor, torch.Tensor]:
+    m, l = log_ratios(batch)  # (B, T)
+    w = torch.exp(l.sum(-1).clamp(max=CAP))  # (B,) min(w_j, e^40)
+    return torch.where(m, w[:, None], 0.0), m.clone()

@@ -1,4 +1,4 @@
-"""Sequence masked importance sampling with a geometric gate (seq MIS, as in prime-rl).
+"""Geometric gate on exp(S/T), untempered product weight w_j inside it.
 
     weight on rollout j = 1[lo <= exp(S_j / T_j) <= hi] * min(w_j, e^40)
 
@@ -12,9 +12,14 @@ Source: prime-rl's sequence-level IS ablations; Li & Liu, "RL collapse" part 3 (
 
 from dataclasses import dataclass
 
+import torch
+
+from ..compose import Composition, Criterion, Weight
 from ..types import Config
-from ._common import GEO, band_high, band_low
-from .compose import Composition, Criterion, Weight
+from ._shared import CAP, GEO, band_high, band_low, log_edge, log_ratios
+
+LATEX = (r"\mathbb{1}\big[\mathrm{lo} \le e^{S_j/T_j} \le \mathrm{hi}\big]"
+         r"\cdot \min\big(w_j,\ e^{40}\big)")
 
 
 @dataclass(frozen=True)
@@ -23,6 +28,18 @@ class SeqMISConfig(Config):
     geo_mask_high: float = band_high(2.0, GEO)
 
 
+CONFIG = SeqMISConfig
+
+
 def compose(cfg: SeqMISConfig) -> Composition:
     geometric_gate = Criterion("ratio", "mean", cfg.geo_mask_low, cfg.geo_mask_high)  # exp(S_j / T_j) in band
     return Composition(Weight("sequence"), (geometric_gate,), adv_tau=cfg.adv_tau)  # times exp S_j
+
+
+def reference(batch, cfg: SeqMISConfig) -> tuple[torch.Tensor, torch.Tensor]:
+    m, l = log_ratios(batch)  # (B, T)
+    T, S = m.sum(-1), l.sum(-1)  # (B,)
+    g = S / T.clamp(min=1)  # (B,) log of the geometric ratio
+    gate = (T > 0) & (g >= log_edge(cfg.geo_mask_low)) & (g <= log_edge(cfg.geo_mask_high))  # (B,)
+    kept = m & gate[:, None]  # (B, T)
+    return torch.where(kept, torch.exp(S.clamp(max=CAP))[:, None], 0.0), kept

@@ -1,4 +1,4 @@
-"""Sequence masked IS with the product criterion (Li's Seq-MIS, one-sided).
+"""Li's Seq-MIS: drop rollouts with w_j > C, keep w_j otherwise.
 
     weight on rollout j = 1[w_j <= C] * w_j
 
@@ -11,15 +11,30 @@ Source: Li & Liu, "RL collapse" part 3.
 
 from dataclasses import dataclass
 
+import torch
+
+from ..compose import Composition, Weight
 from ..types import Config, knob
-from .compose import Composition, Weight
+from ._shared import CAP, log_edge, log_ratios
+
+LATEX = r"\mathbb{1}\big[w_j \le C\big]\cdot w_j"
 
 
 @dataclass(frozen=True)
 class SeqMISProductConfig(Config):
     seq_clip: float = knob(2.0, "C: a rollout whose product ratio w = exp(S) exceeds C is dropped.", gt=0.0,
-                           ui=(1.0, 100.0), log=True)
+                           ui=(1.0, 100.0), log=True, inf=True)
+
+
+CONFIG = SeqMISProductConfig
 
 
 def compose(cfg: SeqMISProductConfig) -> Composition:
     return Composition(Weight("sequence", band=(0.0, cfg.seq_clip)), adv_tau=cfg.adv_tau)  # 1[w_j <= C] * w_j
+
+
+def reference(batch, cfg: SeqMISProductConfig) -> tuple[torch.Tensor, torch.Tensor]:
+    m, l = log_ratios(batch)  # (B, T)
+    S = l.sum(-1)  # (B,)
+    kept = m & (S <= log_edge(cfg.seq_clip))[:, None]  # (B, T) the rollouts with w_j <= C
+    return torch.where(kept, torch.exp(S.clamp(max=CAP))[:, None], 0.0), kept

@@ -1,4 +1,4 @@
-"""Truncated sequence importance sampling (seq TIS).
+"""Truncated sequence IS: min(w_j, C) on every token.
 
     weight on every loss token of rollout j = min(w_j, C),  w_j = exp(S_j),  computed as exp(min(S_j, log C))
 
@@ -11,15 +11,30 @@ Source: Li & Liu, "When Speed Kills Stability" (part 2); prime-rl's sequence-lev
 
 from dataclasses import dataclass
 
+import torch
+
+from ..compose import Composition, Weight
 from ..types import Config, knob
-from .compose import Composition, Weight
+from ._shared import CAP, log_edge, log_ratios
+
+LATEX = r"\min\big(w_j,\ C\big),\quad w_j = \exp S_j"
 
 
 @dataclass(frozen=True)
 class SeqTISConfig(Config):
     seq_clip: float = knob(2.0, "C: the sequence weight w = exp(S) is truncated at C.", gt=0.0,
-                           ui=(1.0, 100.0), log=True)
+                           ui=(1.0, 100.0), log=True, inf=True)
+
+
+CONFIG = SeqTISConfig
 
 
 def compose(cfg: SeqTISConfig) -> Composition:
     return Composition(Weight("sequence", clip=cfg.seq_clip), adv_tau=cfg.adv_tau)  # min(exp S_j, C)
+
+
+def reference(batch, cfg: SeqTISConfig) -> tuple[torch.Tensor, torch.Tensor]:
+    m, l = log_ratios(batch)  # (B, T)
+    S = l.sum(-1)  # (B,) S_j
+    w = torch.exp(S.clamp(max=min(log_edge(cfg.seq_clip), CAP)))  # (B,) min(w_j, C) = exp(min(S_j, log C))
+    return torch.where(m, w[:, None], 0.0), m.clone()

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..estimators.compose import Composition
-from ..estimators.dispatch import entry, resolve
+from ..compose import Composition
+from ..registry import entry, resolve
 from ..types import Config
 from . import areal, nemo_rl, openrlhf, prime_rl, prime_rl_legacy, skyrl, slime, trl, verl
 from ._format import CannotExpress, Settings

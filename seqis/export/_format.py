@@ -1,11 +1,15 @@
 """What every exporter shares: the Settings it returns, the refusal it raises, and the text formats (YAML, TOML,
-command-line flags, Python keyword arguments) a framework's settings are written in. Pure Python."""
+command-line flags, Python keyword arguments) a framework's settings are written in. YAML and TOML are written by
+PyYAML and tomli-w; flags and keyword arguments are a line each."""
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
 from typing import Any
+
+import tomli_w
+import yaml as pyyaml
 
 
 class CannotExpress(ValueError):
@@ -39,24 +43,31 @@ def literal(v: Any, *, inf: str, null: str, true: str = "true", false: str = "fa
     return fmt(v) if isinstance(v, float) else str(v)
 
 
+def _clean(v: Any) -> Any:
+    """A float to 15 significant digits (1/1.001 keeps its band edge, 1 - 0.8 is 0.2); anything else as it is."""
+    return float(fmt(v)) if isinstance(v, float) and math.isfinite(v) else v
+
+
 def yaml(keys: dict[str, Any]) -> list[str]:
     """Nested two-space YAML from dotted keys ("algorithm.rollout_correction.rollout_is"), in key order."""
-    lines: list[str] = []
-    opened: list[str] = []
+    tree: dict[str, Any] = {}
     for dotted, v in keys.items():
         *path, name = dotted.split(".")
-        common = 0
-        while common < min(len(path), len(opened)) and path[common] == opened[common]:
-            common += 1
-        lines += [f"{'  ' * i}{p}:" for i, p in enumerate(path) if i >= common]
-        opened = path
-        lines.append(f"{'  ' * len(path)}{name}: {literal(v, inf='.inf', null='null', quote=False)}")
-    return lines
+        node = tree
+        for p in path:
+            node = node.setdefault(p, {})
+        node[name] = _clean(v)
+    return pyyaml.safe_dump(tree, sort_keys=False, default_flow_style=False, indent=2).splitlines()
 
 
 def toml(table: str, keys: dict[str, Any]) -> list[str]:
-    return [f"[{table}]", *(f"{k} = {literal(v, inf='inf', null='nan', quote=True)}" for k, v in keys.items()
-                            if v is not None)]
+    """A TOML table (a dotted name: "trainer.loss") of the keys that have a value (TOML has no null)."""
+    tree: dict[str, Any] = {}
+    node = tree
+    for p in table.split("."):
+        node = node.setdefault(p, {})
+    node.update({k: _clean(v) for k, v in keys.items() if v is not None})
+    return tomli_w.dumps(tree).splitlines()
 
 
 def flags(keys: dict[str, Any]) -> list[str]:

@@ -1,43 +1,13 @@
-"""Reading a composition's parts the way exporters need them: the PPO-clip pattern, the three token-IS modes,
-plain weights, open edges."""
+"""Reading a composition's parts the way exporters need them: the three token-IS modes, open edges, a refusal of
+sign-conditioned rules. What a composition says about itself (its PPO-clip pattern, whether its weight is plain,
+its bands) it answers itself: seqis.compose."""
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
-from ..estimators.compose import Composition, Criterion, Weight
+from ..compose import Composition, Criterion
 from ._format import CannotExpress
-
-
-@dataclass(frozen=True)
-class PPOClip:
-    eps_low: float  # A < 0 keeps r >= 1 - eps_low
-    eps_high: float  # A > 0 keeps r <= 1 + eps_high
-    clip_c: float | None  # A < 0 keeps r <= clip_c (dual clip); None = off
-
-
-def split_ppo_clip(comp: Composition) -> tuple[PPOClip | None, tuple[Criterion, ...]]:
-    """The PPO-clip criteria pair (see presets._preset.ppo_clip_criteria) if the composition has it, and the
-    other criteria. The weight must then be the plain token ratio (PPO's gradient is r * A)."""
-    up = [c for c in comp.criteria if c.statistic == "ratio" and c.agg == "token" and c.advantage == "positive"
-          and c.low is None and c.high is not None]
-    down = [c for c in comp.criteria if c.statistic == "ratio" and c.agg == "token" and c.advantage == "negative"
-            and c.low is not None]
-    if len(up) != 1 or len(down) != 1 or not is_plain(comp.weight, "token"):
-        return None, comp.criteria
-    rest = tuple(c for c in comp.criteria if c is not up[0] and c is not down[0])
-    return PPOClip(_clean(1.0 - down[0].low), _clean(up[0].high - 1.0), down[0].high), rest
-
-
-def _clean(x: float) -> float:
-    return float(f"{x:.15g}")  # 1 - 0.8 is 0.2, not 0.19999999999999996
-
-
-def is_plain(w: Weight, level: str) -> bool:
-    """The weight is `level`'s ratio untouched: no clip, no lower clamp, no band, no normalisation."""
-    return (w.level == level and math.isinf(w.upper) and w.clip_low == 0.0 and w.band is None
-            and not w.self_normalize)
 
 
 def refuse_conditioned(criteria: tuple[Criterion, ...], framework: str) -> None:
@@ -65,7 +35,7 @@ def token_is_mode(comp: Composition, no: str) -> tuple[str | None, float, float]
         raise CannotExpress(f"{no} (this weight: {w.level}{', normalised' if w.self_normalize else ''})")
     if crit:
         c = crit[0]
-        if len(crit) > 1 or not is_plain(w, "token") or (c.statistic, c.agg, c.advantage) != ("ratio", "mean", None):
+        if len(crit) > 1 or not w.plain("token") or (c.statistic, c.agg, c.advantage) != ("ratio", "mean", None):
             raise CannotExpress(f"{no} (seq-mask-tis is its only rejection)")
         return "seq-mask-tis", c.low or 0.0, math.inf if c.high is None else c.high
     if w.band is not None:

@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import math
 
-from ..estimators.compose import Composition
+from ..compose import Composition
 from ._format import CannotExpress, Settings, adv_tau_note, yaml
-from ._parts import is_plain
 
 HEADER = ["AReaL actor rejection sampling (decoupled loss)"]
 SUFFIX = "areal.yaml"
@@ -28,7 +27,7 @@ def _rule(comp: Composition) -> dict:
         return dict(level=level, action="clamp", metric="ratio", agg="mean", upper=w.upper,
                     lower=w.clip_low or None)
     c = crit[0]
-    if not is_plain(w, w.level) or c.advantage is not None or c.high is None and c.statistic != "k1":
+    if not w.plain(w.level) or c.advantage is not None or c.high is None and c.statistic != "k1":
         raise CannotExpress(f"{_NO} (a mask with an untouched weight and an upper bound)")
     level, agg = ("token", "mean") if c.agg == "token" else ("sequence", c.agg)
     if w.level != ("geometric" if level == "sequence" and c.statistic == "ratio" else "token"):

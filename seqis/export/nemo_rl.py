@@ -6,7 +6,7 @@ on rollouts whose geometric ratio exp(S/T) lies in [ratio_min, ratio].
 
 from __future__ import annotations
 
-from ..estimators.compose import Composition
+from ..compose import Composition
 from ._format import CannotExpress, Settings, adv_tau_note, yaml
 from ._parts import token_is_mode
 

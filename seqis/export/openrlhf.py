@@ -3,7 +3,7 @@ zeroes it outside, seq-mask-tis keeps raw rho_t on rollouts whose geometric rati
 
 from __future__ import annotations
 
-from ..estimators.compose import Composition
+from ..compose import Composition
 from ._format import CannotExpress, Settings, adv_tau_note, flags
 from ._parts import token_is_mode
 

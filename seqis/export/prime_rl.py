@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import math
 
-from ..estimators.compose import Composition
+from ..compose import Composition
 from ._format import CannotExpress, Settings, toml
-from ._parts import is_plain
 
 HEADER = ["prime-rl trainer loss (the [trainer.loss] table of rl.toml)"]
 SUFFIX = "prime-rl.toml"
@@ -28,7 +27,7 @@ def _kl_tau(comp: Composition) -> float:
 
 
 def settings(comp: Composition) -> Settings:
-    if not is_plain(comp.weight, "token") or comp.log_ratio_clamp is not None:
+    if not comp.weight.plain("token") or comp.log_ratio_clamp is not None:
         raise CannotExpress(f"{_CUSTOM} (this weight: {comp.weight.level}, clipped, banded or clamped)")
     kl_tau = _kl_tau(comp)
     crit = comp.criteria

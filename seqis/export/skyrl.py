@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 
-from ..estimators.compose import Composition
+from ..compose import Composition
 from ._format import CannotExpress, Settings, adv_tau_note, yaml
 
 HEADER = ["SkyRL off-policy correction"]

@@ -6,9 +6,8 @@ from __future__ import annotations
 
 import math
 
-from ..estimators.compose import Composition, Criterion
+from ..compose import Composition, Criterion
 from ._format import CannotExpress, Settings, adv_tau_note, flags, yaml
-from ._parts import is_plain, split_ppo_clip
 
 HEADER = ["slime training flags"]
 SUFFIX = "slime.sh"
@@ -18,7 +17,7 @@ _AGG_LEVEL = {"token": "token", "sum": "sequence", "mean": "geometric"}  # a rat
 
 
 def _opsm(comp: Composition) -> Settings | None:
-    ppo, rest = split_ppo_clip(comp)
+    ppo, rest = comp.ppo_clip() or (None, comp.criteria)
     if ppo is None or len(rest) != 1:
         return None
     c = rest[0]
@@ -64,7 +63,7 @@ def settings(comp: Composition) -> Settings:
     elif w.band is not None and math.isinf(w.upper) and w.clip_low == 0:
         s = Settings({"--use-tis": True, "--custom-tis-function-path": _ICEPOP, "--tis-clip-low": w.band[0],
                       "--tis-clip": w.band[1]})
-    elif w.band is None and not is_plain(w, "token"):
+    elif w.band is None and not w.plain("token"):
         s = Settings({"--use-tis": True, "--tis-clip": w.upper, "--tis-clip-low": w.clip_low})
     else:
         raise CannotExpress("slime's --use-tis bounds the token ratio (clamp or IcePop band)")

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import math
 
-from ..estimators.compose import Composition, Criterion
+from ..compose import Composition, Criterion
 from ._format import CannotExpress, Settings, adv_tau_note, fmt, yaml
-from ._parts import open_high, open_low, refuse_conditioned, split_ppo_clip
+from ._parts import open_high, open_low, refuse_conditioned
 
 HEADER = ["verl rollout correction in bypass mode (pi_old = the sampler's log-probs);",
           "k1 thresholds are 'lower_upper' on mu/pi: a band [lo, hi] on pi/mu is '1/hi_1/lo';",
@@ -70,7 +70,7 @@ def settings(comp: Composition) -> Settings:
         raise CannotExpress("verl has no penalty against the sampler in the loss (its KL loss is to a reference "
                             "model)")
     notes: list[str] = []
-    ppo, criteria = split_ppo_clip(comp)
+    ppo, criteria = comp.ppo_clip() or (None, comp.criteria)
     refuse_conditioned(criteria, "verl")
     w = comp.weight
     keys: dict = dict(rollout_is=None, rollout_is_threshold=2.0, rollout_is_batch_normalize=False)

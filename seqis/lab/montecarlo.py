@@ -11,7 +11,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ..estimators import Ratios, resolve_config, run_many
+from ..fast import Ratios
+from ..registry import resolve_config, run_many
 from ..types import Config
 from .chain import Rollouts
 

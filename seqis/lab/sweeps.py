@@ -8,7 +8,7 @@ from collections.abc import Iterable
 import pandas as pd
 import torch
 
-from ..estimators import resolve_config
+from ..registry import resolve_config
 from ..types import Config
 from .chain import BitChain
 from .montecarlo import Progress, _check, _pairs, _simulate, monte_carlo_many

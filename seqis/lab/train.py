@@ -37,8 +37,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from ..estimators import Composition, resolve, run
-from ..estimators.dispatch import entry
+from ..compose import Composition
+from ..registry import entry, resolve, run
 from ..types import Batch, Config
 from .policies import SamplerFault, policy_of
 from .streams import Streams

@@ -13,8 +13,8 @@ The gradient coefficient is taken at the first minibatch, where a PPO ratio pi_t
 
 from __future__ import annotations
 
+from ..spec import Preset
 from . import areal, custom, nemo_rl, openrlhf, prime_rl, skyrl, slime, trl, verl
-from ._preset import Preset
 from .custom import CUSTOM
 
 FRAMEWORKS = {  # framework -> its module, in the order the app lists them

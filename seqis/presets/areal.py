@@ -18,9 +18,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..estimators.compose import Composition, Criterion, Weight
+from ..compose import Composition, Criterion, Weight
+from ..spec import Preset
 from ..types import Config, knob
-from ._preset import Preset, framework_estimator
+from ._preset import framework_estimator
 
 
 @dataclass(frozen=True)

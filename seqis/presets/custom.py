@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ..estimators.compose import (
+from ..compose import (
     ADVANTAGE_SIGNS,
     AGGREGATES,
     PENALTIES,
@@ -27,8 +27,9 @@ from ..estimators.compose import (
     Penalty,
     Weight,
 )
+from ..spec import Preset
 from ..types import Config, knob
-from ._preset import Preset, framework_estimator
+from ._preset import framework_estimator
 
 RULES = (None, *STATISTICS)  # a rule's statistic, None = no rule
 SIGNS = (None, *ADVANTAGE_SIGNS)

@@ -17,10 +17,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..compose import Composition, Criterion, Penalty, Weight
 from ..estimators import ESTIMATORS
-from ..estimators.compose import Composition, Criterion, Penalty, Weight
+from ..spec import Preset
 from ..types import Config, knob
-from ._preset import Preset, framework_estimator
+from ._preset import framework_estimator
 
 
 @dataclass(frozen=True)

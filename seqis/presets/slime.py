@@ -20,9 +20,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..estimators.compose import Composition, Criterion, Weight
+from ..compose import Composition, Criterion, Weight, ppo_clip_criteria
+from ..spec import Preset
 from ..types import Config, knob
-from ._preset import SAFETY_BOUND, Preset, framework_estimator, ppo_clip_criteria
+from ._preset import SAFETY_BOUND, framework_estimator
 
 _LEVEL_AGG = {"token": "token", "sequence": "sum", "geometric": "mean"}  # slime's level -> a ratio criterion's agg
 

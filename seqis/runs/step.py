@@ -19,7 +19,7 @@ import torch
 
 from ..diagnose import diagnose
 from ..diagnostics import diagnostics
-from ..estimators import run_many
+from ..registry import run_many
 from .layout import StepFiles
 from .run import read_step
 

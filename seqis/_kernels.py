@@ -1,7 +1,6 @@
-"""The fast paths, in one place: exp2 for exp, 0/1 float masks through uint8 (bool ops are slow paths on the
-CPU), row maxima instead of (B, T) masks, sparse rows for token filters that touch few rollouts, and the
-surrogate loss as one autograd node. Each function states the plain formula it computes; the formulas
-(evaluate.py) call these and never fork on speed themselves.
+"""The fast evaluator's primitives (seqis/fast.py): exp2 for exp, 0/1 float masks through uint8 (bool ops are
+slow paths on the CPU), row maxima instead of (B, T) masks, products summed in blocks of rows, and the surrogate
+loss as one autograd node. Each function states the plain formula it computes.
 
 `shortcuts` (an argument, held by Ratios): whether reading a value back into Python is free (the CPU) so a
 data-dependent question may skip a whole pass; on a GPU that question costs a sync and the pass runs instead.
@@ -11,24 +10,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import numpy as np
 import torch
 
-# Every weight is exp(x) with x clamped at MAX_LOG_WEIGHT first: e^40 ~ 2.4e17 is finite in fp32 (and
-# squares finitely too), and a summed log-ratio of +800 still gives a finite loss and gradient.
-MAX_LOG_WEIGHT = 40.0
-
-def compute_dtype(x: torch.Tensor) -> torch.dtype:
-    """fp16 / bf16 inputs are computed in float32; float64 stays float64."""
-    return torch.float64 if x.dtype == torch.float64 else torch.float32
-
-
-def log_of(x: float) -> float:
-    """log of a knob value: log 0 = -inf, log inf = inf."""
-    return -math.inf if x == 0 else math.log(x)
-
+from .evaluate import MAX_LOG_WEIGHT, log_of
 
 LOG2_E = 1 / math.log(2)
 
@@ -53,18 +39,18 @@ def exp_(x: torch.Tensor) -> torch.Tensor:
     return x.mul_(LOG2_E).exp2_()
 
 
-def expm1(x: torch.Tensor) -> torch.Tensor:
-    """exp(x) - 1, accurate near 0, as a new tensor.
+def expm1(x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+    """exp(x) - 1, accurate near 0, as a new tensor (or into `out`, contiguous, of x's shape and dtype).
 
     On the CPU, torch.expm1 calls MKL's VML, which on many CPUs takes a generic path 4-20 times slower than
     numpy's SIMD expm1 (within an ulp of the exact value). CPU float32 / float64 tensors therefore always go
     through numpy: one fixed path, so two processes give bitwise-identical results for the same batch."""
     if x.device.type == "cpu" and x.dtype in (torch.float32, torch.float64) and not x.requires_grad:
-        out = torch.empty(x.shape, dtype=x.dtype)
+        out = torch.empty(x.shape, dtype=x.dtype) if out is None else out
         with np.errstate(over="ignore"):  # overflow gives inf, as torch's does, without a warning
             np.expm1(x.contiguous().numpy(), out=out.numpy())
         return out
-    return torch.expm1(x)
+    return torch.expm1(x, out=out) if out is not None else torch.expm1(x)
 
 
 def shortcuts_for(x: torch.Tensor) -> bool:
@@ -129,43 +115,22 @@ def rows_into(shape: tuple[int, int], rows: torch.Tensor, values: torch.Tensor) 
     return torch.zeros(shape, dtype=torch.bool, device=values.device).index_copy_(0, rows, values)
 
 
-@dataclass(eq=False)
-class KeptRows:
-    """The few rows (R,) of a rows-form correction that carry their own tokens: `keep` (R, T) 0/1 floats, the
-    loss tokens they keep, and `factor` (R, T) each token's weight (keep itself for a pure filter; the
-    truncated token weights times keep for a token weight), with their per-row sums (R,): kept tokens
-    ("count"), weights ("factor"), k3 over the kept tokens ("k3") and the weights against the detached log pi
-    ("logp"), made once for every correction that shares them. Every other row keeps all its loss tokens."""
-
-    rows: torch.Tensor
-    keep: torch.Tensor
-    factor: torch.Tensor
-    count: torch.Tensor
-    factor_sums: torch.Tensor
-    k3: torch.Tensor
-    logp: torch.Tensor
-
-
-@dataclass(eq=False)
-class Profile:
-    """A per-token factor shared by every row outside the KeptRows (a token weight before truncation: exp(l_t),
-    0 off the loss mask), with its per-row sums and per-row sums against the detached log pi (made once per
-    batch and shared by every correction with the same token weight)."""
-
-    values: torch.Tensor  # (B, T)
-    sums: torch.Tensor  # (B,)
-    logp_sums: torch.Tensor  # (B,)
-
-
-def row_sums(full: torch.Tensor, kept_rows: KeptRows | None, sums: str) -> torch.Tensor:
-    """(B,) per-rollout sums: `full` (the sums over all its loss tokens), but in the rows of kept_rows their own
-    sums named by `sums` ("count", "factor_sums", "k3" or "logp": see KeptRows)."""
-    if kept_rows is None or len(kept_rows.rows) == 0:
-        return full
-    return full.index_copy(0, kept_rows.rows, getattr(kept_rows, sums))
-
-
+# Elements of a (B, T) pass made at once on the CPU. glibc's malloc hands a large block back to the OS when it is
+# freed at the top of the heap (past its trim threshold: twice the largest block it has seen mmapped), and the
+# next one of that size page-faults in fresh memory: a 4 MiB (B, T) temporary then costs ~1,000 page faults,
+# more than the arithmetic on it. A pass over blocks of rows of this size keeps its temporaries small enough to
+# be reused, and in cache.
+BLOCK = 1 << 18  # 1 MiB in float32
 DOT_BLOCK = 1 << 16  # elements of a * b made at once by dot_rows on the CPU (256 KiB in float32)
+
+
+def row_blocks(B: int, T: int, device: torch.device) -> list[slice]:
+    """Slices of rows that cover B rows of T positions, about BLOCK elements each on the CPU; one on a GPU
+    (its caching allocator reuses memory: blocks would only add launches)."""
+    if device.type != "cpu":
+        return [slice(0, B)]
+    rows = max(1, BLOCK // max(1, T))
+    return [slice(a, min(a + rows, B)) for a in range(0, B, rows)] or [slice(0, 0)]
 
 
 def dot_rows(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -175,17 +140,6 @@ def dot_rows(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     if a.device.type != "cpu" or a.shape[0] <= rows:
         return (a * b).sum(-1)
     return torch.cat([(x * y).sum(-1) for x, y in zip(a.split(rows), b.split(rows))])
-
-
-def spread(row_values: torch.Tensor, base: torch.Tensor, kept_rows: KeptRows | None, *,
-           weighted: bool = False) -> torch.Tensor:
-    """(B, T): row_values_j times base (the loss mask as 0/1 floats, or a profile) on each of rollout j's loss
-    tokens, but in the rows of kept_rows, which take their own keep (or factor, when weighted); 0 elsewhere."""
-    out = row_values[:, None] * base
-    if kept_rows is not None and len(kept_rows.rows):
-        rows = kept_rows.rows
-        out.index_copy_(0, rows, row_values[rows, None] * (kept_rows.factor if weighted else kept_rows.keep))
-    return out
 
 
 def band_keep(x: torch.Tensor, mask_f: torch.Tensor, low: float, high: float) -> torch.Tensor:
@@ -290,6 +244,12 @@ def masked_mean(x: torch.Tensor, select: torch.Tensor) -> torch.Tensor:
 def gated(gate: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     """x where gate is True, else 0 (a select, never a multiply: 0 * inf is NaN)."""
     return torch.where(gate, x, 0.0)
+
+
+def k3_row_sums(log_ratio: torch.Tensor) -> torch.Tensor:
+    """(B,) sum over T of k3 = rho - 1 - l, made in blocks of rows (no (B, T) temporary on the CPU)."""
+    B, T = log_ratio.shape
+    return torch.cat([k3_of(log_ratio[rows])[1] for rows in row_blocks(B, T, log_ratio.device)])
 
 
 def k3_of(log_ratio: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

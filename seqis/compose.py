@@ -95,6 +95,11 @@ class Weight:
         """One weight for all of a rollout's tokens (sequence, geometric) rather than one per token."""
         return self.level in ("sequence", "geometric")
 
+    def plain(self, level: str | None = None) -> bool:
+        """The ratio at its level (or at `level`) untouched: no clip, lower clamp, band or normalisation."""
+        return ((level is None or self.level == level) and math.isinf(self.upper) and self.clip_low == 0.0
+                and self.band is None and not self.self_normalize)
+
 
 @dataclass(frozen=True)
 class Criterion:
@@ -125,6 +130,12 @@ class Criterion:
     def per_rollout(self) -> bool:
         return self.agg != "token"
 
+    @property
+    def bounds(self) -> tuple[float, float]:
+        """(low, high) with an open side as 0 (a ratio) or -inf, and inf."""
+        return (self.low if self.low is not None else (0.0 if self.statistic == "ratio" else -math.inf),
+                self.high if self.high is not None else math.inf)
+
 
 @dataclass(frozen=True)
 class Penalty:
@@ -136,6 +147,43 @@ class Penalty:
     def __post_init__(self):
         _number("Penalty", "coef", self.coef, allow_inf=False)
         _choice("Penalty", "statistic", self.statistic, PENALTIES)
+
+
+# where a band on a ratio acts: a token's rho_t (or its prefix ratio), a rollout's product exp(S_j) or geometric
+# ratio exp(S_j / T_j), or every token of a rollout at once (a max / min rule: one token outside drops the rollout)
+BAND_LEVELS = ("token", "prefix", "sequence", "geometric", "every")
+_BAND_LEVEL = {"token": "token", "sum": "sequence", "mean": "geometric", "max": "every", "min": "every"}
+
+
+@dataclass(frozen=True)
+class Band:
+    """A band [low, high] on a ratio (0 and inf: open sides) at one level (BAND_LEVELS), from the weight's band
+    or a criterion, optionally acting only where the advantage has a sign."""
+
+    level: str
+    low: float
+    high: float
+    source: str  # "weight" | "criterion"
+    advantage: str | None = None
+
+
+@dataclass(frozen=True)
+class PPOClip:
+    """The PPO-clip pattern (ppo_clip_criteria): A > 0 keeps r <= 1 + eps_high, A < 0 keeps r >= 1 - eps_low
+    (and r <= clip_c with dual clip), r = pi / mu per token; the gradient there is r * A."""
+
+    eps_low: float
+    eps_high: float
+    clip_c: float | None  # None: no dual clip
+
+
+def ppo_clip_criteria(eps_low: float, eps_high: float, clip_c: float | None = None) -> tuple[Criterion, ...]:
+    """Where the PPO-clip loss -min(r A, clip(r, 1 - eps_low, 1 + eps_high) A) has a gradient, r = pi / mu:
+    A > 0 needs r <= 1 + eps_high, A < 0 needs r >= 1 - eps_low (and r <= c with dual clip c); the gradient
+    there is r * A, so the weight is the token ratio itself."""
+    up = Criterion("ratio", "token", high=1.0 + eps_high, advantage="positive")
+    down = Criterion("ratio", "token", low=1.0 - eps_low, high=clip_c, advantage="negative")
+    return up, down
 
 
 @dataclass(frozen=True)
@@ -167,6 +215,77 @@ class Composition:
         return (w.level == "sequence" and (w.clip is None or w.clip == math.inf) and w.clip_low == 0.0
                 and w.band is None and not w.self_normalize and not self.criteria and self.penalty is None
                 and self.log_ratio_clamp is None)
+
+    @property
+    def plain(self) -> bool:
+        """Nothing but the weight: no rejection rule, penalty or clamp."""
+        return not self.criteria and self.penalty is None and self.log_ratio_clamp is None
+
+    @property
+    def token_rules(self) -> tuple[Criterion, ...]:
+        """The criteria that decide token by token."""
+        return tuple(c for c in self.criteria if not c.per_rollout)
+
+    @property
+    def rollout_rules(self) -> tuple[Criterion, ...]:
+        """The criteria that decide a whole rollout (by a sum, mean, max or min over its loss tokens)."""
+        return tuple(c for c in self.criteria if c.per_rollout)
+
+    def ratio_bands(self) -> tuple[Band, ...]:
+        """Every band on a ratio: the weight's band at its level, and each criterion on the ratio statistic at
+        the level its aggregation acts on (max / min: "every"). Criteria on other statistics are not bands on a
+        ratio (k1 is one on 1 / ratio; see the criteria themselves)."""
+        out = []
+        w = self.weight
+        if w.band is not None:
+            out.append(Band(w.level, w.band[0], w.band[1], "weight"))
+        for c in self.criteria:
+            if c.statistic == "ratio":
+                out.append(Band(_BAND_LEVEL[c.agg], *c.bounds, "criterion", c.advantage))
+        return tuple(out)
+
+    def rollout_bands(self) -> tuple[Band, ...] | None:
+        """The bands that decide whole rollouts, on the ratio and unconditioned: the product or geometric band of
+        each sum / mean rule, one "every" band for the max / min rules together, the sequence weight's band.
+        None when a rule is conditioned on the advantage's sign or a rollout rule is on another statistic (its
+        verdict is not a band on a ratio)."""
+        if any(c.advantage is not None for c in self.criteria):
+            return None
+        rules = self.rollout_rules
+        if any(c.statistic != "ratio" for c in rules):
+            return None
+        bands = [Band(_BAND_LEVEL[c.agg], *c.bounds, "criterion") for c in rules if c.agg in ("sum", "mean")]
+        every = [c for c in rules if c.agg in ("max", "min")]
+        if every:  # max_t rho_t <= hi and min_t rho_t >= lo together: every token in [lo, hi]
+            bands.append(Band("every", max(c.bounds[0] for c in every), min(c.bounds[1] for c in every),
+                              "criterion"))
+        if self.weight.level == "sequence" and self.weight.band is not None:
+            bands.append(Band("sequence", *self.weight.band, "weight"))
+        return tuple(bands)
+
+    @property
+    def catches_single_tokens(self) -> bool:
+        """Whether one token outside a band on its ratio loses its gradient or its rollout's (a token rule, a
+        max / min rule, a token weight's band), whatever the rollout's length."""
+        return any(b.level in ("token", "prefix", "every") for b in self.ratio_bands())
+
+    def truncation(self) -> tuple[str, float, float] | None:
+        """(level, low, high) of the weight's truncation min(max(w, low), high); None without one."""
+        w = self.weight
+        return (w.level, w.clip_low, w.upper) if w.truncated else None
+
+    def ppo_clip(self) -> tuple[PPOClip, tuple[Criterion, ...]] | None:
+        """The PPO-clip pattern and the other criteria, when the composition has it (with the plain token ratio
+        as its weight: PPO's gradient is r * A); else None."""
+        up = [c for c in self.criteria if c.statistic == "ratio" and c.agg == "token" and c.advantage == "positive"
+              and c.low is None and c.high is not None]
+        down = [c for c in self.criteria if c.statistic == "ratio" and c.agg == "token"
+                and c.advantage == "negative" and c.low is not None]
+        if len(up) != 1 or len(down) != 1 or not self.weight.plain("token"):
+            return None
+        rest = tuple(c for c in self.criteria if c is not up[0] and c is not down[0])
+        clean = lambda x: float(f"{x:.15g}")  # 1 - 0.8 is 0.2, not 0.19999999999999996
+        return PPOClip(clean(1.0 - down[0].low), clean(up[0].high - 1.0), down[0].high), rest
 
     def describe(self) -> str:
         """One line in words, e.g. 'sequence weight truncated at 2; drop rollouts with mean ratio outside

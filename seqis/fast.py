@@ -1,0 +1,929 @@
+"""The fast evaluator: the same outputs as seqis/evaluate.py (the definition), computed for speed.
+
+`evaluate_many(comps, batch, agg, ratios)` evaluates compositions on one batch, sharing what they have in common:
+the batch's log-ratios and their per-rollout sums (`Ratios`, a frozen record made once per batch) and every
+piece several compositions read (a statistic, its per-rollout aggregates and row extremes, a clamped copy, a
+token-weight profile: a `Cache` that the call owns). Each composition takes one of two forms, chosen for the
+whole composition (`correction`):
+
+    rows    its weights and kept tokens are per-rollout values times the loss mask (a rollout gate, a sequence
+            or geometric weight), except in the few rollouts a token-level part touches (found by the row
+            extremes of the statistic), which carry their own (R, T) kept tokens and weights (`KeptRows`); every
+            other row weighs a token weight's untruncated value (a per-batch `Profile`). Loss and metrics are
+            per-rollout sums: no (B, T) tensor of its own in the forward, and the backward writes the gradient
+            in one pass.
+    tokens  its own (B, T) kept mask and weights, built in place, which become the gradient.
+
+The loss is one autograd node whose backward writes d loss / d log pi directly (_kernels.known_losses). On the
+CPU reading a value back is free (`shortcuts`), so data-dependent questions skip whole passes (a clamp that
+changes no token, a token rule no row trips); on a GPU the passes run instead. Every primitive is in _kernels.py
+with the formula it computes. tests/test_evaluators.py holds this module to seqis/evaluate.py on hypothesis-drawn
+batches and compositions, both forms and both shortcut settings.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from functools import cache as once
+from functools import partial
+
+import torch
+
+from ._kernels import (
+    SPARSE_ROW_SHARE,
+    SharedGradient,
+    above_on,
+    any_per_row,
+    as_float,
+    band_f,
+    band_keep,
+    capped_exp,
+    dot,
+    dot_rows,
+    exp_,
+    exp_of,
+    expm1,
+    gated,
+    in_band,
+    k3_of,
+    k3_row_sums,
+    known_losses,
+    masked_mean,
+    outside_band,
+    row_blocks,
+    row_extremes,
+    rows_above,
+    rows_into,
+    rows_outside,
+    scaled,
+    shortcuts_for,
+    tokens_of,
+)
+from .compose import Composition, Criterion, Penalty, Weight
+from .evaluate import AGGREGATIONS, compute_dtype, log_of
+from .types import Batch, EstimatorOutput, Masks
+
+# ---------------------------------------------------------------------------------------------------------
+# the batch's ratios (made once per batch) and the pieces compositions share (made once per call)
+
+
+@dataclass(frozen=True, eq=False)
+class Ratios:
+    """Log-ratios of one batch and their per-rollout sums, in the compute dtype, detached; 0 off the loss mask.
+
+    `Ratios.of(batch)` makes one; a caller that evaluates several calls on one batch passes it to run_many.
+    `clamped(c)` and `rows(index)` give records of their own (a clamped copy shares every tensor it can).
+    The loss mask as floats and the cleaned log pi (B, T) are made only by the compositions that need them
+    (`Cache.mask_f`, `Cache.logp`): the rows form does not."""
+
+    mask: torch.Tensor  # (B, T) bool, loss tokens
+    log_ratio: torch.Tensor  # (B, T) l_t (clamped to [-clamp, clamp] in a clamped copy)
+    unclamped_log_ratio: torch.Tensor  # (B, T) l_t before any clamp (probabilities come from it)
+    trainer_logprobs: torch.Tensor  # (B, T) log pi as given (detached; padding may hold anything)
+    advantages: torch.Tensor  # (B,) or (B, T) the batch's advantages, as given (for sign conditions)
+    length: torch.Tensor  # (B,) T_j as a float
+    seq_log_ratio: torch.Tensor  # (B,) S_j
+    logp_rowsum: torch.Tensor  # (B,) sum of log pi over each rollout's loss tokens
+    k3_rollout: torch.Tensor  # (B,) sum of k3 = rho - 1 - l over each rollout's loss tokens
+    k3: torch.Tensor | None = None  # (B, T) k3 per token, when it was asked for (Ratios.of(..., k3=True))
+    clamp: float | None = None  # the clamp of a clamped copy
+    shortcuts: bool = True  # whether a value may be read back to skip a pass (the CPU)
+    sparse_share: float = SPARSE_ROW_SHARE  # a token-level part touching at most this share of rows goes sparse
+
+    @classmethod
+    def of(cls, batch: Batch, *, shortcuts: bool | None = None, sparse_share: float = SPARSE_ROW_SHARE,
+           k3: bool = False) -> Ratios:
+        """The batch's ratios, in one pass over the batch in blocks of rows (row_blocks): only l (B, T) (and k3
+        (B, T) with k3=True: run_many asks for it when a token-level composition will need its kept share)
+        is made at full size. shortcuts None: on for a CPU batch, off on a GPU (where asking a value costs a
+        sync); the forms agree either way (tests run both)."""
+        tl, il, m = batch.trainer_logprobs.detach(), batch.inference_logprobs, batch.loss_mask
+        dtype = compute_dtype(tl)
+        shortcuts = shortcuts_for(tl) if shortcuts is None else shortcuts
+        B, T = m.shape
+        l = torch.empty((B, T), dtype=dtype, device=m.device)
+        k3_tokens = torch.empty_like(l) if k3 else None
+        length, S, logp_sum, k3_sum = (torch.empty(B, dtype=dtype, device=m.device) for _ in range(4))
+        blocks = row_blocks(B, T, m.device)
+        R = max((b.stop - b.start for b in blocks), default=0)
+        mf_, logp_, k3_ = (torch.empty((R, T), dtype=dtype, device=m.device) for _ in range(3))  # reused per block
+        for rows in blocks:
+            n = rows.stop - rows.start
+            mf = mf_[:n].copy_(m[rows].view(torch.uint8))  # (R, T) the mask as 0/1
+            # padding may hold -inf or NaN: cleaned, then masked (0 * inf is NaN, so never masked first)
+            logp = torch.nan_to_num(tl[rows].to(dtype), 0.0, 0.0, 0.0, out=logp_[:n]).mul_(mf)  # (R, T) log pi
+            lr = torch.addcmul(logp, il[rows].to(dtype), mf, value=-1, out=l[rows])  # (R, T) logp - il * mask
+            S[rows], logp_sum[rows], length[rows] = lr.sum(-1), logp.sum(-1), mf.sum(-1)
+            if not shortcuts:  # inference log-probs not finite on padding leave inf or NaN behind: cleaned
+                lr.nan_to_num_(nan=0.0, posinf=0.0, neginf=0.0).mul_(mf)
+                S[rows] = lr.sum(-1)
+            k3_rows = k3_tokens[rows] if k3_tokens is not None else k3_[:n]
+            k3_sum[rows] = torch.sub(expm1(lr, out=k3_rows), lr, out=k3_rows).sum(-1)
+        if shortcuts and not bool(torch.isfinite(S).all()):  # the sums, needed anyway, say whether any is there
+            bad = (~torch.isfinite(S)).nonzero().squeeze(1)  # (R,) the rows to clean, and their sums and k3 again
+            lr = l.index_select(0, bad).nan_to_num_(nan=0.0, posinf=0.0, neginf=0.0).mul_(as_float(m[bad], dtype))
+            l.index_copy_(0, bad, lr)
+            k3_rows = k3_of(lr)
+            S.index_copy_(0, bad, lr.sum(-1))
+            k3_sum.index_copy_(0, bad, k3_rows[1])
+            if k3_tokens is not None:
+                k3_tokens.index_copy_(0, bad, k3_rows[0])
+        return cls(m, l, l, tl, batch.advantages, length, S, logp_sum, k3_sum, k3_tokens, None, shortcuts,
+                   sparse_share)
+
+    def clamped(self, c: float) -> Ratios:
+        """The same batch with l clamped to [-c, c] (verl's SAFETY_BOUND), for a composition's criteria: this
+        record itself when no loss token is outside (asked with shortcuts), else a clamped copy."""
+        l = self.log_ratio
+        if self.shortcuts and bool(l.amax() <= c) and bool(l.amin() >= -c):
+            return self
+        lc = l.clamp(-c, c)
+        return replace(self, log_ratio=lc, seq_log_ratio=lc.sum(-1), k3=None, k3_rollout=k3_row_sums(lc), clamp=c)
+
+    def rows(self, rows: torch.Tensor) -> Ratios:
+        """The given rollouts (R,) as a record of their own, with shortcuts off (evaluated in full: the few rows
+        a sparse correction's token rules touch)."""
+        take = lambda x: None if x is None else x.index_select(0, rows)
+        adv = self.advantages if self.advantages.dim() == 0 else take(self.advantages)
+        return Ratios(take(self.mask), take(self.log_ratio), take(self.unclamped_log_ratio),
+                      take(self.trainer_logprobs), adv, take(self.length), take(self.seq_log_ratio),
+                      take(self.logp_rowsum), take(self.k3_rollout), take(self.k3), self.clamp, False,
+                      self.sparse_share)
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.log_ratio.dtype
+
+    @property
+    def valid(self) -> torch.Tensor:  # (B,) T_j > 0
+        return self.length > 0
+
+    @property
+    def n_tokens(self) -> torch.Tensor:  # () loss tokens in the batch
+        return self.length.sum()
+
+    @property
+    def geo_log_ratio(self) -> torch.Tensor:  # (B,) S_j / T_j, 0 for an empty rollout
+        return self.seq_log_ratio / self.length.clamp(min=1)
+
+    @property
+    def edge_tolerance(self) -> torch.Tensor:
+        """(B,) how far S_j / T_j may sit from its exact value: each l_t = log pi - log mu carries the rounding
+        of both log-probs in the compute dtype (eps * |log p|), and the mean of those errors is bounded by
+        eps * (|sum log pi| + |sum log mu|) / T_j. A geometric ratio that far from a band edge is on it, so
+        every token at ratio 1.001 passes a band ending at 1.001 (the drift scenario). A sum S_j has T_j
+        times this tolerance."""
+        eps = torch.finfo(self.dtype).eps
+        logq_rowsum = self.logp_rowsum - self.seq_log_ratio  # (B,) sum of log mu
+        return (self.logp_rowsum.abs() + logq_rowsum.abs()).mul_(eps) / self.length.clamp(min=1)
+
+    def batch_metrics(self) -> dict[str, torch.Tensor]:
+        """The metrics that do not depend on the correction."""
+        return {"mismatch_kl": self.k3_rollout.sum() / self.n_tokens.clamp(min=1),
+                "seq_log_ratio": masked_mean(self.seq_log_ratio, self.valid),
+                "geo_log_ratio": masked_mean(self.geo_log_ratio, self.valid)}
+
+
+@dataclass(eq=False)
+class Cache:
+    """The pieces several compositions of one call share, made when first asked: each statistic, its
+    per-rollout aggregates and row extremes, clamped copies, token-weight profiles, the sparse rows of a
+    token-level part. One per call (and one per sub-batch of sparse rows); never kept on a Ratios.
+
+    profiles: a token weight in the rows form, on a per-batch profile (it pays when several compositions
+    share it: run_many turns it on for more than one)."""
+
+    profiles: bool = False
+    _memo: dict = field(default_factory=dict)
+
+    def memo(self, key, compute: Callable[[], object]):
+        if key not in self._memo:
+            self._memo[key] = compute()
+        return self._memo[key]
+
+    def clamped(self, r: Ratios, c: float | None) -> Ratios:
+        return r if c is None else self.memo(("clamped", c), lambda: r.clamped(c))
+
+    def mask_f(self, r: Ratios) -> torch.Tensor:
+        """(B, T) the loss mask as 0/1 floats, to multiply finite tensors by (shared, not to be written to)."""
+        return self.memo("mask_f", lambda: as_float(r.mask, r.dtype))
+
+    def logp(self, r: Ratios) -> torch.Tensor:
+        """(B, T) log pi on loss tokens, 0 elsewhere (shared, not to be written to)."""
+        return self.memo("logp", lambda: r.trainer_logprobs.to(r.dtype).nan_to_num(nan=0.0, posinf=0.0, neginf=0.0)
+                         .mul_(self.mask_f(r)))
+
+    def k3(self, r: Ratios) -> torch.Tensor:
+        """(B, T) k3 per token of r (shared, not to be written to)."""
+        return r.k3 if r.k3 is not None else self.memo(("k3", r.clamp), lambda: k3_of(r.log_ratio)[0])
+
+    def k3_rows(self, r: Ratios, rows: torch.Tensor) -> torch.Tensor:
+        """(R, T) k3 of the given rollouts: taken from the (B, T) k3 if it was made, else made for them alone."""
+        k3 = r.k3 if r.k3 is not None else self._memo.get(("k3", r.clamp))
+        return k3.index_select(0, rows) if k3 is not None else k3_of(r.log_ratio.index_select(0, rows))[0]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# the rejection rules
+
+
+_SIGN = {"positive": torch.gt, "negative": torch.lt, "non-negative": torch.ge, "non-positive": torch.le}
+Shared = tuple[Ratios, object, torch.Tensor]  # a (B, T) tensor shared per call: (its owner, its key, itself)
+
+
+def criteria(r: Ratios, cache: Cache, rules: tuple[Criterion, ...]):
+    """(gate, token rules, tripped): the rollout-level verdicts folded into one (B,) gate (valid rollouts only;
+    None without any), the token-level ones as (criterion, advantage condition) pairs, and the (B, T) tokens
+    each rule finds outside its band, as tensors or functions that build them (the "token_masked" mask; for
+    max / min: the tokens that trip it). A rollout-level rule conditioned on per-token advantages drops tokens,
+    so it is a token rule."""
+    gate, token_rules, tripped, every_token = None, [], [], []
+    for c in rules:
+        cond = None if c.advantage is None else _SIGN[c.advantage](r.advantages, 0)  # (B,) or (B, T)
+        if c.agg == "token" or (cond is not None and cond.dim() == 2):
+            token_rules.append((c, cond))
+        elif c.statistic == "ratio" and cond is None and ((c.agg == "max" and c.low is None)
+                                                          or (c.agg == "min" and c.high is None)):
+            every_token.append(c)  # every token's ratio below hi / above lo: one band, below
+        else:
+            fail = rollout_fails(r, cache, c)  # (B,)
+            if cond is not None:
+                fail &= cond
+            gate = ~fail if gate is None else gate & ~fail
+            if c.agg in ("max", "min"):
+                tripped.append(partial(outside, r, cache, c))
+    if every_token:  # max_t rho_t <= hi and min_t rho_t >= lo: a rollout with any token outside [lo, hi] goes
+        lo = max([c.low for c in every_token if c.low is not None], default=0.0)
+        hi = min([c.high for c in every_token if c.high is not None], default=math.inf)
+        if r.shortcuts and log_of(lo) <= 0 <= log_of(hi):  # padding's l = 0 is inside: the row extremes answer,
+            fail = rows_outside(*extremes(cache, (r, "ratio", r.log_ratio)), log_of(lo), log_of(hi))  # and the
+            rows = fail.nonzero().squeeze(1)  # mask keeps only the failing rows' tokens
+            l_rows = r.log_ratio.index_select(0, rows)
+            out = partial(rows_into, r.mask.shape, rows, outside_band(r.mask.index_select(0, rows), l_rows, lo, hi))
+        else:
+            out = outside_band(r.mask, r.log_ratio, lo, hi)  # (B, T)
+            fail = any_per_row(out)
+        gate = ~fail if gate is None else gate & ~fail
+        tripped.append(out)
+    if gate is not None:
+        gate &= r.valid
+    return gate, token_rules, tripped
+
+
+def edges(c: Criterion) -> tuple[float, float]:
+    """The band's edges, open sides as 0 (a ratio) or -inf, and inf."""
+    return (c.low if c.low is not None else (0.0 if c.statistic == "ratio" else -math.inf),
+            c.high if c.high is not None else math.inf)
+
+
+def statistic(r: Ratios, cache: Cache, name: str) -> torch.Tensor:
+    """(B, T) the per-token statistic, 0 off the loss mask: log rho for "ratio" (its bands compare in log
+    space), k1 = -l, k2 = l^2 / 2, k3 = rho - 1 - l, or prob_diff = pi_t - mu_t (from the unclamped log-probs).
+    Shared, not to be written to."""
+    if name == "ratio":
+        return r.log_ratio
+    if name == "k3":
+        return cache.k3(r)
+    make = {"k1": lambda: r.log_ratio.neg(), "k2": lambda: r.log_ratio.square().mul_(0.5),
+            "prob_diff": lambda: exp_of(cache.logp(r)).sub_(exp_(cache.logp(r) - r.unclamped_log_ratio))}[name]
+    return cache.memo((name, r.clamp), make)
+
+
+def aggregate(r: Ratios, cache: Cache, name: str, agg: str) -> torch.Tensor:
+    """(B,) the statistic's sum, mean, max or min over each rollout's loss tokens (computed once per call)."""
+    def compute():
+        if name == "k1" and agg in ("sum", "mean"):  # -S_j, -S_j / T_j: no (B, T) pass
+            return (r.seq_log_ratio if agg == "sum" else r.geo_log_ratio).neg()
+        if name == "k3" and agg in ("sum", "mean"):
+            return r.k3_rollout if agg == "sum" else r.k3_rollout / r.length.clamp(min=1)
+        x = statistic(r, cache, name)  # (B, T), 0 off the mask
+        if x.shape[-1] == 0:
+            return x.sum(-1)
+        if agg in ("sum", "mean"):
+            total = x.sum(-1)
+            return total if agg == "sum" else total / r.length.clamp(min=1)
+        if agg == "max" and name in ("k2", "k3"):  # >= 0: the zeros off the mask change no row's max
+            return x.amax(-1)
+        x = x.masked_fill(~r.mask, -math.inf if agg == "max" else math.inf)
+        return x.amax(-1) if agg == "max" else x.amin(-1)
+
+    return cache.memo(("aggregate", r.clamp, name, agg), compute)
+
+
+def outside(r: Ratios, cache: Cache, c: Criterion) -> torch.Tensor:
+    """(B, T) bool: the loss tokens whose own statistic lies outside the band (built when a mask is read)."""
+    lo, hi = edges(c)
+    if c.statistic == "ratio":
+        return outside_band(r.mask, r.log_ratio, lo, hi)
+    x = statistic(r, cache, c.statistic)
+    return r.mask & ((x < lo) | (x > hi))
+
+
+def rollout_fails(r: Ratios, cache: Cache, c: Criterion) -> torch.Tensor:
+    """(B,) bool: the rollouts whose aggregated statistic lies outside the band."""
+    lo, hi = edges(c)
+    if c.statistic == "ratio" and c.agg in ("mean", "sum"):  # the geometric or product ratio, edges tolerant
+        x, tol = (r.geo_log_ratio, r.edge_tolerance) if c.agg == "mean" else (r.seq_log_ratio,
+                                                                              r.edge_tolerance * r.length)
+        return ~in_band(x, lo, hi, tol)
+    x = aggregate(r, cache, c.statistic, c.agg)  # (B,)
+    if c.statistic == "ratio":
+        return ~in_band(x, lo, hi)
+    return (x < lo) | (x > hi)
+
+
+def keep_of(r: Ratios, cache: Cache, c: Criterion, cond: torch.Tensor | None) -> torch.Tensor:
+    """(B, T) 0/1 floats: the loss tokens a token rule keeps (a rollout rule under per-token advantages: all
+    but the failing rollouts' tokens of the advantage's sign)."""
+    if c.agg == "token":
+        lo, hi = edges(c)
+        x = statistic(r, cache, c.statistic)
+        keep = band_f(x, lo, hi) if c.statistic == "ratio" else x.clamp(lo, hi).eq_(x)  # (B, T) 1.0 in band
+    else:
+        keep = as_float(~rollout_fails(r, cache, c), r.dtype)[:, None]  # (B, 1)
+    if cond is not None:  # the rule drops only where A has the sign: every other token is kept
+        exempt = as_float(~cond, r.dtype)
+        exempt = exempt if exempt.dim() == 2 else exempt[:, None]
+        if keep.shape == torch.broadcast_shapes(keep.shape, exempt.shape):  # in place on its own (B, T) keep
+            keep = torch.maximum(keep, exempt, out=keep)
+        else:
+            keep = torch.maximum(keep, exempt)
+    mask_f = cache.mask_f(r)
+    return keep.mul_(mask_f) if keep.shape == mask_f.shape else keep * mask_f
+
+
+def extremes(cache: Cache, shared: Shared) -> tuple[torch.Tensor, torch.Tensor]:
+    """(B,) row maxima and minima of a shared (B, T) tensor, made once per call."""
+    owner, key, x = shared
+    return cache.memo(("extremes", owner.clamp, key), lambda: row_extremes(x))
+
+
+def token_keep(cache: Cache, rules, band) -> torch.Tensor | None:
+    """(B, T) 0/1: the loss tokens every token rule (and the weight's band) keeps; None without any."""
+    keeps = [band] if band is not None else []
+    keeps += [keep_of(rc, cache, c, cond) for rc, c, cond in rules]
+    if not keeps:
+        return None
+    keep = keeps[0]
+    for k in keeps[1:]:
+        keep.mul_(k)
+    return keep
+
+
+# ---------------------------------------------------------------------------------------------------------
+# a composition on the batch: its Correction, in the rows or the tokens form
+
+
+@dataclass(eq=False)
+class KeptRows:
+    """The few rows (R,) of a rows-form correction that carry their own tokens: `keep` (R, T) 0/1 floats, the
+    loss tokens they keep, and `factor` (R, T) each token's weight (keep itself for a pure filter; the
+    truncated token weights times keep for a token weight), with their per-row sums (R,): kept tokens
+    ("count"), weights ("factor_sums"), k3 over the kept tokens ("k3") and the weights against the detached
+    log pi ("logp"). Every other row keeps all its loss tokens."""
+
+    rows: torch.Tensor
+    keep: torch.Tensor
+    factor: torch.Tensor
+    count: torch.Tensor
+    factor_sums: torch.Tensor
+    k3: torch.Tensor
+    logp: torch.Tensor
+
+
+@dataclass(eq=False)
+class Profile:
+    """A token weight's untruncated value exp(x), 0 off the loss mask, shared by every row outside the KeptRows,
+    with its per-row sums and per-row sums against the detached log pi."""
+
+    values: torch.Tensor  # (B, T)
+    sums: torch.Tensor  # (B,)
+    logp_sums: torch.Tensor  # (B,)
+
+
+@dataclass(eq=False)
+class Correction:
+    """What a composition does to one batch; `_outputs` turns it into the output. Two forms:
+
+    rows    (keep and token_weights None): every kept token of rollout j weighs row_weight_j times the
+            profile's value (None: 1); the kept tokens are the loss tokens of the rollouts `gate` accepts,
+            except in the rows of `kept_rows`, which carry their own kept masks and token weights.
+    tokens  (keep or token_weights set): keep (B, T) 0/1 floats, the kept loss tokens with the gate applied
+            (None: the loss tokens of the gated rollouts), times token_weights (B, T) (None: 1) and row_weight.
+            Both are the correction's own tensors: they become the gradient in place, and the weights and kept
+            mask are rebuilt from a fresh evaluation when read.
+
+    row_weight  (B,) one finite weight per rollout (None: 1)
+    gate        (B,) bool, the rollouts the rollout-level rules accept (None: every one)
+    kept_len    (B,) kept tokens per rollout, when a token rule drops some (else counted from the mask)
+    clipped     (B,) bool, the rollouts whose weight was truncated (None: no truncation)
+    masks       its own (B, T) bool masks ("clipped", "token_masked"), each a tensor or a function that builds
+                it (called only if somebody reads the mask: seqis.types.Masks)
+    metrics     its own metrics (beyond the common ones every output reports)
+    """
+
+    row_weight: torch.Tensor | None = None
+    gate: torch.Tensor | None = None
+    kept_rows: KeptRows | None = None
+    profile: Profile | None = None
+    token_weights: torch.Tensor | None = None
+    shared_weights: bool = False  # token_weights is a per-call profile several corrections read: not to be written
+    keep: torch.Tensor | None = None
+    kept_len: torch.Tensor | None = None
+    clipped: torch.Tensor | None = None
+    masks: dict[str, torch.Tensor | Callable[[], torch.Tensor]] = field(default_factory=dict)
+    metrics: dict[str, torch.Tensor] = field(default_factory=dict)
+
+    @property
+    def per_token(self) -> bool:
+        """The tokens form (a (B, T) keep or weight tensor) rather than the rows form."""
+        return self.keep is not None or self.token_weights is not None
+
+
+def correction(r: Ratios, cache: Cache, comp: Composition) -> Correction:
+    """The composition on the batch of `r` (whose advantages decide any sign-conditioned criterion)."""
+    rc = cache.clamped(r, comp.log_ratio_clamp)
+    gate, rules, tripped = criteria(rc, cache, comp.criteria)
+    rules = [(rc, c, cond) for c, cond in rules]
+    w = comp.weight
+    if w.per_rollout:
+        return _rollout_weight(r, cache, w, comp.log_ratio_clamp, gate, rules, tripped)
+    return _token_weight(r, cache, w, comp.log_ratio_clamp, gate, rules, tripped)
+
+
+def _clamped(x: torch.Tensor, clamp: float | None) -> torch.Tensor:
+    return x if clamp is None else x.clamp(-clamp, clamp)
+
+
+def _exponent(r: Ratios, cache: Cache, level: str, clamp: float | None) -> Shared:
+    """A token or prefix weight's exponent (l_t or sum_{s<=t} l_s, clamped) (B, T), shared: not to be written
+    to. Off the loss mask it holds 0 or (a prefix) the value of the row's last loss token before it."""
+    if level == "token":  # the clamped record's own log-ratios
+        rc = cache.clamped(r, clamp)
+        return rc, "ratio", rc.log_ratio
+    key = ("prefix", clamp)
+    return r, key, cache.memo((key, r.clamp), lambda: _clamped(r.log_ratio.cumsum(-1), clamp))
+
+
+def _truncated_rows(r: Ratios, cache: Cache, w: Weight, ex: Shared) -> torch.Tensor:
+    """(B,) bool: the rows with a loss token whose weight exponent x lies beyond the truncation (from the row
+    extremes where an edge is on the far side of 0, which padding holds, else from the mask)."""
+    (x_max, x_min), x = extremes(cache, ex), ex[2]
+    c = log_of(w.upper)
+    clipped = x_max > c if c >= 0 else rows_above(x, r.mask, c)
+    if w.clip_low > 0:
+        c = log_of(w.clip_low)
+        clipped |= x_min < c if c <= 0 else rows_above(x.neg(), r.mask, -c)
+    return clipped
+
+
+def _rollout_weight(r: Ratios, cache: Cache, w: Weight, clamp, gate, rules, tripped) -> Correction:
+    """A sequence or geometric weight: one finite weight per rollout."""
+    x = _clamped(r.seq_log_ratio if w.level == "sequence" else r.geo_log_ratio, clamp)  # (B,)
+    weight = capped_exp(x if w.clip_low == 0 else x.clamp(min=log_of(w.clip_low)), w.upper)  # (B,)
+    clipped = None
+    if w.truncated:
+        clipped = r.valid & (x > log_of(w.upper))
+        if w.clip_low > 0:
+            clipped |= r.valid & (x < log_of(w.clip_low))
+    if w.band is not None:  # outside the band the rollout is dropped
+        tol = r.edge_tolerance if w.level == "geometric" else r.edge_tolerance * r.length
+        ok = r.valid & in_band(x, *w.band, tol)
+        gate = ok if gate is None else gate & ok
+    if w.self_normalize:  # by the mean over valid rollouts, before the criteria
+        mean = gated(r.valid & (ok if w.band is not None else r.valid), weight).sum() / r.valid.sum().clamp(min=1)
+        weight = weight / torch.where(mean > 1e-8, mean, 1.0)
+    if gate is not None:
+        weight = gated(gate, weight)
+        clipped = clipped & gate if clipped is not None else None
+    sparse = _sparse(r, cache, gate, rules, tripped, None, clamp, row_weight=weight, clipped=clipped)
+    return sparse or _filtered(r, cache, gate, rules, tripped, {}, row_weight=weight, clipped=clipped)
+
+
+def _token_weight(r: Ratios, cache: Cache, w: Weight, clamp, gate, rules, tripped) -> Correction:
+    """A token or prefix weight (B, T), or none (1 on every kept token)."""
+    sparse = _sparse(r, cache, gate, rules, tripped, w, clamp)
+    if sparse is not None:
+        return sparse
+    if w.level == "none":
+        return _filtered(r, cache, gate, rules, tripped, {})
+    ex = _exponent(r, cache, w.level, clamp)
+    x = ex[2]
+    shared = cache.profiles and not w.truncated and not w.self_normalize  # exp(x) as it is: the shared profile
+    if shared:
+        weights = cache.memo(("profile", ex[0].clamp, ex[1]), lambda: _profile(r, cache, x)).values
+    else:
+        weights = capped_exp(x if w.clip_low == 0 else x.clamp(min=log_of(w.clip_low)), w.upper)  # (B, T)
+    masks, clipped = {}, None
+    if w.truncated:
+        clipped = _truncated_rows(r, cache, w, ex)
+        if gate is not None:
+            clipped &= gate
+        masks["clipped"] = partial(_clipped_tokens, r.mask, gate, x, w)  # built if read
+    band = None
+    if w.band is not None:  # outside the band the token is dropped
+        band = band_keep(x, cache.mask_f(r), *w.band)  # (B, T) 0/1
+        tripped = [partial(outside_band, r.mask, x, *w.band), *tripped]
+    if w.self_normalize:  # by the mean over all loss tokens, before the criteria
+        applied = weights * (band if band is not None else cache.mask_f(r))
+        mean = applied.sum() / r.n_tokens.clamp(min=1)
+        weights.div_(torch.where(mean > 1e-8, mean, 1.0))
+    return _filtered(r, cache, gate, rules, tripped, masks, token_weights=weights, clipped=clipped, band=band,
+                     shared_weights=bool(shared))
+
+
+def _clipped_tokens(mask, gate, x, w: Weight) -> torch.Tensor:
+    """(B, T) bool: the loss tokens (of gated rollouts) whose weight was truncated."""
+    own = mask if gate is None else tokens_of(mask, gate)
+    out = above_on(own, x, log_of(w.upper))
+    if w.clip_low > 0:
+        out |= above_on(own, x.neg(), -log_of(w.clip_low))
+    return out
+
+
+def _union(parts) -> torch.Tensor:
+    """(B, T) bool: the union of masks given as tensors or as functions that build them."""
+    built = [p if isinstance(p, torch.Tensor) else p() for p in parts]
+    out = built[0]
+    for m in built[1:]:
+        out = out | m
+    return out
+
+
+def _shared_parts(r: Ratios, gate, tripped, masks, clipped) -> dict:
+    """The metrics every form reports (is_token_masked filled in by the caller) and the "token_masked" mask."""
+    n_tok = r.n_tokens.clamp(min=1)
+    zero = n_tok.new_zeros(())
+    metrics = {"is_clipped": masked_mean(clipped.to(r.dtype), r.valid) if clipped is not None else zero,
+               "is_token_masked": zero,
+               "is_traj_masked": gated(~gate, r.length).sum() / n_tok if gate is not None else zero}
+    if len(tripped) == 1 and isinstance(tripped[0], torch.Tensor):
+        masks["token_masked"] = tripped[0]
+    elif tripped:
+        masks["token_masked"] = partial(_union, tripped)
+    return metrics
+
+
+def _filtered(r: Ratios, cache: Cache, gate, rules, tripped, masks, *, row_weight=None, token_weights=None,
+              clipped=None, band=None, shared_weights=False) -> Correction:
+    """The Correction in the tokens form: kept = the loss tokens of the gated rollouts that every token rule
+    (and the weight's band) keeps (the rows form when there is no token rule, band or token weight)."""
+    tripped = [*tripped, *(partial(outside, rc, cache, c) for rc, c, _ in rules)]
+    metrics = _shared_parts(r, gate, tripped, masks, clipped)
+    form = {}
+    keep = token_keep(cache, rules, band)
+    if keep is not None:
+        kept_len = keep.sum(-1)  # (B,) before the gate
+        if gate is not None:
+            keep.mul_(as_float(gate, r.dtype)[:, None])
+        metrics["is_token_masked"] = (r.n_tokens - kept_len.sum()) / r.n_tokens.clamp(min=1)
+        form = dict(keep=keep, kept_len=gated(gate, kept_len) if gate is not None else kept_len)
+    return Correction(row_weight=row_weight, token_weights=token_weights, shared_weights=shared_weights, gate=gate,
+                      clipped=clipped, masks=masks, metrics=metrics, **form)
+
+
+def _sparse(r: Ratios, cache: Cache, gate, rules, tripped, w: Weight | None, clamp, *, row_weight=None,
+            clipped=None) -> Correction | None:
+    """The rows form of a correction with token-level parts (token rules; a token or prefix weight, truncated,
+    banded or self-normalised), when shortcuts are on and those parts change the tokens of few rollouts: the
+    row maxima and minima of each statistic find those rows, only they are evaluated in full (on a record of
+    their own), and every other row keeps all its loss tokens at the weight's untruncated value (a profile
+    shared per call; only when the cache says so). The token-level part is shared by the corrections that have
+    the same one. None when it does not apply (a rule under per-token advantages; too many rows): then the
+    tokens form follows."""
+    token_weight = w is not None and w.level in ("token", "prefix")
+    if not r.shortcuts or not (rules or token_weight) or (token_weight and not cache.profiles):
+        return None
+    if any(cond is not None and cond.dim() == 2 for _, _, cond in rules):
+        return None
+    own_w = replace(w, self_normalize=False) if token_weight else None
+    part = cache.memo(("sparse", own_w, tuple(c for _, c, _ in rules), clamp),
+                      lambda: _sparse_rows(r, cache, own_w, clamp, rules))
+    if part is None:
+        return None
+    kept_rows, kept_len, applied, sub_rc = part  # kept_len: (B,) before the gate
+    # a rule's tokens outside its band lie in the kept rows, unless an advantage condition exempted their row
+    tripped = [*tripped, *(partial(outside, rc, cache, c) if cond is not None else
+                           partial(torch.zeros_like, r.mask) if kept_rows is None else
+                           partial(_rows_outside_band, r.mask.shape, kept_rows.rows, sub_rc, c)
+                           for rc, c, cond in rules)]
+    masks, profile = {}, None
+    if token_weight:
+        ex = _exponent(r, cache, w.level, clamp)
+        x = ex[2]
+        profile = cache.memo(("profile", ex[0].clamp, ex[1]), lambda: _profile(r, cache, x))
+        if w.truncated:
+            clipped = _truncated_rows(r, cache, w, ex)
+            if gate is not None:
+                clipped &= gate
+            masks["clipped"] = partial(_clipped_tokens, r.mask, gate, x, w)
+        if w.band is not None:
+            tripped = [partial(outside_band, r.mask, x, *w.band), *tripped]
+        if w.self_normalize:  # by the mean over all loss tokens of the (truncated, banded) weight
+            total = profile.sums.sum() if kept_rows is None else (  # a sum, never a difference
+                profile.sums.index_fill(0, kept_rows.rows, 0.0).sum() + applied)
+            mean = total / r.n_tokens.clamp(min=1)
+            row_weight = torch.where(mean > 1e-8, mean, 1.0).reciprocal().expand(r.length.shape)
+    metrics = _shared_parts(r, gate, tripped, masks, clipped)
+    metrics["is_token_masked"] = (r.n_tokens - kept_len.sum()) / r.n_tokens.clamp(min=1)
+    return Correction(row_weight=row_weight, gate=gate, kept_rows=kept_rows, profile=profile,
+                      kept_len=gated(gate, kept_len) if gate is not None else kept_len, clipped=clipped,
+                      masks=masks, metrics=metrics)
+
+
+def _rows_outside_band(shape, rows: torch.Tensor, sub: Ratios, c: Criterion) -> torch.Tensor:
+    """(B, T) bool: the loss tokens outside the rule's band, found in the given rows (`sub` holds them)."""
+    return rows_into(shape, rows, outside(sub, Cache(), c))
+
+
+def _sparse_rows(r: Ratios, cache: Cache, w: Weight | None, clamp, rules):
+    """(KeptRows, kept tokens per rollout (B,), the kept rows' summed (truncated, banded) weights, their clamped
+    record) of a token-level part ((None, lengths, None, None) when no row is touched), or None when it changes
+    the tokens of more than r.sparse_share of the rollouts."""
+    hit = torch.zeros_like(r.valid)
+    if w is not None:
+        ex = _exponent(r, cache, w.level, clamp)
+        lo, hi = log_of(w.clip_low), log_of(w.upper)
+        if w.band is not None:
+            lo, hi = max(lo, log_of(w.band[0])), min(hi, log_of(w.band[1]))
+        hit |= rows_outside(*extremes(cache, ex), lo, hi)
+    for rc, c, cond in rules:
+        lo, hi = edges(c)
+        if c.statistic == "ratio":
+            lo, hi = log_of(lo), log_of(hi)
+        out = rows_outside(*extremes(cache, (rc, c.statistic, statistic(rc, cache, c.statistic))), lo, hi)
+        hit |= out if cond is None else out & cond
+    rows = hit.nonzero().squeeze(1)
+    if len(rows) > r.sparse_share * len(hit):
+        return None
+    if len(rows) == 0:  # every rollout keeps all its loss tokens at the profile's weight
+        return None, r.length, None, None
+    # the rows in full, on their own record (shortcuts off: the tokens form) and cache; a clamp that changes no
+    # token's l in the batch changes none of theirs (a prefix sum's clamp still applies)
+    token_clamp = None if clamp is None or cache.clamped(r, clamp) is r else clamp
+    sub, sub_cache = r.rows(rows), Cache()
+    sub_rc = sub_cache.clamped(sub, token_clamp)
+    sub_rules = [(sub_rc, c, None if cond is None else cond.index_select(0, rows)) for _, c, cond in rules]
+    applied = r.n_tokens.new_zeros(())
+    if w is not None:
+        w_clamp = token_clamp if w.level == "token" else clamp
+        own = _token_weight(sub, sub_cache, w, w_clamp, None, sub_rules, [])
+        keep = own.keep if own.keep is not None else sub_cache.mask_f(sub)
+        x = _exponent(sub, sub_cache, w.level, w_clamp)[2]
+        band = band_keep(x, sub_cache.mask_f(sub), *w.band) if w.band else sub_cache.mask_f(sub)
+        applied = dot(own.token_weights, band)
+        factor = own.token_weights.mul_(keep)
+    else:
+        keep = factor = token_keep(sub_cache, sub_rules, None)
+    count = keep.sum(-1)
+    kept_rows = KeptRows(rows, keep, factor, count, factor.sum(-1) if factor is not keep else count,
+                         dot_rows(cache.k3_rows(r, rows), keep), dot_rows(sub_cache.logp(sub), factor))
+    return kept_rows, r.length.index_copy(0, rows, count), applied, sub_rc
+
+
+def _profile(r: Ratios, cache: Cache, x: torch.Tensor) -> Profile:
+    """The untruncated token weights exp(x) (with the e^40 cap), 0 off the loss mask, and their row sums."""
+    values = capped_exp(x).mul_(cache.mask_f(r))
+    return Profile(values, values.sum(-1), dot_rows(values, cache.logp(r)))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# the output: the surrogate loss (plus any penalty), the metrics and the per-rollout values
+
+
+def row_sums(full: torch.Tensor, kept_rows: KeptRows | None, sums: str) -> torch.Tensor:
+    """(B,) per-rollout sums: `full` (the sums over all its loss tokens), but in the rows of kept_rows their own
+    sums named by `sums` ("count", "factor_sums", "k3" or "logp": see KeptRows)."""
+    if kept_rows is None or len(kept_rows.rows) == 0:
+        return full
+    return full.index_copy(0, kept_rows.rows, getattr(kept_rows, sums))
+
+
+def spread(row_values: torch.Tensor, base: torch.Tensor, kept_rows: KeptRows | None, *,
+           weighted: bool = False) -> torch.Tensor:
+    """(B, T): row_values_j times base on each of rollout j's loss tokens, but in the rows of kept_rows, which
+    take their own keep (or factor, when weighted); 0 elsewhere. base: a profile (B, T), or the loss mask (B, T)
+    bool, read as 0/1 (the one (B, T) tensor made here)."""
+    if base.dtype == torch.bool:
+        out = as_float(base, row_values.dtype).mul_(row_values[:, None])
+    else:
+        out = row_values[:, None] * base
+    if kept_rows is not None and len(kept_rows.rows):
+        rows = kept_rows.rows
+        out.index_copy_(0, rows, row_values[rows, None] * (kept_rows.factor if weighted else kept_rows.keep))
+    return out
+
+
+def token_scale(r: Ratios, n_kept: torch.Tensor, agg: str) -> torch.Tensor:
+    """The normaliser each aggregation applies: a () or (B, 1) factor s with loss = -sum(s * coef * logp)."""
+    if agg == "token-mean":  # N = every loss token, dropped ones included (prime-rl)
+        return r.n_tokens.clamp(min=1).reciprocal()
+    if agg == "kept-token-mean":  # N = kept tokens only
+        return n_kept.clamp(min=1).reciprocal()
+    n_seq = r.valid.sum().clamp(min=1).to(r.dtype)
+    if agg == "seq-mean-token-mean":
+        return (r.length.clamp(min=1) * n_seq).reciprocal()[:, None]
+    return n_seq.reciprocal()  # seq-mean-token-sum
+
+
+def _token_weights(r: Ratios, mask_f: torch.Tensor, c: Correction) -> torch.Tensor:
+    """A token-level correction's (B, T) weights before adv_tau * A, built in place on its own tensors (its keep
+    mask becomes them when its token weights are a shared profile)."""
+    if c.token_weights is None:
+        w = c.keep
+    elif c.shared_weights:
+        w = c.keep.mul_(c.token_weights) if c.keep is not None else c.token_weights * mask_f
+    else:
+        w = c.token_weights.mul_(c.keep if c.keep is not None else mask_f)
+    if c.keep is None and c.gate is not None:  # a rollout gate on token weights (geo_mask's hybrid)
+        w.mul_(as_float(c.gate, r.dtype)[:, None])
+    return w if c.row_weight is None else w.mul_(c.row_weight[:, None])
+
+
+def _outputs(r: Ratios, pieces: Cache, batch: Batch, c: Correction, comp: Composition, agg: str,
+             again: Callable[[], Correction], n: int = 1) -> list[EstimatorOutput]:
+    """Loss, weights, masks, metrics and per-rollout values from a correction, for n keys that name it: n
+    outputs, each with its own loss node, sharing every other tensor (detached, not to be written to).
+
+    A correction in the rows form never makes a (B, T) float tensor of its own in the forward: its loss and
+    metrics are per-rollout sums, and the backward writes the gradient in one pass. A tokens-form correction's
+    own (B, T) tensor becomes the gradient in place, so its weights and kept mask, when somebody reads them,
+    come from `again()`, the composition evaluated anew. Every (B, T) tensor derived from log-ratios is finite,
+    so masking them by multiplying with the 0/1 mask is safe; trainer_logprobs may hold -inf / NaN on padding
+    and only enters the loss through the record's cleaned copy."""
+    token_level = c.per_token
+    # the rows form reads the loss mask as it is (bool); the tokens form multiplies by it as 0/1 floats
+    mask_f = pieces.mask_f(r) if token_level else None
+
+    @once
+    def rebuilt() -> tuple[torch.Tensor, torch.Tensor | None]:  # a token-level output's weights and kept mask,
+        c2 = again()  # from one fresh evaluation, made when either is first read
+        kept_mask = c2.keep.bool() if c2.keep is not None else None
+        return _token_weights(r, mask_f, c2), kept_mask
+
+    # which tokens keep a gradient, per rollout (closures hold the mask, not the record: a sequence-level output
+    # lets the batch's (B, T) log-ratios go)
+    kept_rows, mask = c.kept_rows, r.mask
+    if c.keep is not None:
+        kept_len = c.kept_len if c.kept_len is not None else c.keep.sum(-1)  # (B,)
+        kept = lambda: rebuilt()[1]
+    elif kept_rows is not None:  # the sparse form: all loss tokens but in a few rows, times the gate
+        gate = c.gate if c.gate is not None else r.valid
+        kept_len = c.kept_len if c.kept_len is not None else gated(gate, row_sums(r.length, kept_rows, "count"))
+        dtype = r.dtype
+        kept = lambda: spread(as_float(gate, dtype), mask, kept_rows).bool()
+    elif c.gate is not None:
+        kept_len = gated(c.gate, r.length)
+        kept = partial(tokens_of, r.mask, c.gate)
+    else:
+        kept_len, kept = r.length, r.mask
+    accepted = c.gate if c.gate is not None else kept_len > 0  # (B,)
+    n_tok, n_kept = r.n_tokens, kept_len.sum()
+
+    # common metrics: mismatch KL split into dropped / kept tokens (read `kept` before the loss takes it)
+    k3_total = r.k3_rollout.sum()
+    if c.keep is not None:
+        k3_kept = dot(pieces.k3(r), c.keep)
+    else:
+        k3_kept = gated(accepted, row_sums(r.k3_rollout, kept_rows, "k3")).sum()
+    common = r.batch_metrics()
+    metrics = {
+        "mismatch_kl": common["mismatch_kl"],
+        "masked_mismatch_kl": (k3_total - k3_kept) / (n_tok - n_kept).clamp(min=1),
+        "unmasked_mismatch_kl": k3_kept / n_kept.clamp(min=1),
+        "is_masked": (n_tok - n_kept) / n_tok.clamp(min=1),
+        "seq_log_ratio": common["seq_log_ratio"],
+        "geo_log_ratio": common["geo_log_ratio"],
+        **c.metrics,
+    }
+
+    # surrogate loss = -sum(scale * weight * adv_tau * A * log pi) over loss tokens
+    scale = token_scale(r, n_kept, agg)  # () or (B, 1)
+    row = scale.expand(r.length.shape) if scale.dim() == 0 else scale[:, 0]  # (B,)
+    adv = batch.advantages.to(r.dtype) * comp.adv_tau
+    if adv.dim() == 2:  # per-token advantages: part of the token coefficient
+        adv_tok, row_adv = torch.where(r.mask, adv, 0.0), -row
+    else:
+        adv_tok, row_adv = None, -row * adv
+
+    def gradient(w: torch.Tensor) -> torch.Tensor:  # (B, T) weights -> d loss / d log pi, in place
+        return (w if adv_tok is None else w.mul_(adv_tok)).mul_(row_adv[:, None])
+
+    shortcuts, length = r.shortcuts, r.length.clamp(min=1)
+    if token_level:
+        w = _token_weights(r, mask_f, c)
+        weight = kept_len / length if c.token_weights is None and c.row_weight is None else w.sum(-1) / length
+        weights = lambda: rebuilt()[0]
+        G = gradient(w)
+        value = dot(G, pieces.logp(r))
+        shared = SharedGradient(G, lambda: gradient(_token_weights(r, mask_f, again())), n)
+        grad_of = lambda first, g: scaled(shared.take(first), g, shortcuts)
+    else:
+        base = c.profile.values if c.profile is not None else mask  # each kept token's weight before token_w
+        seq_w = c.row_weight if c.row_weight is not None else torch.ones_like(r.length)
+        token_w = gated(accepted, seq_w) if c.gate is not None else seq_w  # (B,) times base on each kept token
+        if c.profile is not None:  # mean applied weight over the loss tokens
+            weight = token_w * row_sums(c.profile.sums, kept_rows, "factor_sums") / length
+        else:
+            weight = token_w if kept_rows is None else token_w * kept_len / length
+        weights = once(lambda: spread(token_w, base, kept_rows, weighted=True))
+        if adv_tok is None:  # one coefficient per rollout: no (B, T) tensor in the forward
+            row_coef = row_adv * token_w  # (B,) d loss / d log pi on each kept token, per unit of base
+            full = c.profile.logp_sums if c.profile is not None else r.logp_rowsum
+            value = (row_coef * row_sums(full, kept_rows, "logp")).sum()
+            grad_of = lambda first, g: spread(row_coef * g, base, kept_rows, weighted=True)
+        else:
+            rebuild = lambda: gradient(spread(token_w, base, kept_rows, weighted=True))
+            G = rebuild()
+            value = dot(G, pieces.logp(r))
+            shared = SharedGradient(G, rebuild, n)
+            grad_of = lambda first, g: scaled(shared.take(first), g, shortcuts)
+
+    if comp.penalty is not None:
+        penalty, add_penalty = _penalty(r, pieces, comp.penalty, scale)
+        value = value + penalty
+        metrics["penalty"] = penalty
+        pg_of = grad_of
+        grad_of = lambda first, g: add_penalty(pg_of(first, g), g)
+    weight = gated(r.valid, weight)  # an empty rollout applies no weight
+    metrics["seq_weight"] = masked_mean(weight, r.valid & (kept_len > 0))
+
+    own = dict(c.masks)
+    if c.gate is not None:  # a rollout gate: the loss tokens of the rollouts it rejects
+        own.setdefault("traj_masked", partial(tokens_of, r.mask, ~c.gate))
+    if c.clipped is not None:
+        clipped = c.clipped & r.valid
+        own.setdefault("clipped", partial(tokens_of, r.mask, clipped))
+    masks = Masks({"kept": kept, **own})
+    if c.clipped is None:
+        clipped = any_per_row(masks["clipped"]) if "clipped" in masks else torch.zeros_like(r.valid)
+    rollouts = {
+        "length": r.length,
+        "seq_log_ratio": r.seq_log_ratio,
+        "geo_log_ratio": r.geo_log_ratio,
+        "weight": weight,
+        "accepted": accepted & r.valid,
+        "clipped": clipped,
+        "kept_fraction": kept_len / length,
+    }
+    logp = batch.trainer_logprobs.to(r.dtype)  # (B, T) differentiable: the loss nodes' input
+    return [EstimatorOutput(loss=loss, weights=weights, masks=masks, metrics=dict(metrics), rollouts=dict(rollouts))
+            for loss in known_losses(logp, value, grad_of, n)]
+
+
+def _penalty(r: Ratios, cache: Cache, p: Penalty, scale: torch.Tensor):
+    """(value, add): coef * sum over loss tokens of s_t f(l_t), and add(G, g), which adds its d / d log pi times
+    g to a (B, T) gradient G in place (no (B, T) tensor of its own): f = l^2 (f' = 2 l) or k3 = rho - 1 - l
+    (f' = rho - 1 = k3 + l), on the batch's cleaned log-ratios (0 on padding: no gradient there). scale: the
+    aggregation's normaliser, () or (B, 1)."""
+    l = r.unclamped_log_ratio  # (B, T), 0 off the loss mask
+    row_scale = scale if scale.dim() == 0 else scale[:, 0]  # () or (B,)
+    if p.statistic == "squared_log_ratio":
+        l2 = dot_rows(l, l)  # (B,) sum of l^2 over each rollout's loss tokens
+        factor = scale * (2 * p.coef)
+        return (row_scale * l2).sum() * p.coef, lambda G, g: G.addcmul_(l, factor * g)
+    k3 = cache.k3(r)
+    factor = scale * p.coef
+    return ((r.k3_rollout * row_scale).sum() * p.coef,
+            lambda G, g: G.addcmul_(k3, factor * g).addcmul_(l, factor * g))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# the entry point
+
+
+def evaluate_many(named: dict[Composition, int], batch: Batch, agg: str = "token-mean",
+                  ratios: Ratios | None = None, *, profiles: bool | None = None
+                  ) -> dict[Composition, list[EstimatorOutput]]:
+    """Each composition on the batch, as many outputs as `named` says keys name it (each its own loss node;
+    the outputs of one composition share every other tensor). One Ratios and one Cache serve them all.
+    profiles: token weights on a shared profile (None: when there are several compositions; the tests force
+    it on and off to hold every form to the plain evaluator)."""
+    if agg not in AGGREGATIONS:
+        raise ValueError(f"agg must be one of {', '.join(AGGREGATIONS)}; got {agg!r}")
+    several = len(named) > 1
+    r = ratios if ratios is not None else Ratios.of(batch, k3=several)  # the (B, T) k3 once, for any token-level
+    if r.k3 is None and several:  # composition's kept share
+        r = replace(r, k3=k3_of(r.log_ratio)[0])
+    pieces = Cache(profiles=several if profiles is None else profiles)  # pays when several share it
+    out = {}
+    for comp, n in named.items():
+        again = partial(correction, r, pieces, comp)
+        out[comp] = _outputs(r, pieces, batch, again(), comp, agg, again, n)
+    return out
+
+
+# the parts of a composition this module knows; a composition with any other part goes to the plain evaluator
+WEIGHT_LEVELS = ("none", "token", "sequence", "geometric", "prefix")
+STATISTICS = ("ratio", "k1", "k2", "k3", "prob_diff")
+AGGREGATES = ("token", "sum", "mean", "max", "min")
+PENALTIES = ("squared_log_ratio", "k3")
+
+
+def supports(comp: Composition) -> bool:
+    """Whether this module evaluates the composition (every part one it knows), or the plain evaluator does."""
+    return (comp.weight.level in WEIGHT_LEVELS
+            and all(c.statistic in STATISTICS and c.agg in AGGREGATES for c in comp.criteria)
+            and (comp.penalty is None or comp.penalty.statistic in PENALTIES))

@@ -1,0 +1,126 @@
+"""Names to outputs: the one place a registry name or preset key is looked up, and `run` / `run_many`.
+
+    name or key --entry--> (EstimatorSpec, its default config) --resolve--> Composition --> output
+
+`ESTIMATORS` (seqis/estimators/) and `PRESETS` (seqis/presets/) are tables of records (seqis/spec.py); this module
+sits above both, so neither imports the other. Every composition is evaluated by the fast evaluator
+(seqis/fast.py), which is held to the plain one (seqis/evaluate.py) by the tests; a composition whose parts the
+fast evaluator does not know (`fast.supports`) is evaluated by the plain one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from functools import cache, lru_cache
+
+from . import fast
+from .compose import Composition
+from .estimators import ESTIMATORS
+from .evaluate import AGGREGATIONS, evaluate
+from .fast import Ratios
+from .presets import PRESETS
+from .spec import EstimatorSpec
+from .types import Batch, Config, EstimatorOutput
+
+Correctable = str | Composition  # a registry name, a preset key ("verl/bypass_pg_is") or a composition
+
+
+@cache
+def _default_config(cls: type[Config]) -> Config:
+    return cls()  # frozen: one instance serves every call
+
+
+def entry(name: str) -> tuple[EstimatorSpec, Config]:
+    """The registry entry a name or preset key runs, and its default config (a preset's: the framework's)."""
+    if name in ESTIMATORS:
+        spec = ESTIMATORS[name]
+        return spec, _default_config(spec.config)
+    if name in PRESETS:
+        return PRESETS[name].estimator, PRESETS[name].config
+    raise ValueError(f"unknown estimator {name!r}; known: {', '.join([*ESTIMATORS, *PRESETS])}")
+
+
+@dataclass(frozen=True)
+class About:
+    """What a registry name or preset key is, in words, for whoever shows or exports it."""
+
+    summary: str  # one line
+    source: str  # the paper or the framework's code it reproduces
+    export_framework: str | None  # the framework whose own settings export it (a preset's); None: a registry entry
+
+
+def about(name: str) -> About:
+    """A registry estimator's or a preset's summary, source and export framework."""
+    if name in PRESETS:
+        p = PRESETS[name]
+        return About(p.summary, p.source, p.export_framework)
+    spec, _ = entry(name)
+    return About(spec.summary, spec.section("Source"), None)
+
+
+def resolve_config(name: str, cfg: Config | None) -> Config:
+    """The config to use: the defaults for None; a config of the wrong class is refused."""
+    spec, default = entry(name)
+    if cfg is None:
+        return default
+    if not isinstance(cfg, spec.config):
+        raise ValueError(f"{name} takes a {spec.config.__name__}, got {type(cfg).__name__}")
+    return cfg
+
+
+def resolve(x: Correctable, cfg: Config | None = None) -> Composition:
+    """The composition a registry name or preset key (with cfg, or its defaults) or a Composition stands for."""
+    if isinstance(x, Composition):
+        if cfg is not None:
+            raise ValueError(f"a Composition carries its own knobs: cfg must be None, got {type(cfg).__name__}")
+        return x
+    if not isinstance(x, str):
+        raise ValueError(f"run takes an estimator name, a preset key or a Composition, got {type(x).__name__}")
+    return _composed(entry(x)[0], resolve_config(x, cfg))
+
+
+@lru_cache(maxsize=1024)
+def _composed(spec: EstimatorSpec, cfg: Config) -> Composition:
+    return spec.compose(cfg)
+
+
+def run(x: Correctable, batch: Batch, cfg: Config | None = None, *, agg: str = "token-mean") -> EstimatorOutput:
+    """Evaluate one correction on a batch: a registry name or preset key (cfg=None: its defaults; a cfg
+    overrides them) or a Composition (cfg must be None)."""
+    return run_many([(x, cfg)], batch, agg=agg)[x]
+
+
+def run_many(
+    estimators: Iterable[Correctable | tuple[Correctable, Config | None]] | dict[Correctable, Config | None],
+    batch: Batch,
+    *,
+    agg: str = "token-mean",
+    ratios: Ratios | None = None,
+) -> dict[Correctable, EstimatorOutput]:
+    """Evaluate several corrections on one batch, computing what they share once (log-ratios, sums, counts,
+    geometric ratios, k3, each statistic and its row aggregates and extremes, token-weight profiles), and a
+    composition that several keys name once: those keys get outputs of their own (each its own loss node and
+    gradient) that share their weights, masks and metric tensors (all detached; not to be written to).
+    `estimators` is names, preset keys or Compositions, (x, cfg) pairs, or an {x: cfg} dict; the result is keyed
+    by each x as given (a Composition by itself; an x given twice with two configs: the later wins; use `run` per
+    config). `ratios`: the batch's Ratios, when the caller evaluates several calls on one batch."""
+    items = estimators.items() if isinstance(estimators, dict) else estimators
+    pairs = [(e, None) if isinstance(e, (str, Composition)) else tuple(e) for e in items]
+    keys = {x: resolve(x, cfg) for x, cfg in pairs}  # x -> its composition (an x given twice: the later)
+    if agg not in AGGREGATIONS:
+        raise ValueError(f"agg must be one of {', '.join(AGGREGATIONS)}; got {agg!r}")
+    named: dict[Composition, list[Correctable]] = {}  # identical compositions are computed once
+    for x, comp in keys.items():
+        named.setdefault(comp, []).append(x)
+    known = {comp: len(xs) for comp, xs in named.items() if fast.supports(comp)}
+    outputs = fast.evaluate_many(known, batch, agg, ratios) if known else {}
+    out = {}
+    for comp, xs in named.items():
+        outs = outputs[comp] if comp in outputs else [evaluate(comp, batch, agg) for _ in xs]
+        out.update(zip(xs, outs))
+    return {x: out[x] for x in keys}
+
+
+__all__ = ["About", "Correctable", "ESTIMATORS", "PRESETS", "about", "entry", "resolve", "resolve_config", "run",
+           "run_many"]

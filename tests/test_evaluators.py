@@ -1,0 +1,164 @@
+"""Three computations of every correction agree: each estimator's own `reference` (the formula in its file), the
+plain evaluator of its composition (seqis/evaluate.py, the definition) and the fast evaluator (seqis/fast.py,
+every form it can take); and for every preset, the plain and the fast evaluator.
+
+Batches are hypothesis-drawn and ragged: float32 and float64, NaN / -inf / finite padding, empty rollouts,
+prompt tokens inside the loss span, per-rollout and per-token advantages (some exactly 0), log-ratios from 0 to
+catastrophic (a few tokens far out). A wrong formula fails: the last tests break a reference and a fast path on
+purpose and check that the comparison catches it.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from strategies import configs, examples
+
+from seqis import AGGREGATIONS, ESTIMATORS, PRESETS, Batch
+from seqis import fast as fast_module
+from seqis.evaluate import evaluate
+from seqis.fast import Ratios
+from seqis.registry import resolve
+
+
+@st.composite
+def batches(draw, B_max=7, T_max=11):
+    B, T = draw(st.integers(1, B_max)), draw(st.integers(1, T_max))
+    dtype = draw(st.sampled_from([torch.float64, torch.float32]))
+    g = torch.Generator().manual_seed(draw(st.integers(0, 2**16)))
+    scale = draw(st.sampled_from([0.0, 1e-3, 0.05, 0.5, 3.0]))
+    lengths = torch.randint(0, T + 1, (B,), generator=g)
+    mask = torch.arange(T)[None, :] < lengths[:, None]  # (B, T)
+    if draw(st.booleans()):
+        mask[:, 0] = False  # a prompt token before the loss tokens
+    inference = -torch.rand(B, T, generator=g, dtype=torch.float64) * 3
+    trainer = inference + scale * torch.randn(B, T, generator=g, dtype=torch.float64)
+    if draw(st.booleans()):  # catastrophic tokens: a few far out of every band, either way
+        hit = torch.rand(B, T, generator=g) < 0.08
+        trainer = torch.where(hit, trainer + torch.where(torch.rand(B, T, generator=g) < 0.5, -8.0, 5.0), trainer)
+    pad_t = draw(st.sampled_from([-math.inf, math.nan, 0.0, 5.0]))
+    pad_i = draw(st.sampled_from([math.nan, -math.inf, 0.0]))
+    shape = (B, T) if draw(st.booleans()) else (B,)
+    adv = torch.randn(shape, generator=g, dtype=torch.float64)
+    if draw(st.booleans()):
+        adv = torch.where(torch.rand(shape, generator=g) < 0.25, 0.0, adv)  # some advantages exactly 0
+    trainer = torch.where(mask, trainer, torch.tensor(pad_t, dtype=torch.float64)).to(dtype)
+    inference = torch.where(mask, inference, torch.tensor(pad_i, dtype=torch.float64)).to(dtype)
+    return Batch(trainer.requires_grad_(), inference, adv.to(dtype), mask)
+
+
+def tolerance(batch: Batch) -> dict:
+    return dict(rtol=1e-9, atol=1e-12) if batch.trainer_logprobs.dtype == torch.float64 else dict(rtol=1e-5,
+                                                                                                 atol=1e-6)
+
+
+def same_weights(got: tuple, want: tuple, batch: Batch, what: str) -> None:
+    """(weights, kept) against (weights, kept)."""
+    assert got[1].equal(want[1]), f"{what}: kept\n{got[1]}\nwant\n{want[1]}"
+    torch.testing.assert_close(got[0].double(), want[0].double(), **tolerance(batch), msg=f"{what}: weights")
+
+
+def same_output(a, b, batch: Batch, what: str) -> None:
+    """Every part of two outputs: masks, weights, gradient, metrics and per-rollout values (valid rollouts)."""
+    tol = tolerance(batch)
+    assert set(a.masks) == set(b.masks), f"{what}: masks {sorted(a.masks)} vs {sorted(b.masks)}"
+    for k in a.masks:
+        assert a.masks[k].equal(b.masks[k]), f"{what}: mask {k}"
+    torch.testing.assert_close(a.weights, b.weights, **tol, msg=f"{what}: weights")
+    (ga,) = torch.autograd.grad(a.loss, batch.trainer_logprobs)
+    (gb,) = torch.autograd.grad(b.loss, batch.trainer_logprobs)
+    torch.testing.assert_close(ga, gb, **tol, msg=f"{what}: gradient")
+    sa, sb = a.scalars(), b.scalars()
+    assert sa.keys() == sb.keys(), f"{what}: metrics {sorted(sa)} vs {sorted(sb)}"
+    kl = abs(sb["mismatch_kl"])
+    for k in sa:  # a difference of k3 sums rounds on the scale of the batch's k3
+        assert math.isclose(sa[k], sb[k], rel_tol=tol["rtol"] * 10, abs_tol=tol["atol"] * (1 + kl) * 10), \
+            f"{what}: {k} {sa[k]} vs {sb[k]}"
+    valid = b.rollouts["length"] > 0
+    for k in a.rollouts:
+        torch.testing.assert_close(a.rollouts[k][valid].double(), b.rollouts[k][valid].double(), **tol,
+                                   msg=f"{what}: rollouts {k}")
+
+
+# the fast evaluator's forms: CPU shortcuts, the GPU's passes (shortcuts off), token-level parts always in the
+# sparse rows form on a shared profile (as run_many of several does), and never sparse
+FORMS = [dict(), dict(shortcuts=False), dict(sparse_share=1.0, profiles=True), dict(sparse_share=-1.0)]
+
+
+def fast(comp, batch: Batch, agg: str, form: dict):
+    r = Ratios.of(batch, **{k: v for k, v in form.items() if k != "profiles"})
+    return fast_module.evaluate_many({comp: 1}, batch, agg, r, profiles=form.get("profiles"))[comp][0]
+
+
+@pytest.mark.parametrize("name", list(ESTIMATORS))
+@settings(max_examples=examples(25), deadline=None)
+@given(batch=batches(), data=st.data())
+def test_reference_plain_and_fast_agree_for_every_estimator(name, batch, data):
+    cfg = data.draw(configs(name, adv_taus=(1.0, 0.5)))
+    agg = data.draw(st.sampled_from(AGGREGATIONS))
+    comp = resolve(name, cfg)
+    plain = evaluate(comp, batch, agg)
+    same_weights((plain.weights, plain.masks["kept"]), ESTIMATORS[name].reference(batch, cfg), batch,
+                 f"{name} plain vs its reference")
+    same_output(fast(comp, batch, agg, data.draw(st.sampled_from(FORMS))), plain, batch, f"{name} fast vs plain")
+
+
+@pytest.mark.parametrize("key", sorted(PRESETS))
+@settings(max_examples=examples(10), deadline=None)
+@given(batch=batches(), agg=st.sampled_from(AGGREGATIONS), form=st.sampled_from(FORMS))
+def test_plain_and_fast_agree_for_every_preset(key, batch, agg, form):
+    comp = resolve(key)
+    same_output(fast(comp, batch, agg, form), evaluate(comp, batch, agg), batch, f"{key} fast vs plain")
+
+
+# ------------------------------------------------------------------------------------------------------
+# a wrong formula fails
+
+
+def _any_disagreement(check) -> bool:
+    """Whether check(batch) fails on any of 40 fixed ragged batches (log-ratio scale 0.5)."""
+    for seed in range(40):
+        g = torch.Generator().manual_seed(seed)
+        B, T = 6, 9
+        mask = torch.arange(T)[None, :] < torch.randint(1, T + 1, (B,), generator=g)[:, None]
+        inference = -torch.rand(B, T, generator=g, dtype=torch.float64) * 3
+        trainer = (inference + 0.5 * torch.randn(B, T, generator=g, dtype=torch.float64)).requires_grad_()
+        batch = Batch(trainer, inference, torch.randn(B, generator=g, dtype=torch.float64), mask)
+        try:
+            check(batch)
+        except AssertionError:
+            return True
+    return False
+
+
+def test_a_wrong_reference_fails():
+    # geo_is's weight written with the product ratio exp(S_j) instead of the geometric exp(S_j / T_j)
+    spec = ESTIMATORS["geo_is"]
+    cfg = spec.config()
+
+    def wrong(batch, cfg):
+        m = batch.loss_mask
+        l = torch.where(m, batch.trainer_logprobs.detach().double() - batch.inference_logprobs.double(), 0.0)
+        w = torch.exp(l.sum(-1).clamp(max=40.0))
+        return torch.where(m, w[:, None], 0.0), m.clone()
+
+    def check(reference):
+        return lambda batch: same_weights((lambda o: (o.weights, o.masks["kept"]))(evaluate(resolve("geo_is"), batch)),
+                                          reference(batch, cfg), batch, "geo_is")
+
+    assert not _any_disagreement(check(spec.reference)), "the right formula agrees"
+    assert _any_disagreement(check(wrong)), "a wrong formula must fail the comparison"
+
+
+def test_a_wrong_fast_path_fails(monkeypatch):
+    # the fast path's truncation made one clip too lax: min(w, 1.1 C) instead of min(w, C)
+    comp = resolve("seq_tis")
+    check = lambda batch: same_output(fast(comp, batch, "token-mean", {}), evaluate(comp, batch), batch, "seq_tis")
+    assert not _any_disagreement(check), "the fast path agrees"
+    real = fast_module.capped_exp
+    monkeypatch.setattr(fast_module, "capped_exp", lambda x, clip=math.inf: real(x, clip * 1.1))
+    assert _any_disagreement(check), "a wrong fast path must fail the comparison"
