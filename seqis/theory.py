@@ -27,7 +27,10 @@ Everything below follows from these two Gaussians (Phi is the standard normal CD
 
 Huang's bit chain (H independent bits, pi(1) = p, mu(1) = q, reward 1[sum >= k]) has exact answers too:
 the true gradient per token is p (1 - p) P(Bin(H - 1, p) = k - 1); token IS replaces P_pi by P_mu in it;
-naive PG gives q (1 - p) P_mu(S >= k - 1) - (1 - q) p P_mu(S >= k), S ~ Bin(H - 1, q).
+naive PG gives q (1 - p) P_mu(S >= k - 1) - (1 - q) p P_mu(S >= k), S ~ Bin(H - 1, q). With the additive reward
+(sum of the bits) token IS is unbiased: its bias needs a reward that couples tokens. Sequence TIS's bias and
+variance against its clip C are exact sums over the count of ones (`bitchain_seq_tis_error`), and the chi2 in
+Li's C* = sqrt(2 (1 + chi2)) is the whole rollout's, E_mu[w^2] - 1 (`bitchain_chi2`).
 
 Functions take floats or numpy arrays (broadcast together, vectorised over T) and return the same:
 a float when every input is a scalar, else a numpy array. The bit-chain functions take scalars.
@@ -62,6 +65,8 @@ __all__ = [
     "bitchain_true_gradient",
     "bitchain_token_is_mean",
     "bitchain_naive_pg_mean",
+    "bitchain_chi2",
+    "bitchain_seq_tis_error",
 ]
 
 
@@ -192,7 +197,11 @@ def seq_tis_moments(T, s, C):
 
 
 def seq_tis_best_clip(chi2):
-    """Li's best clip for seq TIS, C* = sqrt(2 (1 + chi2)) (about 1.4-2 for small mismatch)."""
+    """Li's best clip for seq TIS, C* = sqrt(2 (1 + chi2)), where chi2 = E_mu[w^2] - 1 is the chi-square divergence
+    of the whole rollout (the sequence weight w's, not one token's): 1.41 as chi2 -> 0, 2 at chi2 = 1. Under the
+    Gaussian model 1 + chi2 = e^(T s^2) grows with length, so C* does too (s = 0.05, T = 256: chi2 = 0.90,
+    C* = 1.95). It balances bounds (bias O(T (1 + chi2) / C), variance O(T^2 C^2)), so an exact optimum sits
+    near it, not on it (`bitchain_seq_tis_error`)."""
     return _out(np.sqrt(2 * (1 + _f(chi2))), chi2)
 
 
@@ -244,33 +253,76 @@ def drift_crossing(r, C):
 # ---------------------------------------------------------------------------------------------------------
 # Huang's bit chain (scalars)
 
-
-def _binom_pmf(n: int, p: float, k: int) -> float:
-    """P(Bin(n, p) = k), in log space (lgamma) so H in the thousands is fine."""
-    if k < 0 or k > n:
-        return 0.0
-    log = math.lgamma(n + 1) - math.lgamma(k + 1) - math.lgamma(n - k + 1)
-    return math.exp(log + k * math.log(p) + (n - k) * math.log1p(-p))
+REWARDS = ("threshold", "additive")
 
 
-def _binom_sf(n: int, p: float, k: int) -> float:
-    """P(Bin(n, p) >= k)."""
-    return math.fsum(_binom_pmf(n, p, j) for j in range(max(k, 0), n + 1))
+def _binom(n: int, p: float) -> np.ndarray:
+    """(n + 1,) P(Bin(n, p) = c) for c = 0..n, in log space (lgamma) so H in the thousands is fine."""
+    c = torch.arange(n + 1, dtype=torch.float64)
+    log_choose = (math.lgamma(n + 1) - torch.lgamma(c + 1) - torch.lgamma(n - c + 1)).numpy()
+    c = c.numpy()
+    return np.exp(log_choose + c * math.log(p) + (n - c) * math.log1p(-p))
 
 
-def bitchain_true_gradient(H: int, k: int, p: float) -> float:
-    """dJ/dtheta_t = p (1 - p) P(Bin(H - 1, p) = k - 1), J = P_pi(sum of H bits >= k), p = sigmoid(theta_t)."""
-    return p * (1 - p) * _binom_pmf(H - 1, p, k - 1)
+def _count_reward(H: int, k: int, reward: str) -> np.ndarray:
+    """(H + 1,) the reward f(c) of a rollout with c ones: 1[c >= k] ("threshold") or c ("additive")."""
+    if reward not in REWARDS:
+        raise ValueError(f"reward must be one of {', '.join(REWARDS)}, got {reward!r}")
+    c = np.arange(H + 1, dtype=np.float64)
+    return (c >= k).astype(np.float64) if reward == "threshold" else c
 
 
-def bitchain_token_is_mean(H: int, k: int, p: float, q: float) -> float:
-    """E_mu of the token-IS estimate, rho_t (a_t - p) R: p (1 - p) P(Bin(H - 1, q) = k - 1). It corrects
-    token t but the other H - 1 tokens still come from mu (H = 64, k = 40, p = 0.6, q = 0.55: 0.567 of
+def bitchain_true_gradient(H: int, k: int, p: float, reward: str = "threshold") -> float:
+    """dJ/dtheta_t = p (1 - p) E_pi[f(O + 1) - f(O)], O ~ Bin(H - 1, p) the other bits, p = sigmoid(theta_t):
+    p (1 - p) P(Bin(H - 1, p) = k - 1) for the threshold reward 1[sum >= k], p (1 - p) for the additive sum."""
+    f = _count_reward(H, k, reward)
+    return p * (1 - p) * float(_binom(H - 1, p) @ np.diff(f))
+
+
+def bitchain_token_is_mean(H: int, k: int, p: float, q: float, reward: str = "threshold") -> float:
+    """E_mu of the token-IS estimate, rho_t (a_t - p) R: p (1 - p) E_mu[f(O + 1) - f(O)], O ~ Bin(H - 1, q). It
+    corrects token t but the other H - 1 tokens still come from mu: with the threshold reward that is
+    p (1 - p) P(Bin(H - 1, q) = k - 1) (H = 64, k = 40, p = 0.6, q = 0.55: 0.567 of the truth); with the additive
+    reward f(O + 1) - f(O) = 1 whatever the others do, so token IS is unbiased: the bias needs a reward that
+    couples tokens."""
+    f = _count_reward(H, k, reward)
+    return p * (1 - p) * float(_binom(H - 1, q) @ np.diff(f))
+
+
+def bitchain_naive_pg_mean(H: int, k: int, p: float, q: float, reward: str = "threshold") -> float:
+    """E_mu of naive PG, (a_t - p) R: q (1 - p) E f(S + 1) - (1 - q) p E f(S), S ~ Bin(H - 1, q): for the
+    threshold reward q (1 - p) P(S >= k - 1) - (1 - q) p P(S >= k) (H = 64, k = 40, p = 0.6, q = 0.55: 0.289 of
     the truth)."""
-    return p * (1 - p) * _binom_pmf(H - 1, q, k - 1)
+    f = _count_reward(H, k, reward)
+    P = _binom(H - 1, q)
+    return q * (1 - p) * float(P @ f[1:]) - (1 - q) * p * float(P @ f[:-1])
 
 
-def bitchain_naive_pg_mean(H: int, k: int, p: float, q: float) -> float:
-    """E_mu of naive PG, (a_t - p) R: q (1 - p) P(S >= k - 1) - (1 - q) p P(S >= k), S ~ Bin(H - 1, q)
-    (H = 64, k = 40, p = 0.6, q = 0.55: 0.289 of the truth)."""
-    return q * (1 - p) * _binom_sf(H - 1, q, k - 1) - (1 - q) * p * _binom_sf(H - 1, q, k)
+def bitchain_chi2(H: int, p: float, q: float) -> float:
+    """chi2(pi || mu) of the whole rollout, E_mu[w^2] - 1 = (p^2 / q + (1 - p)^2 / (1 - q))^H - 1: the chi2 in
+    Li's best clip C* = sqrt(2 (1 + chi2)) (H = 16, p = 0.55, q = 0.45: 0.885, C* = 1.94)."""
+    per_token = p * p / q + (1 - p) ** 2 / (1 - q)  # E_mu[rho^2] = 1 + the per-token chi2
+    return math.expm1(H * math.log(per_token))
+
+
+def bitchain_seq_tis_error(H: int, k: int, p: float, q: float, C, batch_size: int = 1, reward: str = "threshold"):
+    """(bias2, variance) of sequence TIS's gradient from a batch of `batch_size` rollouts, against the clip C
+    (vectorised over C), exact: w = (p / q)^c ((1 - p) / (1 - q))^(H - c) depends on the rollout only through its
+    count of ones c, and E[a_t | c] = c / H, so with g_t = min(w, C) f(c) (a_t - p) per rollout
+
+        mean per token   m(C)  = sum_c P_mu(c) min(w_c, C) f(c) (c / H - p)
+        second moment    s2(C) = sum_c P_mu(c) min(w_c, C)^2 f(c)^2 (c / H (1 - p)^2 + (1 - c / H) p^2)
+        bias2 = H (m - dJ/dtheta_t)^2,   variance = H (s2 - m^2) / batch_size,   MSE = bias2 + variance
+
+    (the lab's definitions, summed over the H positions). H = 16, k = 11, p = 0.55, q = 0.45, B = 128: the MSE has
+    an interior minimum near C = 1.8, Li's C* = sqrt(2 (1 + chi2)) = 1.94 with the sequence chi2 0.885."""
+    f = _count_reward(H, k, reward)
+    c = np.arange(H + 1, dtype=np.float64)
+    P = _binom(H, q)  # (H + 1,) P_mu(count = c)
+    log_w = c * math.log(p / q) + (H - c) * math.log((1 - p) / (1 - q))  # (H + 1,)
+    Cs = _f(C)
+    wc = np.exp(np.minimum(log_w, _log(Cs)[..., None]))  # (..., H + 1) min(w_c, C)
+    m = (P * wc * f * (c / H - p)).sum(-1)
+    s2 = (P * (wc * f) ** 2 * (c / H * (1 - p) ** 2 + (1 - c / H) * p * p)).sum(-1)
+    true = bitchain_true_gradient(H, k, p, reward)
+    return _out(H * (m - true) ** 2, C), _out(H * (s2 - m * m) / batch_size, C)

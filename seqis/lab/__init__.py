@@ -29,7 +29,8 @@ Two toys (the "chain" protocol below; `monte_carlo` accepts either):
 The chain protocol: `horizon` (T), `dim` (D, the number of parameters theta), `sample(n, generator,
 device, dtype) -> Rollouts`, `score_vjp(tokens, v) -> (n, D)` (the per-rollout gradient in theta of
 sum_t v_t log pi(a_t)), `logprobs(tokens, theta)` (differentiable), `true_gradient() -> (D,) float64`,
-`value()`, `with_lag(lag, lr)`, and `enumerate()` where the sequence space is small.
+`value()`, `seq_chi2()` (the whole rollout's chi2, E_mu[w^2] - 1), `with_lag(lag, lr)`, and `enumerate()` where the
+sequence space is small.
 
 Everything runs as tensors: all n_batches * batch_size rollouts are drawn as [N, T] tensors in chunks
 that fit `memory_budget` (whole batches per chunk), each chunk goes through `seqis.run_many` once (the
@@ -42,10 +43,12 @@ Files: chain.py (BitChain, Rollouts), tabular.py (TabularAR), montecarlo.py (mon
 sweeps.py (sweep_knob, sweep_batch_size, sweep_horizon, sweep_lag); train.py (train, train_lags: SGD on a toy
 under policy lag, each estimator driving the update, exact J every step) with policies.py (the toys as many
 policies at once, sampler faults), poisson_binomial.py (exact J and gradient of a count reward) and streams.py
-(one counter-based random stream per seed).
+(one counter-based random stream per seed); mean_field.py (train_expected: the same training along each estimator's
+exact expected gradient, summed over counts on a uniform bit chain, for any horizon).
 """
 
 from .chain import BitChain, Rollouts
+from .mean_field import train_expected
 from .montecarlo import AGG, MCResult, expected_gradient, monte_carlo, monte_carlo_many
 from .sweeps import sweep_batch_size, sweep_horizon, sweep_knob, sweep_lag
 from .tabular import TabularAR
@@ -66,6 +69,7 @@ __all__ = [
     "sweep_lag",
     "train",
     "train_lags",
+    "train_expected",
     "TrainResult",
     "SamplerFault",
 ]

@@ -178,6 +178,12 @@ class BitChain(_Toy):
         """J = E_pi[reward]."""
         return float((self.count_distribution() * self.count_reward).sum())
 
+    def seq_chi2(self) -> float:
+        """chi2(pi || mu) of the whole rollout, E_mu[w^2] - 1 = prod_t (p_t^2 / q_t + (1 - p_t)^2 / (1 - q_t)) - 1
+        (the chi2 of Li's best clip C* = sqrt(2 (1 + chi2)))."""
+        per_token = self.p**2 / self.q + (1 - self.p) ** 2 / (1 - self.q)  # (H,) E_mu[rho_t^2]
+        return float(torch.expm1(torch.log(per_token).sum()))
+
     def true_gradient(self) -> torch.Tensor:
         """(H,) float64, exact: dJ/dtheta_t = p_t (1 - p_t) sum_c P_pi(others = c) (f(c + 1) - f(c)), which for
         the threshold reward is p_t (1 - p_t) P_pi(sum of the other tokens = k - 1). "Others" is the

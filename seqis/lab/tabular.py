@@ -151,6 +151,11 @@ class TabularAR(_Toy):
         """J = E_pi[reward], summed over every sequence."""
         return float((self._pi_logp.sum(-1).exp() * self.seq_reward).sum())
 
+    def seq_chi2(self) -> float:
+        """chi2(pi || mu) of the whole sequence, E_mu[w^2] - 1 = sum_x pi(x)^2 / mu(x) - 1 over every sequence."""
+        log_w2_mu = 2 * self._pi_logp.sum(-1) - self._mu_logp.sum(-1)  # (V^T,) log pi(x)^2 / mu(x)
+        return float(torch.logsumexp(log_w2_mu, 0).expm1())
+
     def true_gradient(self) -> torch.Tensor:
         """(D,) float64, exact: dJ/dtheta of J = sum over all V^T sequences x of pi(x) R(x), by autograd."""
         return self._gradient_at(self.theta)
