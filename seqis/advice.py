@@ -11,7 +11,8 @@ batch's KL) and the literature's thresholds:
   (Li & Liu, "When Speed Kills Stability");
 - a geometric (trajectory) band [a, b] keeps long rollouts iff the per-token KL is below -log a (MIS-PO,
   Step 3.5 Flash: 0.996 -> 0.004 nats);
-- sequence TIS's best clip C* = sqrt(2 (1 + chi2)) (Li, part 2);
+- sequence TIS's best clip C* = sqrt(2 (1 + chi2)), chi2 = E_mu[w^2] - 1 the whole rollout's (Li, part 2), read here
+  at the median length from the per-token chi2: 1 + chi2 = (1 + chi2_token)^T;
 - a catastrophic token (|l| of several nats) hides in a long rollout's mean: only a token-level rule catches it.
 """
 
@@ -135,7 +136,8 @@ def _why(comp: Composition, facts: dict[str, float], kept: float, clipped: float
         chi2_seq = math.expm1(log_1p_chi2) if log_1p_chi2 < 700 else math.inf
         best = float(theory.seq_tis_best_clip(chi2_seq)) if w.per_rollout and math.isfinite(chi2_seq) else None
         why.append(f"its {w.level} weight is truncated at {w.upper:g}: {clipped:.0%} of rollouts clipped"
-                   + (f" (Li's C* = √(2(1+χ²)) ≈ {best:.2g} at the median length)" if best else ""))
+                   + (f" (Li's C* = √(2(1+χ²)) ≈ {best:.2g}, χ² = {chi2_seq:.2g} the whole rollout's at the median "
+                      f"length {T50:.0f})" if best else ""))
     elif w.level in ("sequence", "prefix") and not w.truncated and w.band is None:
         why.append(f"its untruncated {w.level} weight is unbiased but heavy-tailed: the batch's sequence-weight "
                    f"ESS is {facts['ess_seq']:.0%}")

@@ -2,8 +2,9 @@
 
     weight on every loss token of rollout j = min(w_j, C),  w_j = exp(S_j),  computed as exp(min(S_j, log C))
 
-Trades: clipping at C caps the variance at O(T^2 C^2) for a bias O(T (1 + chi2) / C); Li's best
-C* = sqrt(2 (1 + chi2)) is about 1.4-2. The kept mass E[min(w, C)] falls towards 0 as T grows, so
+Trades: clipping at C caps the variance at O(T^2 C^2) for a bias O(T (1 + chi2) / C), chi2 = E_mu[w^2] - 1 the
+whole rollout's chi-square (not one token's); Li's best C* = sqrt(2 (1 + chi2)) is 1.4 as chi2 -> 0 and 2 at
+chi2 = 1, and grows with length (s = 0.05, T = 256: 1.95). The kept mass E[min(w, C)] falls towards 0 as T grows, so
 truncation quietly shrinks long rollouts' gradients; an upward outlier keeps weight C.
 Reduces to: seq_is as C -> inf.
 Source: Li & Liu, "When Speed Kills Stability" (part 2); prime-rl's sequence-level IS ablation.
