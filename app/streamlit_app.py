@@ -21,7 +21,8 @@ if str(_ROOT) not in sys.path:
 import streamlit as st  # noqa: E402
 from ui import chart, warm  # noqa: E402
 from ui.device import device_label  # noqa: E402
-from ui.style import RESPONSIVE_CSS  # noqa: E402
+from ui.state import ADVANCED, PRESENT, bound, present  # noqa: E402
+from ui.style import PRESENT_CSS, RESPONSIVE_CSS  # noqa: E402
 
 st.set_page_config(page_title="seqis: sequence-level IS explorer", page_icon=":material/balance:", layout="wide")
 
@@ -34,6 +35,7 @@ def _explore_by_name() -> None:
 
 
 PAGES = [
+    st.Page("views/lessons.py", title="Lessons", icon=":material/menu_book:", url_path="lessons"),
     EXPLORE,
     st.Page("views/bias_variance.py", title="Bias & variance", icon=":material/target:", url_path="bias-variance"),
     st.Page("views/length_thresholds.py", title="Length & thresholds", icon=":material/straighten:",
@@ -50,6 +52,13 @@ PAGES = [
 page = st.navigation(PAGES)
 st.html(RESPONSIVE_CSS)
 st.sidebar.caption(f"Device: **{device_label()}**")
+if present():  # presenter mode: larger chart text (ui/chart.py), kept in the URL across page switches
+    st.html(PRESENT_CSS)
+    st.query_params[PRESENT] = "1"
+else:
+    bound(st.sidebar.toggle, "Advanced knobs", ADVANCED, False,
+          help="Also draw the knobs most views leave alone (adv_tau, the advantage scale: it only rescales every "
+               "weight). A value set by a link applies either way.")
 with st.sidebar:
     chart.preload()
 try:

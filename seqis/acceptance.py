@@ -131,6 +131,32 @@ def length_sweep(
     return pd.DataFrame(rows)
 
 
+def running_ratios(
+    n_rollouts: int,
+    lengths: Sequence[int],
+    s: float,
+    *,
+    seed: int = 0,
+    device: torch.device | str | None = None,
+) -> pd.DataFrame:
+    """n_rollouts rollouts of max(lengths) tokens with valid IS noise, read after each prefix length T: how one
+    rollout's product ratio and geometric ratio move as it grows. float64.
+
+    One row per (rollout, T): rollout, T, w (the product ratio exp(S_T), S_T the sum of the first T log-ratios)
+    and geo (the geometric ratio exp(S_T / T)).
+    """
+    device = torch.device(device) if device is not None else torch.device("cpu")
+    lengths = sorted({int(T) for T in lengths})
+    batch = gaussian_batch(n_rollouts, lengths[-1], s, seed=seed, device=device, dtype=torch.float64)
+    S = torch.cumsum(batch.trainer_logprobs - batch.inference_logprobs, dim=-1)  # (B, T) running sums
+    at = torch.as_tensor(lengths, device=device)  # (L,)
+    S_at = S[:, at - 1]  # (B, L)
+    rollout = torch.arange(n_rollouts, device=device)[:, None].expand_as(S_at)  # (B, L)
+    return pd.DataFrame({"rollout": rollout.flatten().tolist(), "T": at.expand_as(S_at).flatten().tolist(),
+                         "w": torch.exp(S_at).flatten().tolist(),
+                         "geo": torch.exp(S_at / at.to(S_at.dtype)).flatten().tolist()})
+
+
 def kl_sweep(
     estimators: Iterable[Estimator | str],
     lengths: Sequence[int],
@@ -235,4 +261,4 @@ def drift(
     return table
 
 
-__all__ = ["gaussian_batch", "length_sweep", "kl_sweep", "catastrophic", "drift"]
+__all__ = ["gaussian_batch", "length_sweep", "running_ratios", "kl_sweep", "catastrophic", "drift"]

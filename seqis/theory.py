@@ -57,6 +57,8 @@ __all__ = [
     "seq_mis_product_mean",
     "seq_mis_product_moments",
     "seq_weight_variance",
+    "seq_weight_quantile",
+    "geo_ratio_quantile",
     "ess_seq",
     "catastrophic_min_length",
     "mis_po_kl_cutoff",
@@ -167,6 +169,19 @@ def max_band_acceptance(T, s, low, high):
 def seq_weight_variance(T, s):
     """Var(w) of the untruncated sequence weight: e^(T s^2) - 1 (s = 0.05, T = 100: 0.284)."""
     return _out(np.expm1(_f(T) * _f(s) ** 2), T, s)
+
+
+def seq_weight_quantile(T, s, z):
+    """The sequence weight w = exp(S) at z standard deviations of log w: exp(-T s^2 / 2 + z s sqrt T). z = 0 is the
+    median, e^(-T s^2 / 2): below E[w] = 1 and sinking with length (s = 0.05, T = 4096: 0.006), while the spread
+    of log w grows like s sqrt T."""
+    return _out(np.exp(-_f(T) * _f(s) ** 2 / 2 + _f(z) * _f(s) * np.sqrt(_f(T))), T, s, z)
+
+
+def geo_ratio_quantile(T, s, z):
+    """The geometric ratio exp(S / T) at z standard deviations: exp(-s^2 / 2 + z s / sqrt T), which settles at
+    e^(-s^2 / 2) = e^(-KL) as T grows."""
+    return _out(np.exp(-_f(s) ** 2 / 2 + _f(z) * _f(s) / np.sqrt(_f(T))), T, s, z)
 
 
 def ess_seq(T, s):

@@ -31,6 +31,7 @@ def knob(
     finite: bool = False,
     band: bool = True,
     inf: bool = False,
+    advanced: bool = False,
 ) -> Any:
     """A config field whose metadata says how to validate it and how to draw it.
 
@@ -41,9 +42,11 @@ def knob(
     band=False on an X_low knob: X_low / X_high are not a band's edges (prime-rl's dppo_mask_low is the size
     of a downward step), so low need not be below high. inf: the widget offers +inf past the end of its range (a
     clip or an upper band edge that can be opened).
+    advanced: a knob most views leave alone (adv_tau only rescales every weight): the app draws it only when its
+    advanced knobs are shown, and keeps a value from a link either way.
     """
     meta = dict(help=help, gt=gt, ge=ge, ui=ui, log=log, optional=optional, choices=choices, finite=finite,
-                band=band, inf=inf)
+                band=band, inf=inf, advanced=advanced)
     return field(default=default, metadata=meta)
 
 
@@ -102,7 +105,7 @@ class Config(Knobs):
     """Base of every estimator config: adv_tau, the advantage scale all estimators share."""
 
     adv_tau: float = knob(1.0, "Advantage scale: every weight multiplies adv_tau * A.", gt=0.0, ui=(0.1, 4.0),
-                            finite=True)
+                            finite=True, advanced=True)
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -1,5 +1,6 @@
 """The Learn page through AppTest: one card per registry row with its formula, trades, reduction, source
-and defaults; every preset opens Explore with its setting (widgets and URL)."""
+and defaults; a preset opens the page where its point lives with its setting (widgets and URL), and that page
+says what to look at on arrival."""
 
 
 import pytest
@@ -50,19 +51,46 @@ def test_a_scenario_preset_sets_the_batch_and_resets_other_knobs():
     at.query_params["ex.sc.gaussian.max_len"] = "256"
     at.run()
     at.switch_page("views/learn.py").run()
-    next(b for b in at.button if b.label == "Step 3.5 Flash bands").click().run()
+    next(b for b in at.button if b.label == "IcePop on catastrophes").click().run()
     assert not at.exception
-    assert at.multiselect(key="ex.est").value == ["mis_po", "geo_mask"]
+    assert at.multiselect(key="ex.est").value == ["icepop", "mis_po"]
     assert at.select_slider(key="ex.mis_po.geo_mask_low").value == 0.996  # back to the preset's default
+    assert any(i.value.startswith("**IcePop on catastrophes.**") for i in at.info)  # the caption on arrival
 
 
-def test_catastrophic_preset():
+def test_catastrophic_preset_opens_length_and_thresholds_where_the_fact_lives():
     at = learn()
     next(b for b in at.button if b.label == "Catastrophic tokens").click().run()
     assert not at.exception
-    assert at.sidebar.selectbox(key="ex.scenario").value == "catastrophic"
-    assert at.multiselect(key="ex.est").value == ["geo_mask", "mis_po", "max_mask"]
-    assert at.query_params["ex.scenario"] == "catastrophic"
+    assert at.title[0].value == "Length & thresholds"
+    assert at.select_slider(key="lt.L").value == 10
+    info = [i.value for i in at.info]
+    assert any(i.startswith("**Catastrophic tokens.**") and "Catastrophic-token dilution" in i for i in info), info
+    at.run()  # the caption shows once, on arrival
+    assert not any(i.value.startswith("**Catastrophic tokens.**") for i in at.info)
+
+
+def test_the_best_clip_preset_opens_bias_and_variance_on_its_toy():
+    at = learn()
+    next(b for b in at.button if b.label == "The best clip").click().run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert at.title[0].value == "Bias & variance"
+    assert at.select_slider(key="bv.H").value == 16 and at.select_slider(key="bv.q").value == 0.45
+    assert at.selectbox(key="bv.sweep").value == "seq_tis · seq_clip"
+    text = " ".join(c.value for c in at.caption)
+    assert "Li's C* = √(2(1+χ²)) = **1.94** with χ² = E_μ[w²] − 1 = 0.885, the whole rollout's" in text
+    assert any(i.value.startswith("**The best clip.**") for i in at.info)
+
+
+def test_every_preset_names_a_page_and_keys_of_that_page():
+    from ui.presets import PAGES, PRESETS
+
+    for name, presets in PRESETS.items():
+        for p in presets:
+            assert p.page in PAGES and p.help, (name, p.label)
+            assert all(k.startswith(p.page + ".") for k in p.view), (name, p.label, list(p.view))
+    pages = {p.page for ps in PRESETS.values() for p in ps}
+    assert pages == {"ex", "lt", "bv", "tr"}  # every fact's page has at least one preset
 
 
 def test_presets_are_listed_by_framework_with_their_source_and_quirks():

@@ -34,11 +34,11 @@ def test_the_first_view_is_computed_before_the_page_opens(monkeypatch):
 
 
 def test_a_learn_presets_view_is_computed_by_the_warm_up(monkeypatch):
-    drift = next(p for p in PRESETS["seq_tis"] if p.label.startswith("Drift"))
-    src, ests = warm.explore_inputs(drift.view)
-    assert src.name == "drift" and src.config.ratio == 1.001 and [n for n, _ in ests] == ["seq_tis", "geo_mask"]
+    icepop = next(p for p in PRESETS["icepop"] if p.page == "ex")
+    src, ests = warm.explore_inputs(icepop.view)
+    assert src.name == "catastrophic" and src.config.max_len == 4096 and [n for n, _ in ests] == ["icepop", "mis_po"]
     warm.view(src, ests)
     _no_computing(monkeypatch)
-    at = open_view("views/explore.py", **query(drift.view))
+    at = open_view("views/explore.py", **query(icepop.view))
     assert not at.error
     assert len(charts(at)) == 5

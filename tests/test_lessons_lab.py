@@ -121,3 +121,26 @@ def test_train_expected_sequence_is_ignores_the_lag_and_refuses_what_it_cannot_d
     with pytest.raises(ValueError, match="one p"):
         train_expected(lab.BitChain(4, 2, torch.tensor([0.4, 0.5, 0.5, 0.5]), 0.5), ["seq_is"], steps=2, lr=1.0,
                        lags=[0])
+
+
+def test_weight_quantiles_match_the_band_acceptance_and_simulation():
+    from seqis import acceptance
+
+    T, s = 4096, 0.05
+    for z in (-2.0, 0.0, 1.0):  # P(w <= its z-quantile) = Phi(z), by the product band's own closed form
+        q = theory.seq_weight_quantile(T, s, z)
+        assert theory.product_band_acceptance(T, s, 0.0, q) == pytest.approx(theory.phi(z), abs=1e-9)
+        g = theory.geo_ratio_quantile(T, s, z)
+        assert theory.geo_band_acceptance(T, s, 0.0, g) == pytest.approx(theory.phi(z), abs=1e-9)
+    assert theory.seq_weight_quantile(T, s, 0.0) == pytest.approx(math.exp(-T * s * s / 2), rel=1e-12)
+    # the opening lesson's number: the share of 4096-token rollouts with w < 1, Phi(s sqrt(T) / 2) = 0.945
+    share = theory.product_band_acceptance(T, s, 0.0, 1.0)
+    assert share == pytest.approx(theory.phi(s * math.sqrt(T) / 2), rel=1e-12)
+    assert share == pytest.approx(0.945, abs=1e-3)
+    ends = acceptance.running_ratios(4000, [T], s, seed=1)
+    sim = float((ends["w"] < 1).mean())
+    assert abs(sim - share) < 4 * math.sqrt(share * (1 - share) / 4000)
+    paths = acceptance.running_ratios(3, [1, 10, 100], s, seed=0)
+    assert len(paths) == 9 and set(paths["T"]) == {1, 10, 100}
+    one = paths[paths["rollout"] == 0].set_index("T")
+    assert one.loc[100, "geo"] == pytest.approx(one.loc[100, "w"] ** (1 / 100), rel=1e-12)

@@ -25,7 +25,8 @@ class ToySpec:
     """Everything that defines a toy chain, as small hashable values.
 
     toy "bitchain": horizon H, threshold k, p, and the sampler: q, or (lag K > 0) pi K updates stale with
-    step lr. toy "tabular": vocab V, horizon T, mismatch (per-state logit noise), toy_seed, reward.
+    step lr; bit_reward "threshold" (1[sum >= k]) or "additive" (the sum of the bits). toy "tabular": vocab V,
+    horizon T, mismatch (per-state logit noise), toy_seed, reward.
     """
 
     toy: str = "bitchain"
@@ -39,12 +40,14 @@ class ToySpec:
     mismatch: float = 0.5
     toy_seed: int = 0
     reward: str = "random"
+    bit_reward: str = "threshold"
 
     def chain(self):
         if self.toy == "bitchain":
             if self.lag > 0:
-                return lab.BitChain.lagged(self.horizon, self.threshold, self.p, self.lag, lr=self.lr)
-            return lab.BitChain(self.horizon, self.threshold, self.p, self.q)
+                return lab.BitChain.lagged(self.horizon, self.threshold, self.p, self.lag, lr=self.lr,
+                                           reward=self.bit_reward)
+            return lab.BitChain(self.horizon, self.threshold, self.p, self.q, reward=self.bit_reward)
         if self.toy == "tabular":
             chain = lab.TabularAR(self.vocab, self.horizon, seed=self.toy_seed, mismatch=self.mismatch,
                                   reward=self.reward)
@@ -78,7 +81,20 @@ def chain_info(toy: ToySpec) -> dict:
     chain = toy.chain()
     true = chain.true_gradient()
     return dict(repr=repr(chain), true=true.tolist(), true_norm=float(true.norm()), value=chain.value(),
-                dim=chain.dim, labels=chain.param_labels())
+                dim=chain.dim, labels=chain.param_labels(), seq_chi2=chain.seq_chi2())
+
+
+def token_is_contrast(toy: ToySpec) -> dict[str, float] | None:
+    """On a bit chain: token IS's exact mean over the true gradient under each reward (theory's closed forms),
+    the contrast that explains its bias: {"threshold": 0.567, "additive": 1.0} on Huang's chain. None for
+    another toy."""
+    if toy.toy != "bitchain":
+        return None
+    chain = toy.chain()
+    p, q = float(chain.p[0]), float(chain.q[0])
+    H, k = toy.horizon, toy.threshold
+    return {r: theory.bitchain_token_is_mean(H, k, p, q, r) / theory.bitchain_true_gradient(H, k, p, r)
+            for r in theory.REWARDS}
 
 
 def _exact_means(toy: ToySpec, ests: Estimators) -> dict[str, list[float]]:
@@ -102,9 +118,9 @@ def _exact_means(toy: ToySpec, ests: Estimators) -> dict[str, list[float]]:
         if w.level == "sequence" and w.upper == math.inf:  # untruncated sequence IS: unbiased
             out[name] = chain.true_gradient().tolist()
         elif w.level == "none":  # no correction: naive PG on the sampler's tokens
-            out[name] = [theory.bitchain_naive_pg_mean(H, k, p, q)] * H
+            out[name] = [theory.bitchain_naive_pg_mean(H, k, p, q, toy.bit_reward)] * H
         elif w.level == "token" and w.upper >= max_ratio:  # a token clip that never binds: plain token IS
-            out[name] = [theory.bitchain_token_is_mean(H, k, p, q)] * H
+            out[name] = [theory.bitchain_token_is_mean(H, k, p, q, toy.bit_reward)] * H
     return out
 
 
@@ -124,10 +140,23 @@ def compare(toy: ToySpec, ests: Estimators, mc: MCSpec, progress=None) -> dict:
     return memo(("compare", toy, ests, mc), compute)
 
 
+def is_clip(field) -> bool:
+    """A truncation knob (a clip C > 0 that may be switched off with inf), as the widgets read it."""
+    return "clip" in field.name and field.metadata["gt"] is not None
+
+
+def clip_grid(lo: float, hi: float) -> list[float]:
+    """A clip sweep fine enough to find the best clip: steps of lo / 4 from lo / 4 to 4 lo (a seq_clip from 1:
+    0.25, 0.5, ..., 4), then 1-1.5-2-3-5-7 per decade up to hi."""
+    fine = [lo / 4 * i for i in range(1, 17)]
+    coarse = [m * 10**k for k in range(-3, 6) for m in (1, 1.5, 2, 3, 5, 7) if 4 * lo < m * 10**k <= hi]
+    return [float(f"{v:.3g}") for v in fine + coarse]
+
+
 def knob_values(name: str, knob: str, base: Config | None = None, n: int = 7) -> tuple[float, ...]:
-    """Values to sweep a knob over: n (log-)spaced points on its slider range, its default, and +inf for
-    clips; values the config refuses with the other knobs of `base` (a band edge past the other edge) are
-    left out."""
+    """Values to sweep a knob over: n (log-)spaced points on its slider range and its default, or for a clip
+    the fine `clip_grid` (down to a quarter of the slider's low end, where a best clip may sit) and +inf;
+    values the config refuses with the other knobs of `base` (a band edge past the other edge) are left out."""
     spec = ESTIMATORS[name]
     base = base if base is not None else spec.config()
     f = next(f for f in knobs(spec.config) if f.name == knob)
@@ -138,9 +167,12 @@ def knob_values(name: str, knob: str, base: Config | None = None, n: int = 7) ->
     gap = 0.4 * (scale(hi) - scale(lo)) / (n - 1)  # a grid point this close to an anchor gives way to it
     anchors = [float(v) for v in (f.default, getattr(base, knob))
                if isinstance(v, (int, float)) and math.isfinite(v) and (v > 0 or not log)]
-    values = {float(f"{v:.3g}") for v in pts if all(abs(scale(v) - scale(a)) >= gap for a in anchors)}
+    if is_clip(f) and lo > 0:
+        values = set(clip_grid(lo, hi))
+    else:
+        values = {float(f"{v:.3g}") for v in pts if all(abs(scale(v) - scale(a)) >= gap for a in anchors)}
     values.update(anchors)
-    if "clip" in knob and f.metadata["gt"] is not None:
+    if is_clip(f):
         values.add(math.inf)
     ok = []
     for v in sorted(values):
@@ -153,11 +185,11 @@ def knob_values(name: str, knob: str, base: Config | None = None, n: int = 7) ->
 
 
 def sweepable_knobs(names) -> list[str]:
-    """"name · knob" for every numeric knob of these estimators (adv_tau left out: it only rescales)."""
+    """"name · knob" for every numeric knob of these estimators (advanced ones left out: adv_tau only rescales)."""
     out = []
     for name in names:
         for f in knobs(ESTIMATORS[name].config):
-            if f.name != "adv_tau" and f.metadata["choices"] is None and f.metadata["ui"] is not None:
+            if not f.metadata.get("advanced") and f.metadata["choices"] is None and f.metadata["ui"] is not None:
                 out.append(f"{name} · {f.name}")
     return out
 
@@ -173,6 +205,47 @@ def knob_sweep(toy: ToySpec, name: str, cfg: Config, knob: str, values: tuple[fl
                                   "stderr_mse": "mse_se"})
 
     return memo(("knob", toy, name, cfg, knob, values, mc), compute)
+
+
+def drives_sequence_clip(name: str, cfg: Config, knob: str) -> bool:
+    """Whether `knob` is the clip C of a sequence-level truncated weight min(w, C) (read from the composition at
+    two values of the knob, never from the estimator's name): where Li's C* = sqrt(2 (1 + chi2)) applies."""
+    try:
+        a, b = (resolve(name, cfg.replace(**{knob: v})).weight for v in (2.0, 3.0))
+    except (ValueError, TypeError):
+        return False
+    return a.level == "sequence" and a.clip == 2.0 and b.clip == 3.0
+
+
+CLIP_LINE = tuple(float(c) for c in np.geomspace(0.05, 200, 241))  # the exact curve's clips
+
+
+@st.cache_data(max_entries=32, show_spinner=False)
+def clip_theory(toy: ToySpec, name: str, cfg: Config, knob: str, mc: MCSpec) -> dict | None:
+    """What theory says about a sweep of a sequence weight's clip: Li's C* = sqrt(2 (1 + chi2)) with the toy's
+    whole-rollout chi2 = E_mu[w^2] - 1 (exact: `chain.seq_chi2()`), and where the composition is nothing but
+    min(w, C) on a bit chain whose bits share one p and one q (no baseline), the exact bias², variance and MSE at
+    this batch size against C (theory.bitchain_seq_tis_error) and the clip that minimises it. None when the
+    knob is not such a clip."""
+    if not drives_sequence_clip(name, cfg, knob):
+        return None
+    chain = toy.chain()
+    chi2 = chain.seq_chi2()
+    out = dict(chi2=chi2, star=float(theory.seq_tis_best_clip(chi2)) if math.isfinite(chi2) else None,
+               exact=None, best=None)
+    comp = resolve(name, cfg)
+    w = comp.weight
+    only_clip = (not comp.criteria and comp.penalty is None and comp.log_ratio_clamp is None and w.band is None
+                 and not w.self_normalize and w.clip_low == 0.0)
+    uniform = toy.toy == "bitchain" and bool((chain.p == chain.p[0]).all() and (chain.q == chain.q[0]).all())
+    if only_clip and uniform and not mc.baseline:
+        C = np.asarray(CLIP_LINE)
+        p, q = float(chain.p[0]), float(chain.q[0])
+        bias2, var = theory.bitchain_seq_tis_error(toy.horizon, toy.threshold, p, q, C, mc.batch_size,
+                                                   toy.bit_reward)
+        out["exact"] = pd.DataFrame({"value": C, "bias2": bias2, "variance": var, "mse": bias2 + var})
+        out["best"] = float(C[np.argmin(bias2 + var)])
+    return out
 
 
 CHAIN_SWEEPS = {
@@ -220,6 +293,13 @@ def frontier(toy: ToySpec, ests: Estimators, n_batches: int, mc: MCSpec, progres
 
     return memo(("frontier", toy, ests, n_batches, mc), compute)
 
+
+# a toy whose sequence-TIS MSE has an interior minimum at the page's batch size: H = 16, k = 11, p = 0.55, q = 0.45,
+# B = 128: exact best clip 1.83, Li's C* = 1.94 (chi2 = 0.885, the whole rollout's); MSE 0.0113 there, 0.0172 at
+# C = 0.25, 0.0251 unclipped (theory.bitchain_seq_tis_error)
+INTERIOR_TOY = ToySpec(horizon=16, threshold=11, p=0.55, q=0.45)
+INTERIOR_VIEW = {"bv.toy": "bitchain", "bv.H": 16, "bv.k": 11, "bv.p": 0.55, "bv.q": 0.45, "bv.lag": 0,
+                 "bv.bit_reward": "threshold", "bv.B": 128, "bv.sweep": "seq_tis · seq_clip"}
 
 # the page's first view: its default toy and run (ToySpec(), MCSpec()), these estimators at their defaults, this sweep
 DEFAULT_ESTIMATORS = ("seq_is", "seq_tis", "token_tis", "pg", "geo_mask")

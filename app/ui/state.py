@@ -6,6 +6,9 @@ switches), else the default; each rerun writes the current value back into the U
 its default is left out, so links stay short). Keys are prefixed per page ("ex.", "bv.", "lt.") so
 pages never share widget state. `set_view` sets a whole view at once (Learn's presets).
 
+Two switches hold for the whole app, kept for the session and in the URL: presenter mode (`?present=1`, `present()`)
+and the advanced knobs (`?advanced=1`, `show_advanced()`).
+
 Also every session-state key shared between pages: BATCH_KEY (the batch Explore shows; `current_batch`) and
 SEEN_KEY (the uploads this session has already shown; `first_look`).
 """
@@ -139,6 +142,36 @@ def forget(key: str) -> None:
     for store in (st.session_state, _kept(), st.query_params):
         if key in store:
             del store[key]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# app-wide switches
+
+PRESENT = "present"  # presenter mode: larger chart text, only the controls a lesson names
+ADVANCED = "advanced"  # draw the knobs declared advanced (adv_tau)
+
+
+def _switch(key: str) -> bool:
+    """A 0/1 switch: the URL's value when it has one (then kept for the session), else the session's."""
+    raw = st.query_params.get(key)
+    if raw is not None:
+        _kept()[key] = parse(raw, False)
+    return bool(_kept().get(key, False))
+
+
+def present() -> bool:
+    """Presenter mode (`?present=1`): a projector's view. Stays on for the session until `?present=0`."""
+    return _switch(PRESENT)
+
+
+def show_advanced() -> bool:
+    """Whether knob widgets draw the knobs declared advanced (`?advanced=1`, or the sidebar's switch)."""
+    return _switch(ADVANCED)
+
+
+def switches() -> dict[str, str]:
+    """The app-wide switches that are on, as query parameters: a page switch carries them along."""
+    return {k: "1" for k in (PRESENT, ADVANCED) if _kept().get(k)}
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -126,3 +126,17 @@ RESPONSIVE_CSS = """<style>
 .seqis-chart .modebar-container { top: -28px !important; }
 </style>"""
 
+
+# Presenter mode (?present=1): the page's own text a size up too (charts scale in ui/chart.py), the top toolbar gone
+PRESENT_CSS = """<style>
+[data-testid="stMain"] { font-size: 1.1rem; }
+[data-testid="stMain"] h1 { font-size: 2.3rem; padding-top: 0.25rem; }
+[data-testid="stMainBlockContainer"] { padding-top: 1.5rem; }
+[data-testid="stToolbar"] { display: none; }
+</style>"""
+
+# ... and on Lessons nothing but the screen: no sidebar, no button to open it
+PRESENT_LESSON_CSS = """<style>
+[data-testid="stSidebar"], [data-testid="stSidebarCollapsedControl"], [data-testid="stExpandSidebarButton"] {
+  display: none; }
+</style>"""

@@ -3,8 +3,8 @@
 `before_serving()` computes Explore's first screen (its batch, the four estimators, every figure and table), every
 synthetic scenario's and example batch's first view and the views Learn's presets open: the launcher
 (app/__main__.py) calls it before the server listens, so a switch to any of them is a cache hit. Then
-`start_background()` computes Bias & variance's first run (and, under a bare `streamlit run app`, the Explore
-views too) once per process in a low-priority thread.
+`start_background()` computes Bias & variance's first run and every Lessons screen (and, under a bare `streamlit
+run app`, the Explore views too) once per process in a low-priority thread.
 SEQIS_WARM=0 in the environment turns the background part off (the tests set it: they open pages, not speed).
 """
 
@@ -19,7 +19,7 @@ from seqis.registry import entry
 from seqis.synthetic import SCENARIOS
 
 from . import explore_data as data
-from . import lab_data
+from . import lab_data, lessons_data
 from .device import device
 from .presets import FIRST_BATCH, FIRST_ESTIMATORS, FIRST_SCENARIO, PREFIX, PRESETS, key_estimators
 
@@ -114,9 +114,11 @@ def explore_views() -> None:
 
 
 def everything_else() -> None:
-    """Explore's other views (cache hits after `before_serving`) and Bias & variance's first run."""
+    """Explore's other views (cache hits after `before_serving`), Bias & variance's first run, and every Lessons
+    screen at every setting it offers (the lag lesson's training runs included)."""
     explore_views()
     lab_data.default_run(str(device()))
+    lessons_data.warm_all(str(device()))
 
 
 def _low_priority(work) -> None:

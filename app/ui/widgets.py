@@ -13,7 +13,7 @@ import streamlit as st
 
 from seqis.types import knobs
 
-from .state import bound, initial
+from .state import bound, initial, remember, show_advanced
 
 MANTISSAS = (1.0, 1.2, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0)  # nice values per decade (log knobs)
 LINEAR_STEPS = 40  # about this many steps on a linear slider
@@ -105,7 +105,9 @@ def knob_widgets(cls, prefix: str, *, container=st, exclude: tuple[str, ...] = (
 
     defaults: start values that differ from the config's own (the page's first view); advanced: knobs
     drawn in `advanced_container` (e.g. an expander) instead of `container`. A value from the URL or a
-    preset that is off the slider's grid but valid for the knob is added to the grid."""
+    preset that is off the slider's grid but valid for the knob is added to the grid. A knob declared
+    advanced (adv_tau) is drawn only while the app shows its advanced knobs (state.show_advanced); else it
+    keeps its value from the URL or this session, or its default, and says so when that is not the default."""
     values = {}
     defaults = defaults or {}
     for f in knobs(cls):
@@ -115,6 +117,9 @@ def knob_widgets(cls, prefix: str, *, container=st, exclude: tuple[str, ...] = (
         key = f"{prefix}.{f.name}"
         where = advanced_container if (f.name in advanced and advanced_container is not None) else container
         default = defaults.get(f.name, f.default if f.default is not MISSING else None)
+        if m.get("advanced") and not show_advanced():
+            values[f.name] = _hidden(f, key, default, container)
+            continue
         if m["choices"] is not None:
             values[f.name] = bound(where.selectbox, f.name, key, default, options=list(m["choices"]),
                                    help=m["help"], valid=lambda v, c=m["choices"]: v in c)
@@ -134,6 +139,16 @@ def knob_widgets(cls, prefix: str, *, container=st, exclude: tuple[str, ...] = (
         return cls(**values), None
     except ValueError as e:
         return None, str(e)
+
+
+def _hidden(field, key: str, default, container):
+    """An advanced knob left undrawn: its value from the URL or this session (if the knob admits it), else the
+    default, kept in the URL as a drawn widget's would be; a note when it is not the default."""
+    value = initial(key, default, valid=lambda v: v == default or _admissible(field, v))
+    remember(key, value, default)
+    if value != default:
+        container.caption(f"{field.name} = {fmt(value)} (an advanced knob, set by the link)")
+    return value
 
 
 def config_from_state(cls, prefix: str, defaults: dict | None = None):

@@ -9,9 +9,11 @@ import streamlit as st
 from ui import lab_charts as charts
 from ui import lab_data
 from ui.chart import chart
+from ui.clip_charts import mse_vs_clip
 from ui.device import device
 from ui.memo import ProgressSlot
-from ui.state import bound
+from ui.presets import arrival
+from ui.state import bound, set_view
 from ui.widgets import knob_widgets
 
 from seqis import ESTIMATORS, knobs
@@ -24,6 +26,7 @@ V_OPTIONS = [2, 3, 4]
 T_OPTIONS = [1, 2, 3, 4, 5, 6]
 MISMATCH_OPTIONS = [0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0]
 REWARDS = ["random", "threshold", "additive"]
+BIT_REWARDS = {"threshold": "threshold: 1[sum of bits ≥ k]", "additive": "additive: the sum of the bits"}
 LAG_OPTIONS = [0, 1, 2, 4, 8, 12, 16, 24, 32]
 B_OPTIONS = [8, 16, 32, 64, 128, 256, 512, 1024]
 NB_OPTIONS = [50, 100, 200, 400, 800, 1600]
@@ -43,6 +46,7 @@ st.markdown(
     "like (1 + χ²)^T; truncating, masking or correcting per token trades some of that variance for bias. "
     "Error bars are ±2 s.e. over the batches."
 )
+arrival("bv")
 
 # ---- sidebar: the lab, in a form (nothing reruns until "Run")
 with st.sidebar.form("bv.form"):
@@ -57,7 +61,11 @@ with st.sidebar.form("bv.form"):
                   valid=one_of(PROB_OPTIONS))
         q = bound(st.select_slider, "q = μ(bit = 1), the sampler", "bv.q", 0.55, options=PROB_OPTIONS,
                   valid=one_of(PROB_OPTIONS), help="Ignored when the sampler lag K > 0.")
-        toy_kw = dict(horizon=int(H), threshold=int(k), p=p, q=q)
+        bit_reward = bound(st.selectbox, "reward", "bv.bit_reward", "threshold", options=list(BIT_REWARDS),
+                           format_func=BIT_REWARDS.get, valid=one_of(BIT_REWARDS),
+                           help="threshold: couples the tokens (a token's reward depends on the others); additive: "
+                                "every token is rewarded on its own, and token IS becomes unbiased.")
+        toy_kw = dict(horizon=int(H), threshold=int(k), p=p, q=q, bit_reward=bit_reward)
     else:
         V = bound(st.select_slider, "vocabulary V", "bv.V", 3, options=V_OPTIONS, valid=one_of(V_OPTIONS))
         T = bound(st.select_slider, "horizon T", "bv.T", 4, options=T_OPTIONS, valid=one_of(T_OPTIONS))
@@ -112,23 +120,39 @@ st.caption(f"`{info['repr']}` · {info['dim']} parameters · J = E_π[reward] = 
 with ProgressSlot("Monte Carlo") as progress:
     res = lab_data.compare(toy_spec, ests, mc, progress=progress)
 summary = res["summary"]
+zero_mse = info["true_norm"] ** 2  # the MSE of an estimate that is always 0
 
 # an estimator whose gradient is exactly 0 in every batch (it keeps tokens, but only ones with zero advantage)
 silent = (summary["is_masked"] <= 0.99) & (summary["variance"] == 0) & (summary["relative_bias"] > 1 - 1e-9)
-learners = summary[~silent] if (~silent).any() else summary
-best = learners.loc[learners["mse"].idxmin()]
+# bias vs variance, the page's point: whose error is mostly bias (more batches do not help), whose is variance
+bias_excess = (summary["bias2"] - summary["noise_floor"]).clip(lower=0)  # bias² less what noise alone shows
+biased = summary[(bias_excess > summary["variance"]) & ~silent]["estimator"].tolist()
+shares = ", ".join(f"{row.estimator} **{b / row.mse:.0%}**" for row, b in zip(summary.itertuples(), bias_excess,
+                                                                               strict=True) if row.mse > 0)
+st.markdown(f"**Bias or variance?** The share of each estimator's MSE that is bias² (the rest is variance, which "
+            f"more rollouts shrink; bias² does not shrink): {shares}.")
 cols = st.columns(3)
-cols[0].metric("lowest MSE", f"{best['estimator']}: {best['mse']:.3g}",
-               help="Mean over batches of ‖g_b − ∇J‖² = bias² + variance, among the estimators that learn "
-                    "something (an estimate that is always 0 scores ‖∇J‖², which can look good).")
+cols[0].metric("bias² > variance: more rollouts will not fix", ", ".join(biased) if biased else "none",
+               help="Estimators whose bias² (less its noise floor) exceeds their variance at this batch size: "
+                    "their error is mostly bias, which no batch size removes.")
 unbiased = [n for n in summary["estimator"] if resolve(n, configs[n]).unbiased]  # read from each composition
 if unbiased:
     si = summary[summary["estimator"] == unbiased[0]].iloc[0]
     cols[1].metric(f"{unbiased[0]} (unbiased): share of its MSE from variance", f"{si['variance'] / si['mse']:.1%}")
 worst = summary.loc[summary["relative_bias"].idxmax()]
 cols[2].metric("largest relative bias ‖E g − ∇J‖ / ‖∇J‖", f"{worst['estimator']}: {worst['relative_bias']:.0%}")
+contrast = lab_data.token_is_contrast(toy_spec)
+if contrast is not None:
+    st.caption(f"Token IS on this chain, exactly: its mean gradient is **{contrast['threshold']:.1%}** of the true one "
+               f"with the threshold reward and **{contrast['additive']:.1%}** with the additive one. It reweights "
+               "token t, but the other tokens still come from μ; a threshold makes token t's reward depend on them, "
+               "a sum does not: the bias needs a reward that couples tokens.")
+elif toy == "tabular" and reward == "additive":
+    st.info("Token IS is still biased on this toy with an additive reward: here μ and π differ per state (the "
+            "previous token), so the sampler also shifts which states are visited. Token IS corrects each token's "
+            "probability given its state, not the distribution of states it reached, unlike on the bit chain, whose "
+            "tokens are independent.")
 
-zero_mse = info["true_norm"] ** 2  # the MSE of an estimate that is always 0
 left, right = st.columns(2)
 with left:
     chart(charts.error_bars_summary(summary, zero_mse=zero_mse), key="bv.chart.summary")
@@ -192,11 +216,30 @@ else:
     with ProgressSlot(f"Sweeping {target}") as progress:
         df = lab_data.knob_sweep(toy_spec, name, configs[name], knob, values, mc, progress=progress)
     field = next(f for f in knobs(ESTIMATORS[name].config) if f.name == knob)
-    chart(charts.bias_variance_sweep(df, knob=knob, estimator=name, log_x=bool(field.metadata["log"]),
-                                               reference=summary[["estimator", "mse"]]),
-                    key="bv.chart.sweep")
+    clip = lab_data.clip_theory(toy_spec, name, configs[name], knob, mc) if lab_data.is_clip(field) else None
+    if lab_data.is_clip(field):
+        chart(mse_vs_clip(df, knob=knob, estimator=name, theory=clip, reference=summary[["estimator", "mse"]]),
+              key="bv.chart.sweep")
+    else:
+        chart(charts.bias_variance_sweep(df, knob=knob, estimator=name, log_x=bool(field.metadata["log"]),
+                                         reference=summary[["estimator", "mse"]]), key="bv.chart.sweep")
     st.caption(f"{name} with {knob} at each value (its other knobs as in the sidebar), on the same rollouts. "
                "Dotted lines: the other estimators' MSE at the sidebar's setting.")
+    if clip is not None:
+        finite = df[df["value"] < float("inf")]
+        best_c, best_mse = finite.loc[finite["mse"].idxmin(), ["value", "mse"]]
+        exact = f" (exact: {clip['best']:.3g})" if clip["best"] is not None else ""
+        weak = best_mse > 0.7 * zero_mse  # barely better than an estimate that is always 0
+        st.caption(f"Lowest simulated MSE at {knob} = **{best_c:g}**{exact}; Li's C* = √(2(1+χ²)) = "
+                   f"**{clip['star']:.3g}** with χ² = E_μ[w²] − 1 = {clip['chi2']:.3g}, the whole rollout's "
+                   "(not one token's). C* balances bounds, not this toy's exact error, and the best clip moves with "
+                   "the batch size: variance falls like 1/B, bias² does not."
+                   + (f" Here the best MSE, {best_mse:.3g}, is barely below ‖∇J‖² = {zero_mse:.3g}, the MSE of "
+                      "answering 0: at this batch size variance dominates and clipping hard just shrinks the "
+                      "gradient." if weak else ""))
+        if weak:
+            st.button("Open a toy whose best clip is interior (H = 16, k = 11, p = 0.55, q = 0.45)",
+                      key="bv_interior", on_click=set_view, args=(lab_data.INTERIOR_VIEW,))
 
 # ---- batch-size frontier
 st.subheader("Batch-size frontier")

@@ -18,7 +18,7 @@ from ui import framework
 from ui.batch_source import batch_source
 from ui.chart import chart
 from ui.png import to_png
-from ui.presets import FIRST_ESTIMATORS, FIRST_SCENARIO, PREFIX, key_estimators
+from ui.presets import FIRST_ESTIMATORS, FIRST_SCENARIO, PREFIX, arrival, key_estimators
 from ui.state import ARRIVED_KEY, bound, first_look, fragment_rerun, set_view
 from ui.widgets import config_from_state, knob_widgets
 
@@ -178,6 +178,9 @@ column_fragment = st.fragment(estimator_column)
 # the page
 
 st.title("Explore: one batch, several estimators")
+st.page_link("views/lessons.py", label="New here? Lessons: the five facts, one chart at a time",
+             icon=":material/menu_book:")
+arrival("ex")
 src, payload = batch_source()
 if first_look(src):  # a new upload opens on Diagnose first: why its log-probs disagree, then what corrections do
     st.session_state[ARRIVED_KEY] = src.label

@@ -1,5 +1,6 @@
 """Learn: one card per estimator (formula, what it trades, what it reduces to, source, defaults) with
-presets that open Explore on a setting that shows the point. Everything on a card comes from the
+presets that open the page where the point lives (Explore, Length & thresholds, Bias & variance, Training) on a
+setting that shows it; that page says what to look at on arrival. Everything on a card comes from the
 registry (seqis.ESTIMATORS) and the estimator's module docstring, so a new estimator gets a card free."""
 
 from __future__ import annotations
@@ -8,7 +9,7 @@ import math
 
 import streamlit as st
 from ui.framework import preset_view
-from ui.presets import presets_for
+from ui.presets import TITLES, open_preset, presets_for
 from ui.state import query, set_view
 
 from seqis import ESTIMATORS, SEED_ESTIMATORS
@@ -58,12 +59,12 @@ def card(name: str) -> None:
         rows = [f"| `{f.name}` | {_default(f.default)} | {f.metadata['help'].replace('|', '/')} |"
                 for f in knobs(spec.config)]
         st.markdown("\n".join(["| knob | default | meaning |", "|---|---|---|", *rows]))
-        st.caption("Open in Explore:")
+        st.caption("Presets (each opens the page where its point lives):")
         cols = st.columns(2)
         for i, preset in enumerate(presets_for(name)):
-            if cols[i % 2].button(preset.label, key=f"learn.{name}.{i}", help=preset.help, width="stretch"):
-                set_view(preset.view, reset="ex.")
-                st.switch_page(EXPLORE, query_params=query(preset.view))
+            if cols[i % 2].button(preset.label, key=f"learn.{name}.{i}", width="stretch",
+                                  help=f"{preset.help} Opens {TITLES[preset.page]}."):
+                open_preset(preset)
 
 
 st.title("Learn: the estimators")
@@ -71,10 +72,13 @@ st.markdown(
     "Every estimator multiplies each loss token's gradient by a weight built from the log-ratios "
     "l_t = log π(y_t) − log μ(y_t) of its rollout: S_j = Σ_t l_t over rollout j's T_j loss tokens, the "
     "product ratio w_j = exp(S_j) (the exact importance weight, unbiased, variance growing like "
-    "(1 + χ²)^T) and the geometric ratio exp(S_j / T_j) (a per-token average that does not grow with "
-    "length). The four **seed** estimators are prime-rl's sequence-level IS ablations; the **reference** "
-    "ones are there to compare. Each preset opens Explore with its setting; the link it opens can be shared."
+    "(1 + χ²)^T, χ² the per-token chi-square) and the geometric ratio exp(S_j / T_j) (a per-token average that "
+    "does not grow with length). The four **seed** estimators are prime-rl's sequence-level IS ablations; the "
+    "**reference** ones are there to compare. Each preset opens the page where its point lives, with its "
+    "setting; the link it opens can be shared. New here? The **Lessons** page teaches the five facts one chart at "
+    "a time."
 )
+st.page_link("views/lessons.py", label="Lessons: the five facts, one chart at a time", icon=":material/menu_book:")
 seeds = [n for n in ESTIMATORS if n in SEED_ESTIMATORS]
 refs = [n for n in ESTIMATORS if n not in SEED_ESTIMATORS]
 st.subheader("Seed estimators")

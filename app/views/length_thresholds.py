@@ -10,12 +10,16 @@ from ui import lab_charts as charts
 from ui import lengths_data
 from ui.chart import chart
 from ui.device import device
+from ui.presets import arrival
 from ui.state import bound
 from ui.widgets import knob_widgets
 
-from seqis import ESTIMATORS
+from seqis import ESTIMATORS, theory
 
-S_OPTIONS = [0.005, 0.01, 0.02, 0.03, 0.04, 0.05, 0.06, 0.07, 0.08, 0.1, 0.12, 0.15, 0.2, 0.25, 0.3]
+# up to 1.5: a geometric band [a, b] cuts at the per-token KL -log a, s = sqrt(-2 log a) (Li's [0.5, 2]: 0.69 nats at
+# s = 1.18), so the slider reaches past the cutoffs of the bands in use
+S_OPTIONS = [0.005, 0.01, 0.02, 0.03, 0.04, 0.05, 0.06, 0.07, 0.08, 0.1, 0.12, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.6,
+             0.7, 0.8, 0.9, 1.0, 1.1, 1.2, 1.3, 1.5]
 N_OPTIONS = [250, 500, 1000, 2000, 4000]
 L_OPTIONS = [1, 2, 3, 5, 7, 10, 15, 20, 30, 50]
 R_OPTIONS = [1.0001, 1.0002, 1.0005, 1.001, 1.002, 1.005, 1.01, 1.02, 1.05]
@@ -29,6 +33,7 @@ st.markdown(
     "threshold that gets sharper with length. Lines are closed forms, points are simulated batches run "
     "through the estimators (±2 s.e.)."
 )
+arrival("lt")
 
 # ---- sidebar: the view's state, bound to the URL
 sb = st.sidebar
@@ -87,6 +92,16 @@ st.caption(
     "The mis_po trajectory band rejects short rollouts most. seq_mis_product's points are the estimator's "
     "own accepted mask; the two-sided product band has no registry estimator, so its points count "
     "a ≤ exp(S) ≤ b on the same simulated rollouts."
+)
+geo_cut = float(theory.mis_po_kl_cutoff(geo[0]))  # -log a: the per-token KL past which long rollouts are rejected
+s_cut = float(theory.s_from_kl(geo_cut))
+st.caption(
+    f"The geometric band {lengths_data.band_label(*geo)} cuts at the per-token KL −log {geo[0]:g} = {geo_cut:.3g} "
+    f"nats, s = {s_cut:.3g}. "
+    + (f"**s = {s:g} is past it** (KL {s * s / 2:.3g}): the geometric band now rejects long rollouts, more the longer "
+       "they are." if s * s / 2 > geo_cut else
+       f"At s = {s:g} (KL {s * s / 2:.2g}) it keeps long rollouts: raise s past {s_cut:.3g} in the sidebar to see it "
+       "cut.")
 )
 with st.expander("Numbers at the simulated lengths"):
     st.dataframe(table.set_index("T").style.format("{:.4g}"), width="stretch")

@@ -12,6 +12,7 @@ from ui import training_data as data
 from ui.chart import chart
 from ui.device import device
 from ui.memo import ProgressSlot
+from ui.presets import arrival
 from ui.state import bound
 
 TOYS = {"bitchain": "bit chain (Huang's prefix chain)", "tabular": "tabular autoregressive"}
@@ -39,6 +40,7 @@ st.markdown(
     "IS is unbiased but its weights' variance can wreck small batches (Huang, *Is Frontier Asynchronous RL "
     "Solved?*, 2026). Huang states no learning rate, optimiser, threshold or start: the values here are ours."
 )
+arrival("tr")
 
 catalog = data.catalog()
 with st.sidebar.form("tr.form"):

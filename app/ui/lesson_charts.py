@@ -1,0 +1,169 @@
+"""Plotly figures for the Lessons page: one per screen, drawn twice: before the reveal the simulation alone, after it
+the closed form beside it. Builders take the DataFrames of ui/lessons_data.py and return figures; no streamlit, no
+tensor math. Where a full page draws the same thing the builder is that page's (acceptance vs length, the clip
+sweep, learning curves), so a lesson and its "Go deeper" page look alike.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+
+from . import lab_charts, training_charts
+from .clip_charts import mse_vs_clip
+from .style import alpha, titled
+
+PRODUCT, GEO = "#3b6fd8", "#e4572e"  # the product weight and the geometric ratio, on every screen
+KEPT, DROPPED = "#2CA02C", "#D62728"
+EXACT = "#111111"
+
+
+def _log_ticks(lo: float, hi: float) -> list[float]:
+    return [10.0**k for k in range(math.floor(math.log10(lo)), math.ceil(math.log10(hi)) + 1)]
+
+
+def opening(data: dict, *, revealed: bool, s: float, height: int = 460) -> go.Figure:
+    """One rollout's product weight w = exp(S_T) and geometric ratio exp(S_T / T) as it grows (log-log), eleven more
+    rollouts' w in grey; revealed: the closed form's median of w and its +-2 sd band, and the geometric ratio's."""
+    fig = go.Figure()
+    paths, th = data["paths"], data["theory"]
+    if revealed:
+        for lo, hi, c, name in (("w_low", "w_high", PRODUCT, "w: closed form, ±2 sd of log w"),
+                                ("geo_low", "geo_high", GEO, "geometric ratio: closed form, ±2 sd")):
+            fig.add_trace(go.Scatter(x=list(th["T"]) + list(th["T"][::-1]), y=list(th[hi]) + list(th[lo][::-1]),
+                                     fill="toself", fillcolor=alpha(c, 0.12), line=dict(width=0), name=name,
+                                     hoverinfo="skip"))
+        fig.add_trace(go.Scatter(x=th["T"], y=th["w_median"], mode="lines", name="median of w: e^(−T s²/2)",
+                                 line=dict(color=PRODUCT, dash="dash", width=2),
+                                 hovertemplate="T=%{x}<br>median w=%{y:.3g}<extra></extra>"))
+    for r, d in paths.groupby("rollout"):
+        if r == 0:
+            continue
+        fig.add_trace(go.Scatter(x=d["T"], y=d["w"], mode="lines", line=dict(color="#b8bcc6", width=1),
+                                 name="other rollouts' w", legendgroup="others", showlegend=r == 1,
+                                 hoverinfo="skip"))
+    one = paths[paths["rollout"] == 0]
+    fig.add_trace(go.Scatter(x=one["T"], y=one["w"], mode="lines", name="this rollout's w = exp(S_T)",
+                             line=dict(color=PRODUCT, width=3), hovertemplate="T=%{x}<br>w=%{y:.3g}<extra></extra>"))
+    fig.add_trace(go.Scatter(x=one["T"], y=one["geo"], mode="lines", name="its geometric ratio exp(S_T / T)",
+                             line=dict(color=GEO, width=3), hovertemplate="T=%{x}<br>exp(S/T)=%{y:.4g}<extra></extra>"))
+    fig.add_hline(y=1.0, line=dict(color="#555", dash="dot", width=1))
+    lo = max(min(float(paths["w"].min()), float(th["w_low"].min()) if revealed else math.inf), 1e-30)
+    hi = max(float(paths["w"].max()), float(th["w_high"].max()) if revealed else 0.0, 2.0)
+    fig.update_yaxes(type="log", title="ratio (log scale)", exponentformat="power",
+                     range=[math.log10(lo) - 0.3, math.log10(hi) + 0.3])
+    fig.update_xaxes(type="log", title="tokens so far T", tickvals=lab_charts._pow2_ticks(paths["T"]))
+    return titled(fig, f"One rollout growing to {int(paths['T'].max()):,} tokens, s = {s:g}", height=height)
+
+
+def bands(data: dict, *, revealed: bool, s: float, height: int = 460) -> go.Figure:
+    """Acceptance vs length of Li's band on the product and on the geometric ratio: simulated points, and the
+    closed forms' lines once revealed (Length & thresholds' chart)."""
+    order = [data["labels"]["product"], data["labels"]["geo"]]
+    colors = dict(zip(order, (PRODUCT, GEO), strict=True))
+    fig = lab_charts.acceptance_vs_length(data["theory"] if revealed else None, data["sim"], order=order,
+                                          colors=colors, title=f"Li's band [0.5, 2] on w and on exp(S/T), s = {s:g} "
+                                                              f"(per-token KL {s * s / 2:.3g})")
+    fig.update_layout(height=height)
+    return fig
+
+
+def catastrophic(data: dict, *, revealed: bool, L: float, low: float, height: int = 460) -> go.Figure:
+    """One token with l = -L among on-policy tokens: its own ratio e^(-L) (what a token band sees) and the rollout's
+    geometric ratio e^(-L / T) (what a geometric band sees) against T; markers say whether each rule keeps the
+    token's gradient. Revealed: the closed form e^(-L / T) and the length T* = L / -log a from which it passes."""
+    df = data["df"]
+    fig = go.Figure()
+    fig.add_hrect(y0=low, y1=2.0, fillcolor=alpha(KEPT, 0.08), line_width=0)
+    fig.add_annotation(x=0, xref="x domain", y=math.log10(2.0), yref="y", text=f"band [{low:g}, 2]", showarrow=False,
+                       xanchor="left", yanchor="bottom", font=dict(color=KEPT, size=12))
+    if revealed:
+        T = np.unique(np.round(np.geomspace(1, float(df["T"].max()), 200)))
+        fig.add_trace(go.Scatter(x=T, y=np.exp(-L / T), mode="lines", name="closed form e^(−L/T)",
+                                 line=dict(color=EXACT, width=2), hovertemplate="T=%{x}<br>e^(−L/T)=%{y:.3g}"
+                                                                                "<extra></extra>"))
+        fig.add_vline(x=data["t_star"], line=dict(color=EXACT, dash="dash", width=1.5))
+        fig.add_annotation(x=math.log10(data["t_star"]), xref="x", y=0.02, yref="paper", showarrow=False,
+                           xanchor="left", text=f" T* = L / −log {low:g} = {data['t_star']:.3g}",
+                           font=dict(color=EXACT, size=12))
+    for name, y_of, text in (("geo_mask", lambda T: np.exp(-L / T), "geometric band: rollout's e^(−L/T)"),
+                             ("mis_po", lambda T: np.full(len(T), math.exp(-L)), "token band: the token's e^(−L)")):
+        d = df[df["estimator"] == name]
+        keep = d["weight"].to_numpy() > 0
+        for mask, verdict, c, sym in ((keep, "kept", KEPT, "circle"), (~keep, "dropped", DROPPED, "x")):
+            if mask.any():
+                T = d["T"].to_numpy()[mask].astype(float)
+                fig.add_trace(go.Scatter(x=T, y=y_of(T), mode="markers", name=f"{text}: {verdict}",
+                                         marker=dict(color=c, symbol=sym, size=9, line=dict(width=1.5, color=c)),
+                                         hovertemplate=f"{name}, T=%{{x}}: {verdict}<extra></extra>"))
+    fig.update_yaxes(type="log", title="ratio the rule sees (log scale)", exponentformat="power", dtick=1,
+                     range=[math.log10(math.exp(-L)) - 0.5, math.log10(2.0) + 0.4])
+    fig.update_xaxes(type="log", title="rollout length T", tickvals=lab_charts._pow2_ticks(df["T"]))
+    return titled(fig, f"One token with l = −{L:g} among on-policy tokens", height=height)
+
+
+def token_bias(rows: pd.DataFrame, *, revealed: bool, reward: str, height: int = 460) -> go.Figure:
+    """Each estimator's mean gradient over the true one (bars, +-2 s.e.); revealed: the exact expectation."""
+    fig = go.Figure()
+    names = {"token_tis": "token IS (ρ_t per token)", "seq_is": "sequence IS (w per rollout)",
+             "pg": "no correction (naive PG)"}
+    x = [names.get(e, e) for e in rows["estimator"]]
+    fig.add_trace(go.Bar(x=x, y=rows["ratio"], name="simulated (200 batches of 128)", marker_color="#8fa9dc",
+                         error_y=dict(type="data", array=2 * rows["ratio_se"], visible=True),
+                         hovertemplate="%{x}<br>simulated %{y:.3f} of the truth<extra></extra>"))
+    if revealed:
+        fig.add_trace(go.Scatter(x=x, y=rows["exact"], mode="markers+text", name="exact (closed form)",
+                                 marker=dict(symbol="diamond", size=14, color=EXACT),
+                                 text=[f"{v:.3f}" for v in rows["exact"]], textposition="middle right",
+                                 hovertemplate="%{x}<br>exact %{y:.4f} of the truth<extra></extra>"))
+    fig.add_hline(y=1.0, line=dict(color="#555", dash="dot", width=1.2), annotation_text="unbiased",
+                  annotation_position="top right")
+    fig.update_yaxes(title="mean gradient / true gradient", range=[0, 1.25])
+    what = "reward 1[sum of bits ≥ 40]" if reward == "threshold" else "reward = the sum of the bits"
+    return titled(fig, f"Huang's chain, H = 64, p = 0.6, q = 0.55, {what}", height=height)
+
+
+def clip(data: dict, *, revealed: bool, batch_size: int, height: int = 460) -> go.Figure:
+    """The clip sweep (Bias & variance's chart), revealed: the exact curves, the exact best clip and Li's C*."""
+    return mse_vs_clip(data["df"], knob="seq_clip", estimator="seq_tis", theory=data["theory"], revealed=revealed,
+                       title=f"seq_tis on a 16-bit chain, {batch_size} rollouts a batch: error vs clip C",
+                       height=height)
+
+
+def lag(data: dict, *, revealed: bool, lag: int, height: int = 460) -> go.Figure:
+    """Exact J after each update for the sampled runs (mean and range over seeds: Training's chart); revealed: the
+    infinite-batch runs (each estimator's exact expected gradient) dashed."""
+    fig = training_charts.learning_curves(data["J"], title=f"Training with rollouts {lag} updates stale",
+                                          J0=data["J0"])
+    if revealed:
+        palette = training_charts.colors(data["J"]["estimator"].unique())
+        for label, d in data["expected"].groupby("estimator", sort=False):
+            fig.add_trace(go.Scatter(x=d["update"], y=d["J"], mode="lines", name=f"{label}, infinite batch",
+                                     line=dict(color=palette.get(label, EXACT), width=2, dash="dot"),
+                                     hovertemplate=f"{label}, infinite batch: %{{y:.3f}}<extra></extra>"))
+    fig.update_layout(height=height)
+    return fig
+
+
+VERDICT = {True: ("right", KEPT), False: ("wrong", DROPPED), None: ("not answered", "#b8bcc6")}
+
+
+def scoreboard(rows: list[dict], *, height: int = 260) -> go.Figure:
+    """Per fact (a)-(e): the prediction made on its screen and the self-check answer, right, wrong or open.
+    rows: {"fact", "prediction" (True / False / None), "check" (True / False / None)}."""
+    fig = go.Figure()
+    facts = [f"({r['fact']})" for r in rows]
+    seen = set()
+    for y, key in ((1, "prediction"), (0, "check")):
+        for r, fact in zip(rows, facts, strict=True):
+            text, c = VERDICT[r[key]]
+            fig.add_trace(go.Scatter(x=[fact], y=[y], mode="markers", name=text, legendgroup=text,
+                                     showlegend=text not in seen, marker=dict(size=26, color=c, symbol="square"),
+                                     hovertemplate=f"{fact}: {text}<extra></extra>"))
+            seen.add(text)
+    fig.update_yaxes(tickvals=[0, 1], ticktext=["self-check", "your prediction"], range=[-0.6, 1.6], showgrid=False)
+    fig.update_xaxes(title="fact", showgrid=False)
+    return titled(fig, "Your answers, fact by fact", height=height)

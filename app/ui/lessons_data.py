@@ -1,0 +1,241 @@
+"""Lessons' cached bridge: every screen's simulation and its closed form, at the few fixed settings a screen offers.
+
+Each screen's controls take a handful of values (the *_OPTIONS below), so `warm_all` computes every one of them at
+start-up and every screen is a cache hit. Where a screen shows what a full page shows, it asks the same cached
+bridge with that page's settings (lengths_data.length_panel, lab_data.compare, lab_data.knob_sweep,
+training_data.run_training), so "Go deeper" finds the work done too. Arguments are small hashable values; results
+are DataFrames and plain numbers, never tensors.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import streamlit as st
+
+from seqis import ESTIMATORS, acceptance, theory
+from seqis.lab import huang2026
+from seqis.lab.mean_field import train_expected
+
+from . import lab_data, lengths_data, training_data
+from .memo import memo
+
+# ---- screen 0: one rollout's product weight and geometric ratio as it grows
+OPEN_S = (0.02, 0.05, 0.1)
+OPEN_ROLLOUTS = (0, 1, 2, 3, 4)  # which rollout the chart follows (a seed)
+OPEN_T = 4096
+OPEN_LENGTHS = tuple(int(t) for t in np.unique(np.round(np.geomspace(1, OPEN_T, 120))))
+OPEN_PATHS = 12  # the followed rollout and 11 more in grey
+OPEN_SHARE_N = 2000  # rollouts whose w at T = 4096 the share counts
+
+
+@st.cache_data(max_entries=32, show_spinner=False)
+def opening(s: float, rollout: int, device: str) -> dict:
+    """{"paths": rows rollout, T, w, geo (rollout 0 is the one followed), "theory": rows T, w_median, w_low, w_high,
+    geo_low, geo_high (+-2 sd), "share": P(w < 1) at OPEN_T (closed form), "share_sim" and "share_se" (of
+    OPEN_SHARE_N simulated rollouts), "median": e^(-T s^2 / 2)}."""
+    paths = acceptance.running_ratios(OPEN_PATHS, OPEN_LENGTHS, s, seed=1000 + rollout, device=device)
+    ends = acceptance.running_ratios(OPEN_SHARE_N, (OPEN_T,), s, seed=rollout, device=device)
+    share_sim = float((ends["w"] < 1).mean())
+    T = np.asarray(OPEN_LENGTHS, dtype=float)
+    lines = pd.DataFrame({"T": T, "w_median": theory.seq_weight_quantile(T, s, 0.0),
+                          "w_low": theory.seq_weight_quantile(T, s, -2.0),
+                          "w_high": theory.seq_weight_quantile(T, s, 2.0),
+                          "geo_low": theory.geo_ratio_quantile(T, s, -2.0),
+                          "geo_high": theory.geo_ratio_quantile(T, s, 2.0)})
+    return dict(paths=paths, theory=lines, share=float(theory.product_band_acceptance(OPEN_T, s, 0.0, 1.0)),
+                share_sim=share_sim, share_se=math.sqrt(share_sim * (1 - share_sim) / OPEN_SHARE_N),
+                median=float(theory.seq_weight_quantile(OPEN_T, s, 0.0)))
+
+
+# ---- screen 1 (fact a): a band on the product ratio or on the geometric ratio; Length & thresholds' own panel
+BAND_S = (0.05, 0.3, 0.8, 1.2)  # 1.2: past Li's band's cutoff, s = sqrt(-2 log 0.5) = 1.18
+LT = dict(geo=(0.5, 2.0), traj=(0.996, 1.001), clip=2.0, n=1000, seed=0)  # Length & thresholds' first view
+
+
+def bands(s: float, device: str) -> dict:
+    """Acceptance vs length of Li's band [0.5, 2] on the product ratio and on the geometric ratio (Length &
+    thresholds' panel at its defaults but s): {"theory", "sim"} rows label, T, accepted(_se), the labels by role
+    ("product", "geo"), and at the longest length the closed form and simulated share each keeps."""
+    panel = lengths_data.length_panel(s, LT["geo"], LT["traj"], LT["clip"], LT["n"], LT["seed"], device)
+    labels = lengths_data.length_labels(LT["geo"], LT["traj"], LT["clip"])
+    shown = [labels["product"], labels["geo"]]
+    last = panel["table"].iloc[-1]
+    return dict(theory=panel["acc_theory"][panel["acc_theory"]["label"].isin(shown)],
+                sim=panel["acc_sim"][panel["acc_sim"]["label"].isin(shown)], labels=labels, T=int(last["T"]),
+                product=float(last[labels["product"] + " (closed form)"]),
+                geo=float(last[labels["geo"] + " (closed form)"]),
+                product_sim=float(last[labels["product"] + " (simulated)"]),
+                geo_sim=float(last[labels["geo"] + " (simulated)"]),
+                cutoff_kl=float(theory.mis_po_kl_cutoff(LT["geo"][0])),
+                cutoff_s=float(theory.s_from_kl(theory.mis_po_kl_cutoff(LT["geo"][0]))))
+
+
+# ---- screen 2 (fact b): one catastrophic token; Length & thresholds' panel
+CAT_L = (5, 10, 20)
+CAT_LOW = (0.5, 0.9)  # the geometric band's lower edge (upper 2)
+CAT_TOKEN = (0.5, 2.0)  # mis_po's token band
+
+
+def catastrophic(L: float, low: float, device: str) -> dict:
+    """One token with l = -L among on-policy tokens: {"df": rows label, T, weight, accepted for geo_mask and mis_po
+    (direction "down"), "t_star": L / -log low (closed form), "dropped_at" / "kept_at": the simulated lengths
+    either side of it (the longest where geo_mask drops the rollout, the shortest where it keeps it)}."""
+    geo = (float(low), 2.0)
+    panel = lengths_data.catastrophic_panel(float(L), geo, CAT_TOKEN, LT["traj"], LT["clip"], device)
+    df = panel["df"]
+    df = df[(df["direction"] == "down") & df["estimator"].isin(["geo_mask", "mis_po"])]
+    geo_rows = df[df["estimator"] == "geo_mask"]
+    kept = geo_rows[geo_rows["accepted"].astype(bool)]["T"]
+    dropped = geo_rows[~geo_rows["accepted"].astype(bool)]["T"]
+    return dict(df=df, t_star=float(theory.catastrophic_min_length(float(L), low)),
+                kept_at=int(kept.min()) if len(kept) else None,
+                dropped_at=int(dropped.max()) if len(dropped) else None,
+                mis_po_kept=bool(df[df["estimator"] == "mis_po"]["weight"].gt(0).any()))
+
+
+# ---- screen 3 (fact c): token IS on Huang's chain, threshold vs additive reward; Bias & variance's first run
+REWARD_OPTIONS = tuple(theory.REWARDS)  # ("threshold", "additive")
+SHOWN = ("token_tis", "seq_is", "pg")
+
+
+def token_bias(reward: str, device: str, progress=None) -> dict:
+    """Bias & variance's first run (its toy, estimators and Monte Carlo) with this reward: per shown estimator its
+    mean gradient over the true one, simulated (averaged over positions; +-2 s.e. bound: the mean of the
+    per-position standard errors) and exact where known. {"rows": estimator, ratio, ratio_se, exact, "toy"}."""
+    toy = lab_data.ToySpec(bit_reward=reward)
+    ests = tuple((n, ESTIMATORS[n].config()) for n in lab_data.DEFAULT_ESTIMATORS)
+    res = lab_data.compare(toy, ests, lab_data.MCSpec(device=device), progress=progress)
+    true = np.asarray(lab_data.chain_info(toy)["true"])
+    rows = []
+    for name in SHOWN:
+        mean, se = (np.asarray(x) for x in res["gradients"][name])
+        exact = res["exact"].get(name)
+        rows.append(dict(estimator=name, ratio=float((mean / true).mean()), ratio_se=float((se / np.abs(true)).mean()),
+                         exact=float((np.asarray(exact) / true).mean()) if exact is not None else math.nan))
+    return dict(rows=pd.DataFrame(rows), toy=repr(toy.chain()),
+                contrast=lab_data.token_is_contrast(toy))
+
+
+# ---- screen 4 (fact d): the best clip, on the toy whose sequence-TIS MSE has an interior minimum
+CLIP_B = (32, 128, 512)
+CLIP_GUESSES = (0.5, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0, math.inf)
+
+
+def clip_sweep(batch_size: int, device: str, progress=None) -> dict:
+    """seq_tis's bias², variance and MSE against its clip on lab_data.INTERIOR_TOY, 200 batches of `batch_size`
+    (the sweep Bias & variance runs on that toy), and theory's: {"df", "theory" (lab_data.clip_theory),
+    "best_sim"}."""
+    toy, cfg = lab_data.INTERIOR_TOY, ESTIMATORS["seq_tis"].config()
+    mc = lab_data.MCSpec(batch_size=int(batch_size), device=device)
+    values = lab_data.knob_values("seq_tis", "seq_clip", cfg)
+    df = lab_data.knob_sweep(toy, "seq_tis", cfg, "seq_clip", values, mc, progress=progress)
+    finite = df[np.isfinite(df["value"].to_numpy(float))]
+    return dict(df=df, theory=lab_data.clip_theory(toy, "seq_tis", cfg, "seq_clip", mc),
+                best_sim=float(finite.loc[finite["mse"].idxmin(), "value"]))
+
+
+# ---- screen 5 (fact e): training under policy lag, sampled and in the infinite-batch limit
+LAG_OPTIONS = (0, 50, 100)
+LAG_ESTIMATORS = ("Sequence IS", "Token IS", "GeoMean IS", "Sequence TIS 0-2")
+LAG_SPEC = training_data.TrainSpec(horizon=128, threshold_frac=0.65, estimators=LAG_ESTIMATORS, batch_size=512,
+                                   lr=10.0, seeds=2)  # the lag sweep's chain (seqis.lab.train_sweeps), 300 updates
+
+
+def lag_spec(lag: int, device: str) -> training_data.TrainSpec:
+    """The Training page's run at this lag (its settings: LAG_SPEC)."""
+    return training_data.TrainSpec(**{**LAG_SPEC.settings(), "lag": int(lag), "device": device})
+
+
+def lag_expected(device: str) -> pd.DataFrame:
+    """Every lag's learning curves along the estimators' exact expected gradients (seqis.lab.train_expected: the
+    infinite-batch limit): rows estimator, lag, update, J."""
+
+    def compute():
+        spec = lag_spec(0, device)
+        ests = [huang2026.ESTIMATOR_OF[label] for label in LAG_ESTIMATORS]
+        results = train_expected(spec.chain(), ests, steps=spec.steps, lr=spec.lr, lags=LAG_OPTIONS)
+        frames = [pd.DataFrame({"estimator": label, "lag": res.lag, "update": np.arange(res.J.shape[-1]),
+                                "J": res.J[i, 0]})
+                  for res in results for i, label in enumerate(LAG_ESTIMATORS)]
+        return pd.concat(frames, ignore_index=True)
+
+    return memo(("lessons-lag-expected", device, LAG_SPEC), compute)
+
+
+def lag(lag: int, device: str, progress=None) -> dict:
+    """The sampled runs at this lag (Training's run, seeds' mean and range) and the infinite-batch curves:
+    {"J": rows estimator, update, mean, low, high; "expected": rows estimator, update, J; "final": estimator ->
+    (sampled mean, infinite-batch) final J; "best": the estimator whose sampled runs end highest}."""
+    res = training_data.run_training(lag_spec(lag, device), progress=progress)
+    exp = lag_expected(device)
+    exp = exp[exp["lag"] == int(lag)]
+    last = res["J"][res["J"]["update"] == res["J"]["update"].max()].set_index("estimator")["mean"]
+    exp_last = exp[exp["update"] == exp["update"].max()].set_index("estimator")["J"]
+    final = {label: (float(last[label]), float(exp_last[label])) for label in LAG_ESTIMATORS}
+    return dict(J=res["J"], expected=exp, final=final, J0=res["J0"], best=max(final, key=lambda k: final[k][0]))
+
+
+# ---- screen 6: the self-check, each answer computed
+
+
+def self_check(device: str) -> list[dict]:
+    """Five one-click questions, one per fact: {"fact", "question", "options", "answer" (an option), "why" (the
+    number behind it), "screen" (where it was taught)}."""
+    product = theory.product_band_acceptance(4096, 0.05, 0.5, 2.0)
+    geo = theory.geo_band_acceptance(4096, 0.05, 0.5, 2.0)
+    t_star = theory.catastrophic_min_length(20.0, 0.5)
+    additive = lab_data.token_is_contrast(lab_data.ToySpec(bit_reward="additive"))["additive"]
+    C = np.asarray(lab_data.CLIP_LINE)
+    toy = lab_data.INTERIOR_TOY
+    best = {B: float(C[np.argmin(sum(theory.bitchain_seq_tis_error(toy.horizon, toy.threshold, toy.p, toy.q, C, B)))])
+            for B in (128, 512)}
+    exp = lag_expected(device)
+    exp = exp[(exp["lag"] == 100) & (exp["update"] == exp["update"].max())].set_index("estimator")["J"]
+    choices = ["Sequence IS", "Token IS", "GeoMean IS"]
+    return [
+        dict(fact="a", screen=1, question="At s = 0.05, which band keeps more 4,096-token rollouts?",
+             options=["[0.5, 2] on the product w", "[0.5, 2] on the geometric ratio"],
+             answer="[0.5, 2] on the geometric ratio" if geo > product else "[0.5, 2] on the product w",
+             why=f"geometric {geo:.1%} against product {product:.1%} (closed forms)"),
+        dict(fact="b", screen=2, question="One token with l = −20 among 100 on-policy tokens: does the geometric "
+             "band [0.5, 2] keep the rollout?", options=["it keeps it", "it drops it"],
+             answer="it keeps it" if 100 >= t_star else "it drops it",
+             why=f"it keeps rollouts from T = 20 / log 2 = {t_star:.1f} tokens on"),
+        dict(fact="c", screen=3, question="Huang's chain with an additive reward (the sum of the bits): token IS's "
+             "mean gradient is…", options=["unbiased", "biased"],
+             answer="unbiased" if abs(additive - 1) < 1e-9 else "biased",
+             why=f"{additive:.1%} of the true gradient (closed form)"),
+        dict(fact="d", screen=4, question=f"On the clip lesson's chain the best clip is {best[128]:.2g} at 128 "
+             "rollouts a batch. At 512 it is…", options=["smaller", "about the same", "larger"],
+             answer="larger" if best[512] > 1.1 * best[128] else "smaller" if best[512] < best[128] / 1.1
+             else "about the same",
+             why=f"exact best {best[512]:.3g} at 512 against {best[128]:.3g} at 128: variance falls like 1/B"),
+        dict(fact="e", screen=5, question="With infinite batches at lag 100, which still reaches J ≈ 1?",
+             options=choices, answer=max(choices, key=lambda k: exp[k]),
+             why=", ".join(f"{k} {exp[k]:.2f}" for k in choices) + " (exact expected gradients)"),
+    ]
+
+
+# ---- start-up
+
+
+def warm_all(device: str) -> None:
+    """Every screen at every setting it offers (the launcher's background warm-up calls this)."""
+    for s in OPEN_S:
+        for r in OPEN_ROLLOUTS:
+            opening(s, r, device)
+    for s in BAND_S:
+        bands(s, device)
+    for L in CAT_L:
+        for low in CAT_LOW:
+            catastrophic(float(L), low, device)
+    for r in REWARD_OPTIONS:
+        token_bias(r, device)
+    for B in CLIP_B:
+        clip_sweep(B, device)
+    for k in LAG_OPTIONS:
+        lag(k, device)
+    self_check(device)

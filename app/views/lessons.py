@@ -1,0 +1,354 @@
+"""Lessons: the five facts of LITERATURE.md, one idea per screen, the question before the answer.
+
+Seven screens (`?step=N`, 0-based): an opening one (one rollout's product weight and geometric ratio as it grows),
+one per fact (a)-(e), and a self-check. Each screen asks a question in its title, shows one chart of a simulation
+with at most two controls under it, takes a prediction, and on "Reveal" draws the closed form beside the simulation
+with the answer's number and a sentence on why; "Go deeper" opens the full page at the same settings. Every setting
+a screen offers is computed at start-up (ui/lessons_data.py, warmed by ui/warm.py), so no screen waits.
+`?present=1` (presenter mode) hides the sidebar and everything a screen does not name; charts' text grows.
+"""
+
+from __future__ import annotations
+
+import math
+
+import streamlit as st
+from ui import lesson_charts as charts
+from ui import lessons_data as data
+from ui.chart import chart
+from ui.device import device
+from ui.lab_data import INTERIOR_VIEW
+from ui.memo import ProgressSlot
+from ui.presets import Preset, open_preset
+from ui.state import bound, present
+from ui.style import PRESENT_LESSON_CSS
+from ui.widgets import fmt
+
+DEV = str(device())
+STEP = "step"  # the query parameter: the screen shown
+LESSONS: list[tuple] = []  # (name, title, body, draw(n, chart slot)) per screen, in order: see `screen`
+REVEALED = "ls.revealed"  # session state: the screens whose answer is shown
+VERDICTS = "ls.verdicts"  # session state: screen -> whether its prediction was right
+
+
+def current_step() -> int:
+    """The screen from the URL (`?step=N`), else this session's, else 0; kept in the URL."""
+    raw = st.query_params.get(STEP)
+    try:
+        n = int(raw) if raw is not None else int(st.session_state.get("ls.step", 0))
+    except ValueError:
+        n = 0
+    n = min(max(n, 0), len(SCREENS) - 1)
+    st.session_state["ls.step"] = n
+    st.query_params[STEP] = str(n)
+    return n
+
+
+def go(n: int) -> None:
+    st.session_state["ls.step"] = n
+    st.query_params[STEP] = str(n)
+
+
+def revealed(n: int) -> bool:
+    return n in st.session_state.get(REVEALED, set())
+
+
+def reveal(n: int) -> None:
+    st.session_state.setdefault(REVEALED, set()).add(n)
+
+
+def head(n: int, title: str, body: str) -> None:
+    st.caption(f"Lesson {n + 1} of {len(SCREENS)} · {SCREENS[n]}")
+    st.title(title)
+    st.markdown(body)
+
+
+def stage():
+    """Where the chart goes and where everything under it goes: below it on a page, beside it in presenter mode
+    (a projector's 720 px hold the question, the chart and its controls at once)."""
+    if present():
+        left, right = st.columns([3, 2], gap="medium")
+        return left.empty(), right.container()
+    return st.empty(), st.container()
+
+
+def height() -> int:
+    """The lesson charts' height: lower in presenter mode, where ui/chart.py grows it with the text."""
+    return 340 if present() else 460
+
+
+def computed(what: str, fn, *args):
+    """fn(*args, device, progress=...) under a progress bar: a cache hit, once the start-up warm-up has run."""
+    with ProgressSlot(what) as progress:
+        return fn(*args, DEV, progress=progress)
+
+
+def show(slot, n: int, figure) -> None:
+    with slot:
+        chart(figure, key=f"ls.chart.{n}")
+
+
+def predict_row(n: int, widget, label: str, **kwargs):
+    """The prediction control and the Reveal button, side by side; returns the prediction (None until made)."""
+    left, right = st.columns([3, 1], vertical_alignment="bottom") if not present() else (st.container(),) * 2
+    with left:
+        guess = widget(label, key=f"ls.pred.{n}", **kwargs)
+    right.button("Reveal", key=f"ls.reveal.{n}", type="primary", width="stretch", on_click=reveal, args=(n,),
+                 disabled=revealed(n))
+    return guess
+
+
+def answer(n: int, right: bool | None, text: str, why: str) -> None:
+    """The revealed answer: its numbers (closed form beside simulation), the verdict on the prediction, and why."""
+    if not revealed(n):
+        return
+    st.session_state.setdefault(VERDICTS, {})[n] = right
+    verdict = {True: "Your prediction was right.", False: "Not what you predicted.",
+               None: "You made no prediction."}[right]
+    box = st.success if right else st.warning if right is False else st.info
+    box(f"**Answer.** {text} {verdict}  \n**Why.** {why}", icon=":material/lightbulb:")
+
+
+def nav(n: int, deeper: Preset | None, deeper_label: str) -> None:
+    """Back / Next, and Go deeper to the full page with the same settings."""
+    back, nxt, deep = st.columns([1, 1, 2]) if not present() else (*st.columns(2), st.container())
+    back.button("Back", key=f"ls.back.{n}", on_click=go, args=(n - 1,), disabled=n == 0, width="stretch",
+                icon=":material/arrow_back:")
+    nxt.button("Next", key=f"ls.next.{n}", on_click=go, args=(n + 1,), disabled=n == len(SCREENS) - 1,
+               width="stretch", type="primary" if revealed(n) else "secondary", icon=":material/arrow_forward:")
+    if deeper is not None and deep.button(f"Go deeper: {deeper_label}", key=f"ls.deeper.{n}", width="stretch",
+                                          icon=":material/open_in_new:"):
+        open_preset(deeper)
+
+
+def _from_lesson(n: int, page: str, view: dict, look: str) -> Preset:
+    return Preset(f"From the lesson “{SCREENS[n]}”", "The same settings as the lesson's chart.", view, page, look)
+
+
+def nearest(options, value: float):
+    """The option closest to value in log space (clips and lengths are scales)."""
+    return min(options, key=lambda o: abs(math.log(float(o)) - math.log(value)))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# the screens
+
+
+def screen(name: str, title: str, body: str):
+    """Register a screen: its name, its question (the title), its 60-120 words, and the function that draws its
+    chart into the slot it is given and everything under it (controls, prediction, answer, navigation)."""
+    def register(draw):
+        LESSONS.append((name, title, body, draw))
+        return draw
+    return register
+
+
+@screen("Opening", "One rollout, T tokens: where does its weight w end up?",
+        "Every token carries a log-ratio l_t = log π(y_t) − log μ(y_t) between the trainer π and the sampler μ. "
+        "Here each l_t is drawn from N(−s²/2, s²): a valid importance-sampling model, with E_μ[π/μ] = 1 per token "
+        "and a per-token KL of s²/2. The exact correction for the whole rollout is the product "
+        "w = exp(Σ l_t); its geometric ratio exp(Σ l_t / T) is the average token's. The chart follows one rollout "
+        "to 4,096 tokens, eleven more in grey. E[w] = 1 at every length. What share of 4,096-token rollouts end "
+        "with w below 1?")
+def opening(n: int, slot) -> None:
+    c1, c2 = st.columns(2)
+    s = bound(c1.select_slider, "noise s (per-token KL s²/2)", f"ls.{n}.s", 0.05, options=list(data.OPEN_S),
+              valid=lambda v: v in data.OPEN_S)
+    r = bound(c2.select_slider, "which rollout", f"ls.{n}.rollout", 0, options=list(data.OPEN_ROLLOUTS),
+              valid=lambda v: v in data.OPEN_ROLLOUTS)
+    d = data.opening(s, r, DEV)
+    show(slot, n, charts.opening(d, revealed=revealed(n), height=height(), s=s))
+    guess = predict_row(n, st.select_slider, "Your prediction: the share with w < 1 at T = 4,096",
+                        options=[None, *range(0, 101, 5)], format_func=lambda v: "—" if v is None else f"{v}%")
+    right = None if guess is None else abs(guess / 100 - d["share"]) <= 0.1
+    answer(n, right, f"**{d['share']:.1%}** of rollouts have w < 1 at T = 4,096: closed form Φ(s√T / 2) (the band "
+           f"[0, 1] on w), simulated {d['share_sim']:.1%} ± {2 * d['share_se']:.1%} of {data.OPEN_SHARE_N:,}. "
+           f"The median w is e^(−T s²/2) = {d['median']:.3g}.",
+           "log w is a sum of T terms with mean −s²/2: its median sinks like e^(−T s²/2) while its spread grows like "
+           "s√T, so E[w] = 1 survives only through a rare few huge weights. The geometric ratio averages instead and "
+           "settles at e^(−s²/2), whatever the length.")
+    nav(n, _from_lesson(n, "lt", {"lt.s": s}, "the first chart: a band on w rejects long rollouts"),
+        "Length & thresholds")
+
+
+@screen("(a) bands", "A band on w, or on its geometric mean: which keeps long rollouts?",
+        "Li & Liu keep a rollout when its ratio lies in [0.5, 2]. Put that band on the product w and it judges the "
+        "noise of all T tokens at once; put it on the geometric ratio exp(S/T) and it judges the average token. "
+        "The points are simulated batches of 1,000 rollouts at each length, run through the estimators. Move the "
+        "noise s: at s = 1.2 the per-token KL s²/2 is 0.72 nats. At T = 4,096, how much does the geometric band "
+        "keep?")
+def bands(n: int, slot) -> None:
+    s = bound(st.select_slider, "noise s (per-token KL s²/2)", f"ls.{n}.s", 0.05, options=list(data.BAND_S),
+              valid=lambda v: v in data.BAND_S)
+    d = data.bands(s, DEV)
+    show(slot, n, charts.bands(d, revealed=revealed(n), height=height(), s=s))
+    options = ["most of them (over 80%)", "about half", "almost none (under 20%)"]
+    guess = predict_row(n, st.segmented_control, "Your prediction: the geometric band keeps…", options=options)
+    truth = options[0] if d["geo"] > 0.8 else options[2] if d["geo"] < 0.2 else options[1]
+    answer(n, None if guess is None else guess == truth,
+           f"At T = {d['T']:,} the geometric band keeps **{d['geo']:.1%}** (closed form; simulated "
+           f"{d['geo_sim']:.1%}), the product band **{d['product']:.1%}** (simulated {d['product_sim']:.1%}).",
+           f"exp(S/T) concentrates at e^(−s²/2) as T grows, so a geometric band is a per-token KL threshold: it keeps "
+           f"long rollouts iff s²/2 < −log 0.5 = {d['cutoff_kl']:.2f} nats (s < {d['cutoff_s']:.2f}), sharper the "
+           "longer they are. The product's log spreads like s√T and leaves any band.")
+    nav(n, _from_lesson(n, "lt", {"lt.s": s}, "Acceptance vs length and the KL cutoff"), "Length & thresholds")
+
+
+T_GUESSES = (2, 5, 15, 50, 150, 500)
+
+
+@screen("(b) catastrophes", "One token 10 nats off: does a long rollout hide it?",
+        "A numerical glitch can make one token catastrophically off: with l = −10, π gives it e^−10 of μ's "
+        "probability. Every other token here is on-policy (l = 0). A geometric band sees the rollout's average, "
+        "exp(−L/T); a token band (MIS-PO's [0.5, 2] on each token) sees the token itself. The markers show whether "
+        "each rule keeps the bad token's gradient at each length. From which length on does the geometric band let "
+        "it through?")
+def catastrophes(n: int, slot) -> None:
+    c1, c2 = st.columns(2)
+    L = bound(c1.select_slider, "the bad token's |l| = L", f"ls.{n}.L", 10, options=list(data.CAT_L),
+              valid=lambda v: v in data.CAT_L)
+    low = bound(c2.select_slider, "geometric band's lower edge a (upper 2)", f"ls.{n}.a", 0.5,
+                options=list(data.CAT_LOW), valid=lambda v: v in data.CAT_LOW)
+    d = data.catastrophic(float(L), low, DEV)
+    show(slot, n, charts.catastrophic(d, revealed=revealed(n), height=height(), L=float(L), low=low))
+    guess = predict_row(n, st.select_slider, "Your prediction: it passes from T =",
+                        options=[None, *T_GUESSES], format_func=lambda v: "—" if v is None else f"{v}")
+    right = None if guess is None else guess == nearest(T_GUESSES, d["t_star"])
+    answer(n, right, f"Closed form: from **T* = L / −log a = {d['t_star']:.3g}** tokens on. Simulated through "
+           f"geo_mask: dropped at T = {d['dropped_at']}, kept at T = {d['kept_at']} (the lengths run). MIS-PO's token "
+           f"band {'keeps' if d['mis_po_kept'] else 'drops'} it at every length.",
+           "The geometric ratio is exp(−L/T): the catastrophe is averaged over T tokens and passes the band once "
+           "L/T < −log a. Long rollouts dilute catastrophes; only a token-level rule (a token band, verl's veto) sees "
+           "the token itself.")
+    nav(n, _from_lesson(n, "lt", {"lt.L": int(L), "lt.geo.geo_mask_low": low}, "Catastrophic-token dilution"),
+        "Length & thresholds")
+
+
+REWARD_LABELS = {"threshold": "threshold: 1[sum ≥ 40]", "additive": "additive: the sum of the bits"}
+BIAS_GUESSES = {"100% (unbiased)": 1.0, "about 85%": 0.85, "about 60%": 0.6, "about 30%": 0.3}
+
+
+@screen("(c) token IS", "Token IS corrects every token. Is its gradient unbiased?",
+        "Huang's chain: 64 independent bits, reward 1 if at least 40 are ones. The trainer π sets a bit to 1 with "
+        "p = 0.6, the sampler μ with q = 0.55. Token IS multiplies each token's gradient by its own ratio "
+        "ρ_t = π(a_t)/μ(a_t), as PPO does; sequence IS multiplies all of them by the product w. The bars are each "
+        "estimator's mean gradient over 200 batches of 128 rollouts, as a share of the exact gradient. What share "
+        "does token IS get?")
+def token_is(n: int, slot) -> None:
+    reward = bound(st.segmented_control, "reward", f"ls.{n}.reward", "threshold", options=list(REWARD_LABELS),
+                   format_func=REWARD_LABELS.get, valid=lambda v: v in REWARD_LABELS)
+    reward = reward or "threshold"
+    d = computed("Monte Carlo", data.token_bias, reward)
+    rows = d["rows"].set_index("estimator")
+    show(slot, n, charts.token_bias(d["rows"], revealed=revealed(n), height=height(), reward=reward))
+    guess = predict_row(n, st.segmented_control, "Your prediction: token IS's mean gradient is",
+                        options=list(BIAS_GUESSES))
+    exact = rows.loc["token_tis", "exact"]
+    right = None if guess is None else min(BIAS_GUESSES, key=lambda k: abs(BIAS_GUESSES[k] - exact)) == guess
+    answer(n, right, f"Token IS gets **{exact:.1%}** of the true gradient (closed form p(1 − p) P_μ(others = 39) over "
+           f"p(1 − p) P_π(others = 39)); simulated {rows.loc['token_tis', 'ratio']:.1%}. Sequence IS: "
+           f"{rows.loc['seq_is', 'ratio']:.1%} simulated, exactly 100%. With the other reward token IS gets "
+           f"{d['contrast']['additive' if reward == 'threshold' else 'threshold']:.1%}.",
+           "ρ_t fixes token t's own probability, but the reward depends on the other 63 bits, and those still come "
+           "from μ: token IS's mean uses P_μ(others = k − 1) where the truth has P_π. With an additive reward each "
+           "token's reward is its own and the other tokens drop out: the bias needs a reward that couples tokens.")
+    nav(n, _from_lesson(n, "bv", {"bv.bit_reward": reward}, "the caption under the three tiles"), "Bias & variance")
+
+
+@screen("(d) the best clip", "Clip the sequence weight at C: where is the best C?",
+        "Sequence TIS replaces w by min(w, C). A small C caps the variance but biases the gradient (the rewarded "
+        "rollouts here have w > 1, and clipping shrinks them); a large C is unbiased but noisy. On a 16-bit chain "
+        "(reward 1 if at least 11 ones, p = 0.55, q = 0.45) the points are bias², variance and MSE over 200 "
+        "batches at each clip. Li & Liu's rule of thumb is C* = √(2(1 + χ²)). Where is the MSE lowest?")
+def best_clip(n: int, slot) -> None:
+    B = bound(st.select_slider, "rollouts per batch B", f"ls.{n}.B", 128, options=list(data.CLIP_B),
+              valid=lambda v: v in data.CLIP_B)
+    d = computed("Sweeping the clip", data.clip_sweep, int(B))
+    show(slot, n, charts.clip(d, revealed=revealed(n), height=height(), batch_size=int(B)))
+    guess = predict_row(n, st.select_slider, "Your prediction: the best C", options=[None, *data.CLIP_GUESSES],
+                        format_func=lambda v: "—" if v is None else fmt(v))
+    th = d["theory"]
+    right = None if guess is None else guess == nearest(data.CLIP_GUESSES, th["best"])
+    answer(n, right, f"The exact MSE is lowest at **C = {th['best']:.3g}** (simulated: {d['best_sim']:g}); Li's "
+           f"C* = √(2(1 + χ²)) = **{th['star']:.3g}** with χ² = E_μ[w²] − 1 = {th['chi2']:.3g}, the whole "
+           "rollout's chi-square, not one token's.",
+           "Clipping trades bias for variance: the valley sits where a little more bias² costs what a little less "
+           "variance saves. Li's C* balances their bounds, a good first guess; the exact best moves with the batch "
+           "size, since variance falls like 1/B and bias² does not.")
+    nav(n, _from_lesson(n, "bv", {**INTERIOR_VIEW, "bv.B": int(B)}, "the sweep at the bottom"), "Bias & variance")
+
+
+@screen("(e) lag", "The sampler lags K updates: which correction keeps learning?",
+        "Asynchronous RL trains on rollouts from a policy several updates old. Here a policy over a 128-bit chain "
+        "(reward 1 if at least 84 ones) starts near J = 0 and takes 300 SGD updates of 512 rollouts each, every "
+        "batch drawn from the policy K updates stale, under four corrections: sequence IS, token IS, GeoMean IS and "
+        "sequence TIS at C = 2. Curves are the exact success probability J; bands span two seeds. Which ends highest "
+        "at the lag you pick?")
+def lag(n: int, slot) -> None:
+    K = bound(st.select_slider, "lag K (updates stale)", f"ls.{n}.K", 100, options=list(data.LAG_OPTIONS),
+              valid=lambda v: v in data.LAG_OPTIONS)
+    d = computed("Training", data.lag, int(K))
+    show(slot, n, charts.lag(d, revealed=revealed(n), height=height(), lag=int(K)))
+    guess = predict_row(n, st.segmented_control, "Your prediction: highest at the end",
+                        options=list(data.LAG_ESTIMATORS))
+    final = d["final"]
+    answer(n, None if guess is None else guess == d["best"],
+           f"**{d['best']}** ends highest at lag {K}. Final J, sampled (infinite batch): "
+           + ", ".join(f"{k} {v[0]:.2f} ({v[1]:.2f})" for k, v in final.items()) + ".",
+           "With infinite batches (dotted) sequence IS's expected gradient is the true one at any lag, so it climbs as "
+           "if there were no lag; token IS and GeoMean IS follow a field bent by the stale sampler and stall. That is "
+           "bias: more rollouts do not help. Sequence IS pays in noise instead (its band), which truncation or a "
+           "larger batch tames.")
+    nav(n, _from_lesson(n, "tr", {"tr.H": 128, "tr.f": 0.65, "tr.K": int(K), "tr.B": 512, "tr.lr": 10.0,
+                                  "tr.seeds": 2}, "the learning curves and Huang's sweeps below them"), "Training")
+
+
+@screen("Self-check", "Five questions: can you answer them without the charts?",
+        "One question per fact, one click each. A wrong answer links back to the screen that teaches it. The chart "
+        "keeps score: the prediction you made on each screen, and your answer here. Press Reveal to see every "
+        "answer with the number behind it, computed by the library just as the screens computed theirs. Then try "
+        "the full pages: each screen's Go deeper opens one with the screen's settings.")
+def self_check(n: int, slot) -> None:
+    questions = data.self_check(DEV)
+    picks = {}
+    for q in questions:
+        left, right = st.columns([3, 2], vertical_alignment="center")
+        picks[q["fact"]] = left.segmented_control(f"({q['fact']}) {q['question']}", q["options"],
+                                                  key=f"ls.check.{q['fact']}")
+        pick = picks[q["fact"]]
+        if pick is not None or revealed(n):
+            ok = pick == q["answer"]
+            mark = "✓ right" if ok else ("✗ not quite" if pick is not None else "the answer")
+            right.markdown(f"**{mark}**: {q['answer']} ({q['why']})")
+            if not ok:
+                right.button(f"See screen {q['screen'] + 1}: {SCREENS[q['screen']]}", key=f"ls.back_to.{q['fact']}",
+                             on_click=go, args=(q["screen"],))
+    verdicts = st.session_state.get(VERDICTS, {})
+    rows = [dict(fact=q["fact"], prediction=verdicts.get(q["screen"]),
+                 check=None if picks[q["fact"]] is None else picks[q["fact"]] == q["answer"]) for q in questions]
+    show(slot, n, charts.scoreboard(rows, height=220 if present() else 260))
+    st.button("Reveal", key=f"ls.reveal.{n}", type="primary", on_click=reveal, args=(n,), disabled=revealed(n))
+    if revealed(n):
+        score = sum(r["check"] is True for r in rows)
+        st.info(f"**Answers.** {score} of {len(rows)} right here. Each answer above comes with its number, from "
+                "seqis.theory or the lab's exact values.", icon=":material/lightbulb:")
+    back, _, deep = st.columns([1, 1, 2])
+    back.button("Back", key=f"ls.back.{n}", on_click=go, args=(n - 1,), width="stretch", icon=":material/arrow_back:")
+    if deep.button("Go deeper: every estimator on Learn", key=f"ls.deeper.{n}", width="stretch",
+                   icon=":material/open_in_new:"):
+        st.switch_page("views/learn.py")
+
+
+SCREENS = tuple(name for name, *_ in LESSONS)
+
+if present():  # presenter mode: nothing but the screen
+    st.html(PRESENT_LESSON_CSS)
+n = current_step()
+_, title, body, draw = LESSONS[n]
+head(n, title, body)
+chart_slot, panel = stage()
+with panel:
+    draw(n, chart_slot)
+if not present():
+    st.sidebar.caption("Lessons: " + " · ".join(f"{i}. {name}" for i, name in enumerate(SCREENS)) + ". Open any "
+                       "with ?step=N; ?present=1 for a projector.")
