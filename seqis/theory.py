@@ -93,6 +93,13 @@ def phi(x):
     return _out(torch.special.ndtr(torch.as_tensor(_f(x))).numpy(), x)
 
 
+def _exp_times_phi(a, z) -> np.ndarray:
+    """e^a Phi(z) in log space: e^(a + log Phi(z)), finite where e^a alone overflows (a long rollout's e^(T s^2))."""
+    log_phi = torch.special.log_ndtr(torch.as_tensor(_f(z))).numpy()
+    with np.errstate(over="ignore"):  # inf where the product itself is past e^709
+        return np.exp(_f(a) + log_phi)
+
+
 def _normal_mass(lo_z, hi_z) -> np.ndarray:
     """P(lo_z <= Z <= hi_z) for standard normal Z, taking the upper tails when both ends are positive
     (Phi(hi) - Phi(lo) would cancel to 0 there)."""
@@ -168,7 +175,8 @@ def max_band_acceptance(T, s, low, high):
 
 def seq_weight_variance(T, s):
     """Var(w) of the untruncated sequence weight: e^(T s^2) - 1 (s = 0.05, T = 100: 0.284)."""
-    return _out(np.expm1(_f(T) * _f(s) ** 2), T, s)
+    with np.errstate(over="ignore"):  # inf past e^709: the variance is that large
+        return _out(np.expm1(_f(T) * _f(s) ** 2), T, s)
 
 
 def seq_weight_quantile(T, s, z):
@@ -207,7 +215,7 @@ def seq_tis_moments(T, s, C):
     tail = np.where(finite, _f(phi(-(np.where(finite, c, 0.0) + s2 / 2) / sigma)), 0.0)  # P(w > C)
     Cf = np.where(finite, C, 0.0)
     mean = _f(phi((c - s2 / 2) / sigma)) + Cf * tail
-    second = np.exp(s2) * _f(phi((c - 3 * s2 / 2) / sigma)) + Cf**2 * tail
+    second = _exp_times_phi(s2, (c - 3 * s2 / 2) / sigma) + Cf**2 * tail
     return _out(mean, T, s, C), _out(second - mean**2, T, s, C)
 
 
@@ -231,7 +239,7 @@ def seq_mis_product_moments(T, s, C):
     """(mean, variance) of w 1(w <= C): E[w^2 1(w <= C)] = e^(sigma^2) Phi((log C - 3 sigma^2/2) / sigma)."""
     sigma, c = _sigma_c(T, s, C)
     mean = _f(phi((c - sigma**2 / 2) / sigma))
-    second = np.exp(sigma**2) * _f(phi((c - 3 * sigma**2 / 2) / sigma))
+    second = _exp_times_phi(sigma**2, (c - 3 * sigma**2 / 2) / sigma)
     return _out(mean, T, s, C), _out(second - mean**2, T, s, C)
 
 

@@ -31,14 +31,21 @@ OPEN_PATHS = 12  # the followed rollout and 11 more in grey
 OPEN_SHARE_N = 2000  # rollouts whose w at T = 4096 the share counts
 
 
+@st.cache_data(max_entries=8, show_spinner=False)
+def _share(s: float, device: str) -> tuple[float, float]:
+    """The share of OPEN_SHARE_N simulated OPEN_T-token rollouts with w < 1, and its standard error."""
+    ends = acceptance.running_ratios(OPEN_SHARE_N, (OPEN_T,), s, seed=0, device=device)
+    share = float((ends["w"] < 1).mean())
+    return share, math.sqrt(share * (1 - share) / OPEN_SHARE_N)
+
+
 @st.cache_data(max_entries=32, show_spinner=False)
 def opening(s: float, rollout: int, device: str) -> dict:
     """{"paths": rows rollout, T, w, geo (rollout 0 is the one followed), "theory": rows T, w_median, w_low, w_high,
     geo_low, geo_high (+-2 sd), "share": P(w < 1) at OPEN_T (closed form), "share_sim" and "share_se" (of
     OPEN_SHARE_N simulated rollouts), "median": e^(-T s^2 / 2)}."""
     paths = acceptance.running_ratios(OPEN_PATHS, OPEN_LENGTHS, s, seed=1000 + rollout, device=device)
-    ends = acceptance.running_ratios(OPEN_SHARE_N, (OPEN_T,), s, seed=rollout, device=device)
-    share_sim = float((ends["w"] < 1).mean())
+    share_sim, share_se = _share(s, device)
     T = np.asarray(OPEN_LENGTHS, dtype=float)
     lines = pd.DataFrame({"T": T, "w_median": theory.seq_weight_quantile(T, s, 0.0),
                           "w_low": theory.seq_weight_quantile(T, s, -2.0),
@@ -46,8 +53,7 @@ def opening(s: float, rollout: int, device: str) -> dict:
                           "geo_low": theory.geo_ratio_quantile(T, s, -2.0),
                           "geo_high": theory.geo_ratio_quantile(T, s, 2.0)})
     return dict(paths=paths, theory=lines, share=float(theory.product_band_acceptance(OPEN_T, s, 0.0, 1.0)),
-                share_sim=share_sim, share_se=math.sqrt(share_sim * (1 - share_sim) / OPEN_SHARE_N),
-                median=float(theory.seq_weight_quantile(OPEN_T, s, 0.0)))
+                share_sim=share_sim, share_se=share_se, median=float(theory.seq_weight_quantile(OPEN_T, s, 0.0)))
 
 
 # ---- screen 1 (fact a): a band on the product ratio or on the geometric ratio; Length & thresholds' own panel
@@ -149,20 +155,20 @@ def lag_spec(lag: int, device: str) -> training_data.TrainSpec:
     return training_data.TrainSpec(**{**LAG_SPEC.settings(), "lag": int(lag), "device": device})
 
 
-def lag_expected(device: str) -> pd.DataFrame:
+def lag_expected(device: str, lags: tuple[int, ...] = LAG_OPTIONS) -> pd.DataFrame:
     """Every lag's learning curves along the estimators' exact expected gradients (seqis.lab.train_expected: the
     infinite-batch limit): rows estimator, lag, update, J."""
 
     def compute():
         spec = lag_spec(0, device)
         ests = [huang2026.ESTIMATOR_OF[label] for label in LAG_ESTIMATORS]
-        results = train_expected(spec.chain(), ests, steps=spec.steps, lr=spec.lr, lags=LAG_OPTIONS)
+        results = train_expected(spec.chain(), ests, steps=spec.steps, lr=spec.lr, lags=lags)
         frames = [pd.DataFrame({"estimator": label, "lag": res.lag, "update": np.arange(res.J.shape[-1]),
                                 "J": res.J[i, 0]})
                   for res in results for i, label in enumerate(LAG_ESTIMATORS)]
         return pd.concat(frames, ignore_index=True)
 
-    return memo(("lessons-lag-expected", device, LAG_SPEC), compute)
+    return memo(("lessons-lag-expected", device, LAG_SPEC, lags), compute)
 
 
 def lag(lag: int, device: str, progress=None) -> dict:

@@ -1,0 +1,356 @@
+"""The Lessons page through AppTest, and the fixes on the other pages that its facts need.
+
+Each screen opens by ?step=N with a question for a title and 60-120 words, one chart; "Reveal" draws the closed form
+beside the simulation and states a number that is checked here against seqis.theory or the lab, computed again in
+the test (not read back from the page's own bridge). Then: navigation, a prediction's verdict, Go deeper with the
+same settings, presenter mode, advanced knobs hidden, every screen a cache hit after the warm-up, and on the full
+pages the bit chain's additive reward, the tabular toy's note, the clip sweep's best clip and Li's C* with its chi2,
+Length & thresholds' s past a geometric band's cutoff.
+"""
+
+import json
+import math
+import re
+import sys
+
+import numpy as np
+import pytest
+
+pytest.importorskip("streamlit")
+from pages import APP, charts, open_view  # noqa: E402
+from streamlit.testing.v1 import AppTest  # noqa: E402
+
+from seqis import ESTIMATORS, lab, theory  # noqa: E402
+from seqis.lab.huang2026 import ESTIMATOR_OF  # noqa: E402
+
+sys.path.insert(0, APP.rsplit("/", 1)[0])
+from ui import lab_data, lessons_data  # noqa: E402
+
+LESSONS = "views/lessons.py"
+N_SCREENS = 7
+
+
+def lesson(step: int, **params) -> AppTest:
+    return open_view(LESSONS, timeout=300, step=str(step), **params)
+
+
+def full_page(view: str, **params) -> AppTest:
+    """A full page with `params` in the URL: the frame runs first (AppTest finds a page whose url_path is not its
+    file's name only once the navigation has run)."""
+    at = AppTest.from_file(APP, default_timeout=300)
+    at.run()
+    at.switch_page(view)
+    at.query_params.update(params)
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def reveal(at: AppTest) -> AppTest:
+    next(b for b in at.button if b.label == "Reveal").click().run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def answer(at: AppTest) -> str:
+    boxes = [b.value for kind in (at.success, at.warning, at.info) for b in kind if "**Answer" in b.value]
+    assert len(boxes) == 1, boxes
+    return boxes[0]
+
+
+def body(at: AppTest) -> str:
+    return at.markdown[0].value
+
+
+def traces(at: AppTest) -> list[tuple[str, str]]:
+    """(name, mode) of the chart's traces."""
+    (fig,) = charts(at)
+    return [(t.get("name", ""), t.get("mode", "")) for t in fig["data"]]
+
+
+def _values(arr) -> list:
+    """A trace's array as plotly JSON holds it: a list, or a typed array {"dtype", "bdata" (base64)}."""
+    if isinstance(arr, dict) and "bdata" in arr:
+        import base64
+
+        return np.frombuffer(base64.b64decode(arr["bdata"]), dtype=arr["dtype"]).tolist()
+    return list(arr)
+
+
+def number_after(text: str, prefix: str) -> float:
+    m = re.search(re.escape(prefix) + r"\s*\**([0-9.,]+)(%?)", text)
+    assert m, (prefix, text)
+    v = float(m.group(1).replace(",", ""))
+    return v / 100 if m.group(2) else v
+
+
+@pytest.fixture(scope="module")
+def screens() -> dict[int, tuple[AppTest, list[str]]]:
+    """Every screen opened by ?step=N at its first settings, its chart's traces before the reveal, then revealed."""
+    out = {}
+    for n in range(N_SCREENS):
+        at = lesson(n)
+        before = traces(at)
+        out[n] = (reveal(at), before)
+    return out
+
+
+@pytest.mark.slow
+def test_every_screen_asks_a_question_in_60_to_120_words_and_reveals_the_closed_form(screens):
+    titles = set()
+    for n, (at, before) in screens.items():
+        title = at.title[0].value
+        assert title.endswith("?") and title not in titles, title
+        titles.add(title)
+        words = len(body(at).split())
+        assert 60 <= words <= 120, (n, words)
+        assert len(charts(at)) == 1, n  # one chart per screen
+        controls = [w for kind in (at.select_slider, at.segmented_control) for w in kind
+                    if w.key.startswith(f"ls.{n}.")]
+        assert len(controls) <= 2, (n, [w.key for w in controls])
+        after = traces(at)
+        if n < N_SCREENS - 1:  # the reveal draws what theory says beside the simulation
+            added = list(after)
+            for t in before:
+                added.remove(t)
+            assert added, (n, before, after)
+            # a closed form's line (the simulations are points and bands), or its named markers
+            assert any("lines" in mode or re.search(r"closed form|exact", name) for name, mode in added), (n, added)
+            assert "**Why.**" in answer(at)
+        assert [b.label for b in at.button if b.label in ("Back", "Next")] == ["Back", "Next"] or n == N_SCREENS - 1
+        assert any(b.label.startswith("Go deeper") for b in at.button), n
+
+
+@pytest.mark.slow
+def test_opening_share_of_small_weights(screens):
+    text = answer(screens[0][0])
+    share = theory.product_band_acceptance(4096, 0.05, 0.0, 1.0)  # P(w < 1) = Phi(s sqrt(T) / 2)
+    assert f"**{share:.1%}**" in text
+    assert f"{theory.seq_weight_quantile(4096, 0.05, 0.0):.3g}" in text  # the median, e^(-T s^2 / 2)
+    sim = number_after(text, "simulated")
+    assert abs(sim - share) < 4 * math.sqrt(share * (1 - share) / lessons_data.OPEN_SHARE_N)
+
+
+@pytest.mark.slow
+def test_bands_fact_a(screens):
+    text = answer(screens[1][0])
+    assert f"keeps **{theory.geo_band_acceptance(4096, 0.05, 0.5, 2.0):.1%}**" in text  # 100.0%
+    assert f"the product band **{theory.product_band_acceptance(4096, 0.05, 0.5, 2.0):.1%}**" in text  # 4.9%
+    # past the cutoff -log 0.5 = 0.69 nats (s = 1.2: KL 0.72) the geometric band rejects long rollouts too
+    at = reveal(lesson(1, **{"ls.1.s": "1.2"}))
+    geo = theory.geo_band_acceptance(4096, 1.2, 0.5, 2.0)
+    assert geo < 0.2 and f"keeps **{geo:.1%}**" in answer(at)
+
+
+@pytest.mark.slow
+def test_catastrophes_fact_b(screens):
+    text = answer(screens[2][0])
+    t_star = theory.catastrophic_min_length(10.0, 0.5)  # 14.4
+    assert f"T* = L / −log a = {t_star:.3g}" in text
+    dropped, kept = number_after(text, "dropped at T ="), number_after(text, "kept at T =")
+    assert dropped < t_star <= kept  # the estimator's own gate, at the lengths simulated
+    assert "token band drops it at every length" in text
+
+
+@pytest.mark.slow
+def test_token_is_fact_c(screens):
+    text = answer(screens[3][0])
+    exact = theory.bitchain_token_is_mean(64, 40, 0.6, 0.55) / theory.bitchain_true_gradient(64, 40, 0.6)
+    assert f"Token IS gets **{exact:.1%}**" in text  # 56.7%
+    assert "token IS gets 100.0%" in text  # with the additive reward: unbiased
+    at = reveal(lesson(3, **{"ls.3.reward": "additive"}))
+    assert "Token IS gets **100.0%**" in answer(at)
+
+
+@pytest.mark.slow
+def test_best_clip_fact_d(screens):
+    text = answer(screens[4][0])
+    C = np.asarray(lab_data.CLIP_LINE)
+    bias2, var = theory.bitchain_seq_tis_error(16, 11, 0.55, 0.45, C, batch_size=128)
+    best = C[np.argmin(bias2 + var)]
+    chi2 = theory.bitchain_chi2(16, 0.55, 0.45)
+    assert f"lowest at **C = {best:.3g}**" in text  # 1.82
+    assert f"**{theory.seq_tis_best_clip(chi2):.3g}**" in text and f"{chi2:.3g}, the whole rollout's" in text
+    assert 1.25 <= number_after(text, "(simulated:") <= 2.5
+
+
+@pytest.mark.slow
+def test_lag_fact_e_matches_the_lab(screens):
+    text = answer(screens[5][0])
+    spec = lessons_data.lag_spec(100, "cpu")
+    ests = [ESTIMATOR_OF[label] for label in spec.estimators]
+    (expected,) = lab.train_expected(spec.chain(), ests, steps=spec.steps, lr=spec.lr, lags=[100])
+    # two of the four, trained again by the lab: a seed's estimators share its random stream (common random
+    # numbers), so any subset reproduces their J exactly, at half the cost
+    shown = {label: i for i, label in enumerate(spec.estimators)}
+    pair = ["Sequence IS", "Token IS"]
+    sampled = lab.train(spec.chain(), [ESTIMATOR_OF[label] for label in pair], steps=spec.steps, lr=spec.lr, lag=100,
+                        batch_size=spec.batch_size, seeds=spec.seeds)
+    for j, label in enumerate(pair):
+        assert f"{label} {sampled.final[j].mean():.2f} ({expected.final[shown[label], 0]:.2f})" in text
+    finals = {label: number_after(text, f"{label} ") for label in spec.estimators}
+    assert f"**{max(finals, key=finals.get)}** ends highest" in text and max(finals, key=finals.get) == "Sequence IS"
+
+
+@pytest.mark.slow
+def test_self_check_answers_come_from_the_library(screens):
+    at = screens[6][0]
+    text = " ".join(m.value for m in at.markdown)
+    geo, product = theory.geo_band_acceptance(4096, 0.05, 0.5, 2.0), theory.product_band_acceptance(4096, 0.05, 0.5, 2)
+    assert f"geometric {geo:.1%} against product {product:.1%}" in text
+    assert f"T = 20 / log 2 = {theory.catastrophic_min_length(20.0, 0.5):.1f}" in text
+    # one click on a wrong answer links back to the screen that teaches it
+    at.segmented_control(key="ls.check.a").set_value("[0.5, 2] on the product w").run()
+    back = next(b for b in at.button if b.label.startswith("See screen 2"))
+    back.click().run()
+    assert at.title[0].value.startswith("A band on w") and at.query_params["step"] == "1"
+
+
+def test_navigation_and_the_step_in_the_url():
+    at = lesson(2)
+    assert at.title[0].value.startswith("One token 10 nats off")
+    next(b for b in at.button if b.label == "Next").click().run()
+    assert at.query_params["step"] == "3" and at.title[0].value.startswith("Token IS corrects")
+    next(b for b in at.button if b.label == "Back").click().run()
+    assert at.query_params["step"] == "2"
+    assert lesson(99).title[0].value.startswith("Five questions")  # clamped to the last screen
+    assert open_view(LESSONS, step="banana").title[0].value.startswith("One rollout")
+
+
+def test_a_prediction_gets_a_verdict():
+    at = lesson(2)
+    at.select_slider(key="ls.pred.2").set_value(15).run()
+    assert "Your prediction was right." in answer(reveal(at))
+    at = lesson(2)
+    at.select_slider(key="ls.pred.2").set_value(500).run()
+    assert "Not what you predicted." in answer(reveal(at))
+
+
+def test_go_deeper_opens_the_full_page_with_the_same_settings():
+    at = lesson(1, **{"ls.1.s": "1.2"})
+    next(b for b in at.button if b.label.startswith("Go deeper")).click().run()
+    assert not at.exception
+    assert at.title[0].value == "Length & thresholds"
+    assert at.select_slider(key="lt.s").value == 1.2 and at.query_params["lt.s"] == "1.2"
+    assert any("From the lesson" in i.value for i in at.info)
+    keeps = next(m.value for m in at.metric if m.label.startswith("geometric band [0.5, 2] keeps, T = 4096"))
+    assert keeps == f"{theory.geo_band_acceptance(4096, 1.2, 0.5, 2.0):.1%}"
+    caption = " ".join(c.value for c in at.caption)
+    assert "**s = 1.2 is past it**" in caption and "cuts at the per-token KL −log 0.5 = 0.693" in caption
+
+
+def test_presenter_mode_scales_chart_text_and_shows_only_the_screen():
+    from ui.chart import PRESENT_SCALE
+    from ui.style import FONT
+
+    at = lesson(2, present="1")
+    (fig,) = charts(at)
+    assert fig["layout"]["font"]["size"] == pytest.approx(FONT["size"] * PRESENT_SCALE, abs=0.1)
+    assert fig["layout"]["title"]["font"]["size"] > 20  # the title's own size, scaled
+    assert not [t for t in at.toggle if t.label == "Advanced knobs"]
+    assert "stSidebar" in " ".join(h.value for h in at.html)  # the CSS that hides the sidebar
+    next(b for b in at.button if b.label == "Next").click().run()
+    assert at.query_params["present"] == "1"  # it stays on
+    plain = lesson(2)
+    assert charts(plain)[0]["layout"].get("font", {}).get("size", FONT["size"]) == FONT["size"]
+
+
+def test_advanced_knobs_are_hidden_unless_asked_and_a_link_still_sets_them():
+    small = {"ex.est": "seq_tis", "ex.sc.gaussian.max_len": "256"}
+    at = open_view("views/explore.py", **small)
+    assert "ex.seq_tis.adv_tau" not in [w.key for w in at.select_slider]
+    at = open_view("views/explore.py", advanced="1", **small)
+    assert "ex.seq_tis.adv_tau" in [w.key for w in at.select_slider]
+    at = open_view("views/explore.py", **small, **{"ex.seq_tis.adv_tau": "0.5"})
+    assert "ex.seq_tis.adv_tau" not in [w.key for w in at.select_slider]
+    assert any("adv_tau = 0.5 (an advanced knob, set by the link)" in c.value for c in at.caption)
+    assert at.query_params["ex.seq_tis.adv_tau"] == "0.5"
+
+
+@pytest.mark.slow
+def test_every_screen_is_a_cache_hit_after_the_warm_up(screens, monkeypatch):
+    """warm_all asks for what the screens ask for. The Monte Carlo and training runs (the lab's memo, filled by
+    `screens` at the first settings) must be found by the warm-up without running anything; the cheap simulations
+    (st.cache_data) are cleared, warmed again, and then found by every screen without running anything. The other
+    settings each screen offers go through the same code with another number (left out here: they cost minutes)."""
+    import streamlit as st
+
+    import seqis.acceptance
+    import seqis.lab
+
+    for name, first in (("OPEN_S", (0.05,)), ("OPEN_ROLLOUTS", (0,)), ("BAND_S", (0.05,)), ("CAT_L", (10,)),
+                        ("CAT_LOW", (0.5,)), ("REWARD_OPTIONS", ("threshold",)), ("CLIP_B", (128,)),
+                        ("LAG_OPTIONS", (100,))):
+        monkeypatch.setattr(lessons_data, name, first)
+
+    def refuse(*a, **k):
+        raise AssertionError("computed something the warm-up should have found computed")
+
+    def refusing(module, names):
+        for name in names:
+            monkeypatch.setattr(module, name, refuse)
+
+    refusing(seqis.lab, ("monte_carlo_many", "sweep_knob", "sweep_batch_size", "train", "train_lags",
+                         "train_expected"))
+    refusing(lessons_data, ("train_expected",))
+    st.cache_data.clear()
+    lessons_data.warm_all("cpu")
+    refusing(seqis.acceptance, ("running_ratios", "length_sweep", "catastrophic", "kl_sweep", "drift"))
+    for n in range(N_SCREENS):
+        at = lesson(n)
+        assert len(charts(at)) == 1
+
+
+# ---------------------------------------------------------------------------------------------------------
+# the fixes on the full pages
+
+
+SMALL_LAB = {"bv.H": "16", "bv.k": "10", "bv.B": "32", "bv.nb": "50"}
+
+
+def test_bias_variance_additive_reward_makes_token_is_unbiased():
+    at = full_page("views/bias_variance.py", **SMALL_LAB, **{"bv.bit_reward": "additive",
+                                                             "bv.est": "token_tis,seq_is,pg"})
+    assert at.selectbox(key="bv.bit_reward").value == "additive"
+    assert "reward=additive" in at.caption[0].value
+    text = " ".join(c.value for c in at.caption)
+    contrast = theory.bitchain_token_is_mean(16, 10, 0.6, 0.55) / theory.bitchain_true_gradient(16, 10, 0.6)
+    assert f"**{contrast:.1%}** of the true one with the threshold reward and **100.0%** with the additive" in text
+    table = at.dataframe[0].value.set_index("estimator")
+    # unbiased here: its bias² within a few noise floors (token_tis's clip 2 never binds: max ratio 1.09)
+    assert table.loc["token_tis", "bias²"] < 4 * table.loc["token_tis", "noise floor"]
+
+
+def test_tabular_additive_reward_says_why_token_is_stays_biased():
+    at = full_page("views/bias_variance.py", **{"bv.toy": "tabular", "bv.reward": "additive", "bv.B": "32",
+                                                 "bv.nb": "50", "bv.est": "seq_is,token_tis"})
+    note = " ".join(i.value for i in at.info)
+    assert "the sampler also shifts which states are visited" in note
+    table = at.dataframe[0].value.set_index("estimator")
+    assert table.loc["token_tis", "rel. bias"] > 0.05  # still biased: exact by enumeration in the lab tests
+
+
+def test_clip_sweep_marks_the_best_clip_and_li_on_a_linear_axis():
+    at = full_page("views/bias_variance.py", **{k: str(v) for k, v in lab_data.INTERIOR_VIEW.items()},
+                   **{"bv.nb": "100", "bv.est": "seq_tis,seq_is"})
+    sweep = next(c for c in charts(at) if "vs seq_clip" in json.dumps(c, ensure_ascii=False))
+    assert sweep["layout"]["yaxis"].get("type", "linear") == "linear"
+    xs = {float(x) for t in sweep["data"] if "simulated" in t.get("name", "") for x in _values(t["x"])}
+    assert len(xs) >= 20 and min(xs) <= 0.25  # a fine grid, down below the slider's low end
+    text = json.dumps(sweep, ensure_ascii=False)
+    chi2 = theory.bitchain_chi2(16, 0.55, 0.45)
+    assert f"Li's C* = √(2(1+χ²)) = {theory.seq_tis_best_clip(chi2):.3g}" in text and "(the whole rollout's)" in text
+    assert "exact best seq_clip: 1.82" in text and "lowest simulated MSE" in text
+    assert not [b for b in at.button if b.key == "bv_interior"]  # its best clip is interior: no pointer elsewhere
+    default = full_page("views/bias_variance.py", **{"bv.nb": "50", "bv.est": "seq_tis,seq_is"})
+    assert [b for b in default.button if b.key == "bv_interior"]  # Huang's chain at B = 128: barely beats 0
+
+
+def test_the_chi2_of_c_star_is_named_where_it_is_quoted():
+    from seqis import advice, synthetic
+
+    trades = ESTIMATORS["seq_tis"].section("Trades")
+    assert "E_mu[w^2] - 1 the\nwhole rollout's" in trades or "whole rollout's" in trades
+    batch = synthetic.make_batch("gaussian", n_rollouts=64, max_len=256, seed=0)
+    (reading,) = advice.advise(batch, ["seq_tis"]).readings
+    assert any("the whole rollout's at the median length" in w for w in reading.why), reading.why
