@@ -58,6 +58,9 @@ def figure_json(fig, scale: float = 1.0) -> str:
             margin = layout.get("margin", {})
             if "t" in margin:
                 layout["margin"] = {**margin, "t": round(margin["t"] * scale)}
+            legend = layout.get("legend", {})
+            if isinstance(legend.get("y"), (int, float)) and legend["y"] < 0:  # a legend under the x axis: the
+                layout["legend"] = {**legend, "y": legend["y"] * scale**1.5}  # axis's labels grew, move it down
         spec["layout"] = layout
         text = _json[(id(fig), scale)] = pio.to_json(spec, validate=False, engine="auto")
         weakref.finalize(fig, _json.pop, (id(fig), scale), None)

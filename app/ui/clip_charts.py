@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
+from .lab_charts import _merge_close
 from .style import series_color, titled
 
 SE_BARS = 2.0
@@ -33,17 +34,20 @@ def best_simulated(df: pd.DataFrame) -> tuple[float, float] | None:
 
 def mse_vs_clip(df: pd.DataFrame, *, knob: str, estimator: str, theory: dict | None = None,
                 reference: pd.DataFrame | None = None, revealed: bool = True, title: str | None = None,
-                height: int = 440) -> go.Figure:
+                height: int = 440, quantities: tuple[str, ...] | None = None) -> go.Figure:
     """bias², variance and MSE of one estimator's gradient against its clip.
 
     df: simulated rows value, bias2(_se), variance(_se), mse(_se); a row at value = inf (no clip) is a dotted MSE
     line. theory (lab_data.clip_theory): {"chi2", "star", "exact" (rows value, bias2, variance, mse) or None,
-    "best"}; drawn when `revealed`. reference: other estimators' MSE (columns estimator, mse), dotted lines."""
+    "best"}; drawn when `revealed`. reference: other estimators' MSE (columns estimator, mse), dotted lines.
+    quantities: which of bias2, variance, mse to draw (default all three)."""
     fig = go.Figure()
     d = df.sort_values("value")
     finite = d[np.isfinite(d["value"].to_numpy(float))]
     exact = theory.get("exact") if (theory and revealed) else None
     for col, name, c in QUANTITIES:
+        if quantities is not None and col not in quantities:
+            continue
         if exact is not None:
             fig.add_trace(go.Scatter(x=exact["value"], y=exact[col], mode="lines", name=f"{name} (exact)",
                                      legendgroup=col, line=dict(color=c, width=2),
@@ -73,11 +77,12 @@ def mse_vs_clip(df: pd.DataFrame, *, knob: str, estimator: str, theory: dict | N
                            bgcolor="rgba(255,255,255,0.85)",
                            text=f"Li's C* = √(2(1+χ²)) = {star:.3g} <br>χ² = E_μ[w²] − 1 = {theory['chi2']:.3g} "
                                 "<br>(the whole rollout's) ")
-    lines = [(f"{knob} = ∞: MSE", float(row.mse), "#111111") for row in d[~np.isfinite(d["value"])].itertuples()]
+    lines = [(f"{knob} = ∞: MSE", float(row.mse), "#111111") for row in d[~np.isfinite(d["value"])].itertuples()
+             if quantities is None or "mse" in quantities]
     if reference is not None:
         lines += [(f"{row.estimator} MSE", float(row.mse), series_color(row.estimator, i))
                   for i, row in enumerate(reference.itertuples()) if row.estimator != estimator]
-    for text, y, c in lines:
+    for text, y, c in _merge_close(lines, decades=0.04):  # lines within 10% share one label
         fig.add_hline(y=y, line=dict(color=c, dash="dot", width=1.2))
         fig.add_annotation(x=1, xref="x domain", y=y, yref="y", text=text, showarrow=False, xanchor="right",
                            yanchor="bottom", font=dict(size=11, color=c))

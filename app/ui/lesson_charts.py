@@ -19,6 +19,7 @@ from .style import alpha, titled
 PRODUCT, GEO = "#3b6fd8", "#e4572e"  # the product weight and the geometric ratio, on every screen
 KEPT, DROPPED = "#2CA02C", "#D62728"
 EXACT = "#111111"
+LAG_SHOWN = 100  # the lag lesson's updates shown before the reveal
 
 
 def _log_ticks(lo: float, hi: float) -> list[float]:
@@ -60,11 +61,12 @@ def opening(data: dict, *, revealed: bool, s: float, height: int = 460) -> go.Fi
 
 
 def bands(data: dict, *, revealed: bool, s: float, height: int = 460) -> go.Figure:
-    """Acceptance vs length of Li's band on the product and on the geometric ratio: simulated points, and the
-    closed forms' lines once revealed (Length & thresholds' chart)."""
+    """Acceptance vs length of Li's band on the product ratio (simulated points); revealed: on the geometric ratio
+    too, and both closed forms' lines (Length & thresholds' chart)."""
     order = [data["labels"]["product"], data["labels"]["geo"]]
     colors = dict(zip(order, (PRODUCT, GEO), strict=True))
-    fig = lab_charts.acceptance_vs_length(data["theory"] if revealed else None, data["sim"], order=order,
+    sim = data["sim"] if revealed else data["sim"][data["sim"]["label"] == order[0]]  # the question's band waits
+    fig = lab_charts.acceptance_vs_length(data["theory"] if revealed else None, sim, order=order,
                                           colors=colors, title=f"Li's band [0.5, 2] on w and on exp(S/T), s = {s:g} "
                                                               f"(per-token KL {s * s / 2:.3g})")
     fig.update_layout(height=height)
@@ -74,7 +76,8 @@ def bands(data: dict, *, revealed: bool, s: float, height: int = 460) -> go.Figu
 def catastrophic(data: dict, *, revealed: bool, L: float, low: float, height: int = 460) -> go.Figure:
     """One token with l = -L among on-policy tokens: its own ratio e^(-L) (what a token band sees) and the rollout's
     geometric ratio e^(-L / T) (what a geometric band sees) against T; markers say whether each rule keeps the
-    token's gradient. Revealed: the closed form e^(-L / T) and the length T* = L / -log a from which it passes."""
+    token's gradient once revealed (grey before), with the closed form e^(-L / T) and the length T* = L / -log a from
+    which it passes."""
     df = data["df"]
     fig = go.Figure()
     fig.add_hrect(y0=low, y1=2.0, fillcolor=alpha(KEPT, 0.08), line_width=0)
@@ -89,10 +92,17 @@ def catastrophic(data: dict, *, revealed: bool, L: float, low: float, height: in
         fig.add_annotation(x=math.log10(data["t_star"]), xref="x", y=0.02, yref="paper", showarrow=False,
                            xanchor="left", text=f" T* = L / −log {low:g} = {data['t_star']:.3g}",
                            font=dict(color=EXACT, size=12))
-    for name, y_of, text in (("geo_mask", lambda T: np.exp(-L / T), "geometric band: rollout's e^(−L/T)"),
-                             ("mis_po", lambda T: np.full(len(T), math.exp(-L)), "token band: the token's e^(−L)")):
-        d = df[df["estimator"] == name]
+    for rule, y_of, text in (("geometric", lambda T: np.exp(-L / T), "geometric band: rollout's e^(−L/T)"),
+                             ("token", lambda T: np.full(len(T), math.exp(-L)), "token band: the token's e^(−L)")):
+        d = df[df["rule"] == rule]
+        name = d["estimator"].iloc[0]
         keep = d["weight"].to_numpy() > 0
+        if not revealed:  # what the rule sees, not yet what it decides
+            T = d["T"].to_numpy().astype(float)
+            fig.add_trace(go.Scatter(x=T, y=y_of(T), mode="markers", name=text,
+                                     marker=dict(color="#8a8f9c", size=8, symbol="circle-open", line=dict(width=1.5)),
+                                     hovertemplate=f"{name}, T=%{{x}}: ratio %{{y:.3g}}<extra></extra>"))
+            continue
         for mask, verdict, c, sym in ((keep, "kept", KEPT, "circle"), (~keep, "dropped", DROPPED, "x")):
             if mask.any():
                 T = d["T"].to_numpy()[mask].astype(float)
@@ -106,13 +116,15 @@ def catastrophic(data: dict, *, revealed: bool, L: float, low: float, height: in
 
 
 def token_bias(rows: pd.DataFrame, *, revealed: bool, reward: str, height: int = 460) -> go.Figure:
-    """Each estimator's mean gradient over the true one (bars, +-2 s.e.); revealed: the exact expectation."""
+    """Each estimator's mean gradient over the true one (bars, +-2 s.e.), the first one's (token IS's) only once
+    revealed, with the exact expectations."""
     fig = go.Figure()
     names = {"token_tis": "token IS (ρ_t per token)", "seq_is": "sequence IS (w per rollout)",
              "pg": "no correction (naive PG)"}
     x = [names.get(e, e) for e in rows["estimator"]]
-    fig.add_trace(go.Bar(x=x, y=rows["ratio"], name="simulated (200 batches of 128)", marker_color="#8fa9dc",
-                         error_y=dict(type="data", array=2 * rows["ratio_se"], visible=True),
+    y = rows["ratio"].where(revealed | (rows.index > 0), None)  # the question's bar waits for the reveal
+    fig.add_trace(go.Bar(x=x, y=y, name="simulated (200 batches of 128)", marker_color="#8fa9dc",
+                         error_y=dict(type="data", array=2 * rows["ratio_se"].where(y.notna(), 0), visible=True),
                          hovertemplate="%{x}<br>simulated %{y:.3f} of the truth<extra></extra>"))
     if revealed:
         fig.add_trace(go.Scatter(x=x, y=rows["exact"], mode="markers+text", name="exact (closed form)",
@@ -121,23 +133,29 @@ def token_bias(rows: pd.DataFrame, *, revealed: bool, reward: str, height: int =
                                  hovertemplate="%{x}<br>exact %{y:.4f} of the truth<extra></extra>"))
     fig.add_hline(y=1.0, line=dict(color="#555", dash="dot", width=1.2), annotation_text="unbiased",
                   annotation_position="top right")
+    if not revealed:
+        fig.add_annotation(x=x[0], y=0.1, text="?", showarrow=False, font=dict(size=40, color="#8a8f9c"))
     fig.update_yaxes(title="mean gradient / true gradient", range=[0, 1.25])
     what = "reward 1[sum of bits ≥ 40]" if reward == "threshold" else "reward = the sum of the bits"
     return titled(fig, f"Huang's chain, H = 64, p = 0.6, q = 0.55, {what}", height=height)
 
 
 def clip(data: dict, *, revealed: bool, batch_size: int, height: int = 460) -> go.Figure:
-    """The clip sweep (Bias & variance's chart), revealed: the exact curves, the exact best clip and Li's C*."""
+    """The clip sweep (Bias & variance's chart): bias² and variance; revealed: their sum, the MSE, the exact
+    curves, the exact best clip and Li's C*."""
     return mse_vs_clip(data["df"], knob="seq_clip", estimator="seq_tis", theory=data["theory"], revealed=revealed,
+                       quantities=None if revealed else ("bias2", "variance"),
                        title=f"seq_tis on a 16-bit chain, {batch_size} rollouts a batch: error vs clip C",
                        height=height)
 
 
 def lag(data: dict, *, revealed: bool, lag: int, height: int = 460) -> go.Figure:
-    """Exact J after each update for the sampled runs (mean and range over seeds: Training's chart); revealed: the
-    infinite-batch runs (each estimator's exact expected gradient) dashed."""
-    fig = training_charts.learning_curves(data["J"], title=f"Training with rollouts {lag} updates stale",
-                                          J0=data["J0"])
+    """Exact J after each update for the sampled runs (mean and range over seeds: Training's chart), the first
+    LAG_SHOWN updates until revealed; then all of them and the infinite-batch runs (each estimator's exact expected
+    gradient) dotted."""
+    J = data["J"] if revealed else data["J"][data["J"]["update"] <= LAG_SHOWN]
+    fig = training_charts.learning_curves(J, title=f"Training with rollouts {lag} updates stale", J0=data["J0"])
+    fig.update_xaxes(range=[0, int(data["J"]["update"].max())])
     if revealed:
         palette = training_charts.colors(data["J"]["estimator"].unique())
         for label, d in data["expected"].groupby("estimator", sort=False):
@@ -165,5 +183,5 @@ def scoreboard(rows: list[dict], *, height: int = 260) -> go.Figure:
                                      hovertemplate=f"{fact}: {text}<extra></extra>"))
             seen.add(text)
     fig.update_yaxes(tickvals=[0, 1], ticktext=["self-check", "your prediction"], range=[-0.6, 1.6], showgrid=False)
-    fig.update_xaxes(title="fact", showgrid=False)
+    fig.update_xaxes(showgrid=False)
     return titled(fig, "Your answers, fact by fact", height=height)

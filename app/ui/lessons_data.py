@@ -83,23 +83,25 @@ def bands(s: float, device: str) -> dict:
 CAT_L = (5, 10, 20)
 CAT_LOW = (0.5, 0.9)  # the geometric band's lower edge (upper 2)
 CAT_TOKEN = (0.5, 2.0)  # mis_po's token band
+CAT_RULES = {"geo_mask": "geometric", "mis_po": "token"}  # the two rules the screen sets side by side, by role
 
 
 def catastrophic(L: float, low: float, device: str) -> dict:
-    """One token with l = -L among on-policy tokens: {"df": rows label, T, weight, accepted for geo_mask and mis_po
-    (direction "down"), "t_star": L / -log low (closed form), "dropped_at" / "kept_at": the simulated lengths
-    either side of it (the longest where geo_mask drops the rollout, the shortest where it keeps it)}."""
+    """One token with l = -L among on-policy tokens: {"df": rows rule ("geometric": geo_mask, "token": mis_po; see
+    CAT_RULES), T, weight, accepted (direction "down"), "t_star": L / -log low (closed form), "dropped_at" /
+    "kept_at": the simulated lengths either side of it (the longest where the geometric gate drops the rollout,
+    the shortest where it keeps it), "token_kept": whether the token band ever keeps the token's gradient}."""
     geo = (float(low), 2.0)
     panel = lengths_data.catastrophic_panel(float(L), geo, CAT_TOKEN, LT["traj"], LT["clip"], device)
-    df = panel["df"]
-    df = df[(df["direction"] == "down") & df["estimator"].isin(["geo_mask", "mis_po"])]
-    geo_rows = df[df["estimator"] == "geo_mask"]
-    kept = geo_rows[geo_rows["accepted"].astype(bool)]["T"]
-    dropped = geo_rows[~geo_rows["accepted"].astype(bool)]["T"]
+    df = panel["df"].assign(rule=lambda d: d["estimator"].map(CAT_RULES))
+    df = df[(df["direction"] == "down") & df["rule"].notna()]
+    gate = df[df["rule"] == "geometric"]
+    kept = gate[gate["accepted"].astype(bool)]["T"]
+    dropped = gate[~gate["accepted"].astype(bool)]["T"]
     return dict(df=df, t_star=float(theory.catastrophic_min_length(float(L), low)),
                 kept_at=int(kept.min()) if len(kept) else None,
                 dropped_at=int(dropped.max()) if len(dropped) else None,
-                mis_po_kept=bool(df[df["estimator"] == "mis_po"]["weight"].gt(0).any()))
+                token_kept=bool(df[df["rule"] == "token"]["weight"].gt(0).any()))
 
 
 # ---- screen 3 (fact c): token IS on Huang's chain, threshold vs additive reward; Bias & variance's first run

@@ -174,9 +174,9 @@ def opening(n: int, slot) -> None:
 @screen("(a) bands", "A band on w, or on its geometric mean: which keeps long rollouts?",
         "Li & Liu keep a rollout when its ratio lies in [0.5, 2]. Put that band on the product w and it judges the "
         "noise of all T tokens at once; put it on the geometric ratio exp(S/T) and it judges the average token. "
-        "The points are simulated batches of 1,000 rollouts at each length, run through the estimators. Move the "
-        "noise s: at s = 1.2 the per-token KL s²/2 is 0.72 nats. At T = 4,096, how much does the geometric band "
-        "keep?")
+        "The points are what the band on w keeps of simulated batches of 1,000 rollouts at each length; Reveal adds "
+        "the geometric band's and both closed forms. Move the noise s: at s = 1.2 the per-token KL s²/2 is "
+        "0.72 nats. At T = 4,096, how much does the geometric band keep?")
 def bands(n: int, slot) -> None:
     s = bound(st.select_slider, "noise s (per-token KL s²/2)", f"ls.{n}.s", 0.05, options=list(data.BAND_S),
               valid=lambda v: v in data.BAND_S)
@@ -200,9 +200,9 @@ T_GUESSES = (2, 5, 15, 50, 150, 500)
 @screen("(b) catastrophes", "One token 10 nats off: does a long rollout hide it?",
         "A numerical glitch can make one token catastrophically off: with l = −10, π gives it e^−10 of μ's "
         "probability. Every other token here is on-policy (l = 0). A geometric band sees the rollout's average, "
-        "exp(−L/T); a token band (MIS-PO's [0.5, 2] on each token) sees the token itself. The markers show whether "
-        "each rule keeps the bad token's gradient at each length. From which length on does the geometric band let "
-        "it through?")
+        "exp(−L/T); a token band (MIS-PO's [0.5, 2] on each token) sees the token itself. The markers are what each "
+        "rule sees at each length (Reveal colours what the estimators decide). From which length on does the "
+        "geometric band let the bad token's gradient through?")
 def catastrophes(n: int, slot) -> None:
     c1, c2 = st.columns(2)
     L = bound(c1.select_slider, "the bad token's |l| = L", f"ls.{n}.L", 10, options=list(data.CAT_L),
@@ -216,7 +216,7 @@ def catastrophes(n: int, slot) -> None:
     right = None if guess is None else guess == nearest(T_GUESSES, d["t_star"])
     answer(n, right, f"Closed form: from **T* = L / −log a = {d['t_star']:.3g}** tokens on. Simulated through "
            f"geo_mask: dropped at T = {d['dropped_at']}, kept at T = {d['kept_at']} (the lengths run). MIS-PO's token "
-           f"band {'keeps' if d['mis_po_kept'] else 'drops'} it at every length.",
+           f"band {'keeps' if d['token_kept'] else 'drops'} it at every length.",
            "The geometric ratio is exp(−L/T): the catastrophe is averaged over T tokens and passes the band once "
            "L/T < −log a. Long rollouts dilute catastrophes; only a token-level rule (a token band, verl's veto) sees "
            "the token itself.")
@@ -231,9 +231,9 @@ BIAS_GUESSES = {"100% (unbiased)": 1.0, "about 85%": 0.85, "about 60%": 0.6, "ab
 @screen("(c) token IS", "Token IS corrects every token. Is its gradient unbiased?",
         "Huang's chain: 64 independent bits, reward 1 if at least 40 are ones. The trainer π sets a bit to 1 with "
         "p = 0.6, the sampler μ with q = 0.55. Token IS multiplies each token's gradient by its own ratio "
-        "ρ_t = π(a_t)/μ(a_t), as PPO does; sequence IS multiplies all of them by the product w. The bars are each "
-        "estimator's mean gradient over 200 batches of 128 rollouts, as a share of the exact gradient. What share "
-        "does token IS get?")
+        "ρ_t = π(a_t)/μ(a_t), as PPO does; sequence IS multiplies all of them by the product w. The bars are a "
+        "mean gradient over 200 batches of 128 rollouts, as a share of the exact gradient; token IS's bar waits for "
+        "Reveal. What share does token IS get?")
 def token_is(n: int, slot) -> None:
     reward = bound(st.segmented_control, "reward", f"ls.{n}.reward", "threshold", options=list(REWARD_LABELS),
                    format_func=REWARD_LABELS.get, valid=lambda v: v in REWARD_LABELS)
@@ -258,8 +258,8 @@ def token_is(n: int, slot) -> None:
 @screen("(d) the best clip", "Clip the sequence weight at C: where is the best C?",
         "Sequence TIS replaces w by min(w, C). A small C caps the variance but biases the gradient (the rewarded "
         "rollouts here have w > 1, and clipping shrinks them); a large C is unbiased but noisy. On a 16-bit chain "
-        "(reward 1 if at least 11 ones, p = 0.55, q = 0.45) the points are bias², variance and MSE over 200 "
-        "batches at each clip. Li & Liu's rule of thumb is C* = √(2(1 + χ²)). Where is the MSE lowest?")
+        "(reward 1 if at least 11 ones, p = 0.55, q = 0.45) the points are bias² and variance over 200 batches at "
+        "each clip. Li & Liu's rule of thumb is C* = √(2(1 + χ²)). Where is their sum, the MSE, lowest?")
 def best_clip(n: int, slot) -> None:
     B = bound(st.select_slider, "rollouts per batch B", f"ls.{n}.B", 128, options=list(data.CLIP_B),
               valid=lambda v: v in data.CLIP_B)
@@ -282,8 +282,8 @@ def best_clip(n: int, slot) -> None:
         "Asynchronous RL trains on rollouts from a policy several updates old. Here a policy over a 128-bit chain "
         "(reward 1 if at least 84 ones) starts near J = 0 and takes 300 SGD updates of 512 rollouts each, every "
         "batch drawn from the policy K updates stale, under four corrections: sequence IS, token IS, GeoMean IS and "
-        "sequence TIS at C = 2. Curves are the exact success probability J; bands span two seeds. Which ends highest "
-        "at the lag you pick?")
+        "sequence TIS at C = 2. Curves are the exact success probability J over the first 100 updates; bands span two "
+        "seeds. Which ends highest after all 300, at the lag you pick?")
 def lag(n: int, slot) -> None:
     K = bound(st.select_slider, "lag K (updates stale)", f"ls.{n}.K", 100, options=list(data.LAG_OPTIONS),
               valid=lambda v: v in data.LAG_OPTIONS)
