@@ -235,8 +235,7 @@ def clip_theory(toy: ToySpec, name: str, cfg: Config, knob: str, mc: MCSpec) -> 
                exact=None, best=None)
     comp = resolve(name, cfg)
     w = comp.weight
-    only_clip = (not comp.criteria and comp.penalty is None and comp.log_ratio_clamp is None and w.band is None
-                 and not w.self_normalize and w.clip_low == 0.0)
+    only_clip = comp.plain and w.band is None and not w.self_normalize and w.clip_low == 0.0  # min(w, C) alone
     uniform = toy.toy == "bitchain" and bool((chain.p == chain.p[0]).all() and (chain.q == chain.q[0]).all())
     if only_clip and uniform and not mc.baseline:
         C = np.asarray(CLIP_LINE)
