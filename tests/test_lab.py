@@ -138,6 +138,7 @@ def test_batch_gradient_is_backprop_of_the_loss(toy, name, baseline):
         assert torch.allclose(res.grads[b], -theta.grad, rtol=1e-10, atol=1e-14)
 
 
+@pytest.mark.reproducibility
 def test_same_seed_same_result_whatever_the_chunking():
     chain = huang()
     a = monte_carlo(chain, "seq_tis", batch_size=32, n_batches=20, seed=3)

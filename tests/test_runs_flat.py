@@ -63,7 +63,7 @@ def test_the_first_layout_reads_as_the_step_folders(runs):
             record = json.loads(lines[rank][line - 1])  # `line` points into the whole rank file
             assert (record["step"], record["micro_sequence_idx"]) == (step, idx)
     scanned = [scan(path, ("seq_tis", "mis_po"), by="env_name", workers=1) for path in (outputs, folders)]
-    pd.testing.assert_frame_equal(*(df.drop(columns="fingerprint") for df in scanned))
+    pd.testing.assert_frame_equal(*(df.drop(columns="fingerprint") for df in scanned), check_exact=True)
 
 
 def test_a_half_written_last_line_and_a_restarted_trainer(runs, tmp_path):

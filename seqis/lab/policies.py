@@ -28,6 +28,7 @@ import torch.nn.functional as F
 
 from ..synthetic import PRECISION_EPS
 from .chain import BitChain
+from .fixed import pointwise
 from .poisson_binomial import value_and_gradient
 from .tabular import TabularAR
 
@@ -74,7 +75,7 @@ class ChainPolicy:
         return torch.logit(self.chain.p)  # (H,) float64
 
     def value_and_gradient(self, theta: torch.Tensor, gradient: bool = True):
-        p = torch.sigmoid(theta)  # (R, H)
+        p = pointwise(torch.sigmoid, theta)  # (R, H); pointwise: a run's bits whatever R is (seqis.lab.fixed)
         J, dJdp = value_and_gradient(p, self.count_reward, gradient=gradient)
         return J, (dJdp * p * (1 - p) if gradient else None)
 
@@ -85,7 +86,7 @@ class ChainPolicy:
             eps = PRECISION_EPS[self.fault.precision]
             u = draw("precision", (n, self.horizon)).to(torch.float64)  # (R, n, H)
             logits = logits + eps * math.sqrt(3.0) * (2 * u - 1)
-        q = torch.sigmoid(logits)
+        q = pointwise(torch.sigmoid, logits)
         top_p = self.fault.top_p
         if top_p < 1.0:  # the majority bit alone is the nucleus once its probability reaches top_p
             q = torch.where(q >= top_p, 1.0, torch.where(1 - q >= top_p, 0.0, q))
@@ -94,15 +95,15 @@ class ChainPolicy:
     def rollouts(self, theta: torch.Tensor, theta_mu: torch.Tensor, draw, n: int, dtype: torch.dtype):
         u = draw("tokens", (n, self.horizon)).to(dtype)  # (R, n, H)
         if not self.fault.active:  # log P(a) = log sigmoid(-theta) + a theta: one fused pass per policy
-            q = torch.sigmoid(theta_mu).to(dtype)[:, None, :]  # (R, 1, H)
+            q = pointwise(torch.sigmoid, theta_mu).to(dtype)[:, None, :]  # (R, 1, H)
             a = (u < q).to(dtype)  # (R, n, H) 0/1
-            logq = torch.addcmul(F.logsigmoid(-theta_mu).to(dtype)[:, None], a, theta_mu.to(dtype)[:, None])
+            logq = torch.addcmul(pointwise(F.logsigmoid, -theta_mu).to(dtype)[:, None], a, theta_mu.to(dtype)[:, None])
         else:
             q = self._sampler(theta_mu, draw, n, dtype)
             hit = u < q.to(dtype)
             a = hit.to(dtype)
-            logq = torch.where(hit, torch.log(q), torch.log1p(-q)).to(dtype)  # the sampled bit is never impossible
-        logp = torch.addcmul(F.logsigmoid(-theta).to(dtype)[:, None], a, theta.to(dtype)[:, None])  # (R, n, H)
+            logq = torch.where(hit, pointwise(torch.log, q), pointwise(torch.log1p, -q)).to(dtype)  # never impossible
+        logp = torch.addcmul(pointwise(F.logsigmoid, -theta).to(dtype)[:, None], a, theta.to(dtype)[:, None])  # (R,n,H)
         reward = self.count_reward.to(a.device, dtype)[a.sum(-1).long()]  # (R, n)
         return a, logp, logq, reward
 
@@ -119,16 +120,16 @@ class ChainPolicy:
         a = bits.expand(R, N, H)
         q = self._sampler(theta_mu, None, 1, dtype)  # (R, 1, H)
         hit = a.bool()
-        logq64 = torch.where(hit, torch.log(q), torch.log1p(-q))  # (R, N, H), -inf where the sampler cannot go
-        prob = logq64.sum(-1).exp()  # (R, N)
+        logq64 = torch.where(hit, pointwise(torch.log, q), pointwise(torch.log1p, -q))  # (R, N, H), -inf: cannot go
+        prob = pointwise(torch.exp, logq64.sum(-1))  # (R, N)
         logq = torch.where(prob[..., None] > 0, logq64, 0.0).to(dtype)  # impossible rollouts carry weight 0
-        logp = torch.addcmul(F.logsigmoid(-theta).to(dtype)[:, None], a, theta.to(dtype)[:, None])
+        logp = torch.addcmul(pointwise(F.logsigmoid, -theta).to(dtype)[:, None], a, theta.to(dtype)[:, None])
         reward = self.count_reward.to(a.device, dtype)[a.sum(-1).long()]
         return a, logp, logq, reward, prob
 
     def score(self, tokens: torch.Tensor, coef: torch.Tensor, theta: torch.Tensor) -> torch.Tensor:
         """d log pi(a_t) / d theta_t = a_t - p_t, so the gradient is sum_b coef (a - p)."""
-        p = torch.sigmoid(theta)  # (R, H)
+        p = pointwise(torch.sigmoid, theta)  # (R, H)
         return (coef * tokens).sum(1).double() - p * coef.sum(1).double()  # (R, H)
 
 
@@ -160,7 +161,8 @@ class TabularPolicy:
     def value_and_gradient(self, theta: torch.Tensor, gradient: bool = True):
         with torch.enable_grad():
             th = theta.detach().clone().requires_grad_(gradient)
-            J = self._logp_table(th).sum(-1).exp() @ self.seq_reward.to(th.device)  # (R,)
+            # (R,); a sum, not a matmul: BLAS's order depends on R, and a seed must not (seqis.lab.train)
+            J = (pointwise(torch.exp, self._logp_table(th).sum(-1)) * self.seq_reward.to(th.device)).sum(-1)
             grad = torch.autograd.grad(J.sum(), th)[0] if gradient else None
         return J.detach(), grad
 
@@ -168,11 +170,11 @@ class TabularPolicy:
         """(R, N, T) log mu of every sequence's tokens (-inf where top-p removes one)."""
         T, V = self.horizon, self.vocab
         probs = _nucleus(torch.softmax(theta_mu.view(-1, T, V, V), -1), self.fault.top_p).flatten(1)
-        return probs.log()[:, self._index.to(theta_mu.device)]
+        return pointwise(torch.log, probs)[:, self._index.to(theta_mu.device)]
 
     def rollouts(self, theta: torch.Tensor, theta_mu: torch.Tensor, draw, n: int, dtype: torch.dtype):
         logq_all = self._sampler_table(theta_mu)  # (R, N, T)
-        cdf = logq_all.sum(-1).exp().cumsum(-1)  # (R, N)
+        cdf = pointwise(torch.exp, logq_all.sum(-1)).cumsum(-1)  # (R, N)
         u = draw("tokens", (n,)).to(torch.float64) * cdf[:, -1:]  # (R, n): one uniform per rollout
         idx = torch.searchsorted(cdf, u, right=True).clamp(max=cdf.shape[1] - 1)  # (R, n) sequence ids
         pick = idx[..., None].expand(-1, -1, self.horizon)  # (R, n, T)
@@ -183,7 +185,7 @@ class TabularPolicy:
 
     def enumerate(self, theta: torch.Tensor, theta_mu: torch.Tensor, dtype: torch.dtype):
         logq64 = self._sampler_table(theta_mu)  # (R, N, T)
-        prob = logq64.sum(-1).exp()  # (R, N)
+        prob = pointwise(torch.exp, logq64.sum(-1))  # (R, N)
         logq = torch.where(prob[..., None] > 0, logq64, 0.0).to(dtype)
         R = theta.shape[0]
         tokens = self.sequences.to(theta.device).expand(R, -1, -1)

@@ -13,13 +13,15 @@ the policy's score), theta <- theta + lr g (plain SGD ascent). `batch_size=None`
 sequence weighted by its sampler probability: the estimator's exact expected gradient (small toys only).
 
 Vectorised: every (estimator, lag, seed) run is a row of one (R, D) theta; a step draws all rollouts as
-(R, B, T) tensors, each estimator sees its runs' rollouts as one Batch (estimators are per-rollout
-functions, so each run gets exactly the gradient it would get alone), and the policy maps the loss
-gradient to theta for all runs at once. The only Python loops are over steps and estimators. J and the
-exact gradient come from `seqis.lab.poisson_binomial` (BitChain) or enumeration (TabularAR) every step.
-Each seed has its own counter-based random stream (`seqis.lab.streams`), shared by the estimators and lags
-of that seed (common random numbers), so a seed reproduces J exactly alone or in a sweep, whatever the
-chunking. Runs are chunked by seeds to fit `memory_budget`.
+(R, B, T) tensors, each estimator sees its runs' rollouts in row blocks of a few Batches (estimators are
+per-rollout functions, so each run gets exactly the gradient it would get alone), and the policy maps the
+loss gradient to theta for all runs at once. The only Python loops are over steps, estimators and row blocks
+(run by run for self-normalised or penalised estimators). J and the exact gradient come from
+`seqis.lab.poisson_binomial` (BitChain) or enumeration (TabularAR) every step. Each seed has its own
+counter-based random stream (`seqis.lab.streams`), shared by the estimators and lags of that seed (common
+random numbers), and no arithmetic on a run's path depends on the runs beside it (`seqis.lab.fixed`), so a
+seed reproduces J to the bit alone or in a sweep, whatever the chunking (same machine and torch; horizons up
+to 512). Runs are chunked by seeds to fit `memory_budget`.
 
 Our choices (the post, Huang 2026, states none of them): plain SGD, theta0 = logit(p), A = reward, no
 normalisation, rollouts in float32 (float64 for batch_size=None), theta and J in float64. Two options probe
@@ -40,6 +42,7 @@ import torch
 from ..compose import Composition
 from ..registry import entry, resolve, run
 from ..types import Batch, Config
+from .fixed import row_blocks
 from .policies import SamplerFault, policy_of
 from .streams import Streams
 
@@ -143,6 +146,7 @@ class _Estimator:
     cfg: Config | None
     adv_tau: float  # read off its own loss on one on-policy token: d loss / d log pi = -adv_tau there
     coupled: bool  # its weights depend on the whole batch (self-normalised): evaluated run by run
+    penalised: bool  # its loss has a penalty: the gradient by autograd, through the loss's 1 / (rollouts)
 
     @property
     def label(self) -> str:
@@ -162,7 +166,8 @@ def _pairs(estimators) -> list[_Estimator]:
         res = run(x, Batch(leaf, torch.zeros(1, 1, dtype=torch.float64), torch.ones(1, dtype=torch.float64)), cfg,
                   agg=AGG)
         (dlogp,) = torch.autograd.grad(res.loss, leaf)
-        out.append(_Estimator(x, cfg, -float(dlogp), resolve(x, cfg).weight.self_normalize))
+        comp = resolve(x, cfg)
+        out.append(_Estimator(x, cfg, -float(dlogp), comp.weight.self_normalize, comp.penalty is not None))
     return out
 
 
@@ -315,7 +320,7 @@ def _estimate(policy, pairs, theta, theta_mu, draw, batch_size, dtype, runs_per_
     k = runs_per_estimator
     for i, est in enumerate(pairs):
         sl = slice(i * k, (i + 1) * k)
-        if est.coupled:  # self-normalised weights average over the batch: each run's batch alone
+        if est.coupled or est.penalised:  # each run's batch alone (see _coefficient)
             parts = [_coefficient(est, logp[r : r + 1], logq[r : r + 1], reward[r : r + 1])
                      for r in range(*sl.indices(R))]
             c, frac = (torch.cat(x) for x in zip(*parts, strict=True))
@@ -329,15 +334,38 @@ def _estimate(policy, pairs, theta, theta_mu, draw, batch_size, dtype, runs_per_
 
 
 def _coefficient(est: _Estimator, logp, logq, reward):
-    """k runs' rollouts (k, n, T) as one Batch through the estimator: (k, n, T) the gradient coefficient of
-    each token (d loss / d log pi times -k n, so a run's mean over its rollouts is the estimate) and (k, n)
-    the fraction of each rollout's tokens kept."""
+    """k runs' rollouts (k, n, T) through the estimator: (k, n, T) the gradient coefficient of each token (d loss
+    / d log pi times -k n, so a run's mean over its rollouts is the estimate) and (k, n) the fraction of each
+    rollout's tokens kept.
+
+    A run's coefficients must not depend on the other runs beside it (a seed reproduces alone or in a sweep,
+    seqis.lab.fixed). Per-rollout weights: the k n rollouts, padded with rollouts of log pi = log mu = 0 and
+    reward 0 (coefficient 0, dropped after), go through the estimator in the calls `row_blocks` gives.
+    Self-normalised weights (they average over the batch) and penalised losses (their gradient carries the
+    loss's 1 / n) come here one run at a time (k = 1), the same call alone or in a sweep."""
     k, n, T = logp.shape
-    leaf = logp.reshape(k * n, T).requires_grad_()
-    res = run(est.x, Batch(leaf, logq.reshape(k * n, T), reward.reshape(k * n)), est.cfg, agg=AGG)
-    if "penalty" in res.metrics:  # a loss with a penalty term: its full gradient, by autograd
+    if est.penalised:  # a loss with a penalty term: its full gradient, by autograd
+        leaf = logp.reshape(k * n, T).detach().requires_grad_()
+        res = run(est.x, Batch(leaf, logq.reshape(k * n, T), reward.reshape(k * n)), est.cfg, agg=AGG)
         (dlogp,) = torch.autograd.grad(res.loss, leaf)
-        c = dlogp.view(k, n, T) * -float(k * n)  # the loss averages over the k n rollouts
-    else:  # the contract: d loss / d log pi = -weights * adv_tau * A / (k n), exact whatever k is
-        c = res.weights.view(k, n, T) * (est.adv_tau * reward)[..., None]
-    return c, res.rollouts["kept_fraction"].view(k, n).double()
+        return dlogp.view(k, n, T) * -float(k * n), res.rollouts["kept_fraction"].view(k, n).double()
+    if est.coupled:
+        res = run(est.x, Batch(logp.reshape(k * n, T), logq.reshape(k * n, T), reward.reshape(k * n)), est.cfg,
+                  agg=AGG)
+        weights, kept = res.weights, res.rollouts["kept_fraction"]
+    else:
+        N = k * n
+        rows, blocks = row_blocks(N, T)
+        pad = (0, 0, 0, rows - N)
+        lp, lq = (torch.nn.functional.pad(x.reshape(N, T), pad) for x in (logp, logq))  # (rows, T)
+        rw = torch.nn.functional.pad(reward.reshape(N), (0, rows - N))  # (rows,)
+        weights = logp.new_empty(rows, T)
+        kept = logp.new_empty(rows)
+        for sl in blocks:
+            res = run(est.x, Batch(lp[sl], lq[sl], rw[sl]), est.cfg, agg=AGG)
+            weights[sl] = res.weights
+            kept[sl] = res.rollouts["kept_fraction"]
+        weights, kept = weights[:N], kept[:N]
+    # the contract: d loss / d log pi = -weights * adv_tau * A / (k n), exact whatever k is
+    c = weights.view(k, n, T) * (est.adv_tau * reward)[..., None]
+    return c, kept.view(k, n).double()
