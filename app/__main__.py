@@ -1,5 +1,6 @@
-"""The explorer with its caches warm: `python -m app [streamlit run options]` (what `make run` and the browser
-benchmark start; `streamlit run app` works too).
+"""The explorer with its caches warm: `python -m app [--data-root PATH ...] [streamlit run options]` (what
+`make run` and the browser benchmark start; `streamlit run app` works too). `--data-root` (repeatable) names the
+folders the pages may read server paths from (docs/serving.md); it sets SEQIS_DATA_ROOTS for them.
 
 Before the server listens it computes Explore's first screen and the views a first click opens (other scenarios
 and examples, Learn's presets) in this process, so "the server is up" means they are ready; Bias & variance's
@@ -17,9 +18,32 @@ for path in (str(APP.parent), str(APP)):  # the pages import `ui` and `seqis` fr
         sys.path.insert(0, path)
 
 
+def take_data_roots(argv: list[str]) -> tuple[list[str], list[str]]:
+    """`--data-root PATH` / `--data-root=PATH` (repeatable) taken out of argv: (the folders, made absolute against
+    this folder, the one the app starts in; the rest for streamlit). A flag with no path is an error."""
+    roots, rest, args = [], [], iter(argv)
+    for arg in args:
+        if arg == "--data-root":
+            value = next(args, "")
+        elif arg.startswith("--data-root="):
+            value = arg.split("=", 1)[1]
+        else:
+            rest.append(arg)
+            continue
+        if not value.strip() or value.startswith("--"):
+            raise SystemExit("python -m app: --data-root needs a folder (--data-root /path/to/runs)")
+        roots.append(os.path.abspath(os.path.expanduser(value)))
+    return roots, rest
+
+
 def main(argv: list[str]) -> None:
+    roots, argv = take_data_roots(argv)
     from streamlit.web import cli
     from ui import warm
+    from ui.paths import ENV
+
+    if roots:  # the flag wins over the environment; the pages read it from there (ui/paths.py)
+        os.environ[ENV] = os.pathsep.join(roots)
 
     warm.before_serving()
     warm.start_background()

@@ -41,7 +41,8 @@ def test_opening_a_step_hands_its_batch_to_explore():
     assert src.name.endswith("step_5.jsonl") and payload.count(b"\n") == 12  # two ranks x six sequences
 
 
-def test_a_scan_file_and_a_folder_on_the_server(tmp_path):
+def test_a_scan_file_and_a_folder_on_the_server(tmp_path, monkeypatch):
+    monkeypatch.setenv("SEQIS_DATA_ROOTS", str(tmp_path))  # the folder this server reads (test_app_paths.py)
     root = tmp_path / "outputs"
     write_prime_rl_run(root / "token_exports", steps=3, ranks=1, rollouts_per_rank=4, incident=(1, "code"))
     out = tmp_path / "scan.parquet"
@@ -53,7 +54,7 @@ def test_a_scan_file_and_a_folder_on_the_server(tmp_path):
     at = run_page(**{"run.source": "folder", "run.path": str(root), "run.estimators": "seq_tis,mis_po"})
     assert set(at.dataframe[0].value["step"]) == {1}
     at = run_page(**{"run.source": "folder", "run.path": str(tmp_path / "nowhere")})
-    assert "no such folder" in at.error[0].value
+    assert "no run folder by that name" in at.error[0].value
 
 
 def test_the_timelines_mark_the_incident_and_keep_one_colour_per_group(tmp_path):

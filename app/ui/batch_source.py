@@ -16,7 +16,7 @@ from seqis.synthetic import SCENARIOS, describe
 from . import explore_data as data
 from .device import device
 from .presets import FIRST_BATCH, FIRST_SCENARIO, PREFIX
-from .state import bound, current_batch, forget, hold_batch, remember
+from .state import bound, current_batch, forget, hold_batch, literal, remember
 from .widgets import knob_widgets
 
 P = PREFIX  # "ex."
@@ -82,7 +82,7 @@ def _file(where, kind: str) -> tuple[data.Source, bytes] | None:
         if up is None:
             shared = st.query_params.get(f"{P}file")
             if shared:
-                where.info(f"This link was made with an uploaded file, **{shared}**. Uploads are never stored: "
+                where.info(f"This link was made with an uploaded file, {literal(shared)}. Uploads are never stored: "
                            "upload the file again to see this view.")
             return None
         raw, name = up.getvalue(), up.name

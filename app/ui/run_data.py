@@ -1,5 +1,6 @@
 """The Run page's cached bridge: scans (of a run folder, a scan file on the server or an uploaded scan) as
-DataFrames, and one step of a run handed to Explore and Diagnose.
+DataFrames, and one step of a run handed to Explore and Diagnose. Every path here has passed ui/paths.py's rule
+(the page's picker, or `served.confine` below for a path a scan recorded and a step opened).
 
 Keys are small: a folder's path with the fingerprint of its files (names, sizes, modification times: a
 new step changes it), a file's path and modification time, an upload's digest."""
@@ -10,7 +11,6 @@ import hashlib
 import io
 import threading
 from collections import OrderedDict
-from pathlib import Path
 
 import pandas as pd
 import streamlit as st
@@ -18,15 +18,21 @@ import streamlit as st
 from seqis.io import ASSETS_DIR
 from seqis.runs import incidents, load_run, read_scan, scan
 
+from . import served
+from .paths import Refused
+
 EXAMPLE_RUN = ASSETS_DIR / "runs" / "prime_rl_example"
 SEED_FOUR = ("seq_tis", "seq_mis", "geo_mask", "mis_po")
 IN_PROCESS_STEPS = 64  # runs with fewer steps are scanned in this process; larger ones by one process per core
 
 
 def fingerprint(path: str) -> str:
-    """The run's files as one digest (stat calls only): it changes when a step is added or rewritten."""
+    """The run's files as one digest (stat calls only): it changes when a step is added or rewritten. A run
+    whose files link out of the folders this server reads is refused (paths.Refused) before any is read."""
     r = load_run(path)
-    text = "\n".join(r.files(s).fingerprint() for s in r.steps + r.unstable_steps)
+    steps = [r.files(s) for s in r.steps + r.unstable_steps]
+    served.check_files([f for s in steps for f in s.files], path)
+    text = "\n".join(s.fingerprint() for s in steps)
     return hashlib.sha256(text.encode()).hexdigest()
 
 
@@ -74,11 +80,14 @@ def worst(df: pd.DataFrame, n: int = 12) -> pd.DataFrame:
 
 
 def run_folder_of(df: pd.DataFrame, given: str | None) -> str | None:
-    """The run folder a scan's steps can be opened from: the one scanned, else the path the scan recorded,
-    when it is still on this server."""
+    """The run folder a scan's steps can be opened from: the one scanned, else the path the scan recorded (an
+    uploaded scan's too), when it is a folder inside the ones this server reads."""
     for path in (given, df.attrs.get("path")):
-        if path and Path(path).is_dir():
-            return str(path)
+        if path:
+            try:
+                return str(served.confine(str(path), "folder"))
+            except Refused:
+                continue
     return None
 
 
@@ -90,7 +99,9 @@ def hand_step_to_explore(run_path: str, step: int) -> str:
     from ui import explore_data
     from ui.state import first_look, hold_batch, set_view
 
-    name, payload = load_run(run_path).step_file(step)
+    run = load_run(served.confine(run_path, "folder"))
+    served.check_files(run.files(step).files, run_path)
+    name, payload = run.step_file(step)
     src = explore_data.source_of_file(payload, name, kind="upload")
     hold_batch(src, payload)  # the shared batch
     first_look(src)  # marked seen

@@ -11,11 +11,15 @@ and the advanced knobs (`?advanced=1`, `show_advanced()`).
 
 Also every session-state key shared between pages: BATCH_KEY (the batch Explore shows; `current_batch`) and
 SEEN_KEY (the uploads this session has already shown; `first_look`).
+
+A value from the URL is the sender's, not the reader's: a server path in it passes ui/paths.py's rule where it is
+used (ui/served.py), like a typed one, and a value shown back on the page is shown `literal`ly.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -129,6 +133,17 @@ def set_view(params: dict[str, Any], *, reset: str | None = None) -> None:
         st.session_state[key] = value
         _kept()[key] = value
         st.query_params[key] = dump(value)
+
+
+def literal(text: str, limit: int = 300) -> str:
+    """A value from the URL (or typed) as markdown that shows it as it is: a code span, so a link's value cannot
+    draw a link, an image or emphasis on the page; cut to `limit` characters."""
+    text = str(text) if len(str(text)) <= limit else str(text)[:limit] + "..."
+    text = text.replace("\n", " ")
+    run = max((len(r) for r in re.findall("`+", text)), default=0)
+    fence = "`" * (run + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") or not text.strip() else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
 
 
 def query(params: dict[str, Any]) -> dict[str, str]:

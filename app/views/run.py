@@ -4,15 +4,18 @@ findings first; Explore is one button away there), an incident's or the step pic
 
 Opens the example run under assets/ (scanned in place), a run folder on the server (scanned in place, with
 progress), a scan parquet on the server, or an uploaded one (`python -m seqis scan RUN --out scan.parquet`).
+Server paths are picked from the runs found under the folders this server reads, or typed; either way they pass
+ui/paths.py's rule (ui/served.py), and are off on a server beyond loopback with no folders configured.
 """
 
 from pathlib import Path
 
 import pandas as pd
 import streamlit as st
-from ui import run_charts, run_data
+from ui import run_charts, run_data, served
 from ui.chart import chart
-from ui.state import bound
+from ui.paths import Refused
+from ui.state import bound, literal
 
 from seqis import ESTIMATORS
 
@@ -60,22 +63,26 @@ def open_scan() -> tuple[pd.DataFrame | None, str | None]:
         st.caption(f"The example: a generated prime-rl token export ({path}, assets/README.md says how it was made).")
         return _scan_in_place(path, tuple(names), by), path
     if kind == "folder":
-        path = bound(st.text_input, "Run folder on the server", f"{P}path", "",
-                     placeholder="outputs/token_exports (or outputs/, or a folder of step_N.parquet dumps)")
-        if not path:
+        folder = served.pick(st, "Run folder on the server", f"{P}path", "folder",
+                             "Pick a run, or type a folder: outputs/token_exports, outputs/, step_N.parquet dumps")
+        if folder is None:
             return None, None
-        if not Path(path).is_dir():
-            st.error(f"{path}: no such folder on this server")
+        path = str(folder)
+        try:
+            return _scan_in_place(path, tuple(names), by), path
+        except (ValueError, OSError) as e:  # not a run (no steps), a link out of the roots, unreadable
+            st.error(e.message(literal) if isinstance(e, Refused) else str(e))
             return None, None
-        return _scan_in_place(path, tuple(names), by), path
     if kind == "file":
-        path = bound(st.text_input, "Scan parquet on the server", f"{P}file", "", placeholder="scan.parquet")
-        if not path:
+        file = served.pick(st, "Scan parquet on the server", f"{P}file", "file",
+                           "Pick a scan, or type its path (python -m seqis scan RUN --out scan.parquet)")
+        if file is None:
             return None, None
-        if not Path(path).is_file():
-            st.error(f"{path}: no such file on this server")
+        try:
+            return run_data.scan_file(str(file), file.stat().st_mtime_ns), None
+        except (ValueError, OSError) as e:  # a parquet that is not a scan, unreadable
+            st.error(f"{literal(str(file))}: {e}")
             return None, None
-        return run_data.scan_file(path, Path(path).stat().st_mtime_ns), None
     up = st.file_uploader("Scan parquet", type=["parquet"], key=f"{P}upload",
                           help="Written by python -m seqis scan RUN --out scan.parquet. Nothing is executed.")
     if up is None:
