@@ -6,6 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 TORCH ?= torch==2.13.0
 PORT ?= 8501
+ADDRESS ?= 127.0.0.1# this machine only; another address reads no server path until roots are set (docs/serving.md)
 
 .PHONY: test run bench lint venv browser clean
 
@@ -37,7 +38,7 @@ test: venv browser $(PLOTLY_BUNDLE)
 	SEQIS_HYPOTHESIS=full $(BIN)/python -m pytest -q -m ""
 
 run: venv $(PLOTLY_BUNDLE)
-	$(BIN)/python -m app --server.port $(PORT) --browser.gatherUsageStats false
+	$(BIN)/python -m app --server.port $(PORT) --server.address $(ADDRESS) --browser.gatherUsageStats false
 
 bench: venv $(PLOTLY_BUNDLE)
 	$(BIN)/python -m seqis.bench

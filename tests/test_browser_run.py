@@ -96,3 +96,27 @@ def test_an_uploaded_scan_shows_its_incident_and_timelines(server, browser, tmp_
     assert page.get_by_text("Step 2 · b · bad: catastrophic_tokens").count()  # the incident, first
     _shot(page, "run-upload")
     page.close()
+
+
+def test_the_picker_offers_the_runs_under_the_roots_and_refuses_a_typed_path_outside(server, browser):  # noqa: F811
+    """The server reads its start folder (the repository) and assets/ (it listens on loopback, no roots set):
+    the Run folder picker lists the example run; picking it scans it; a path typed into the picker that leads
+    out (../../etc) is refused with the one message."""
+    page = _run_page(browser, server, 1600, "?run.source=folder")
+    picker = page.locator('[data-testid="stSelectbox"]').filter(has_text="Run folder on the server")
+    picker.locator("input").click()
+    page.get_by_role("option", name="assets/runs/prime_rl_example").click()
+    page.wait_for_selector('.seqis-chart .main-svg', timeout=60_000)
+    _settle(page)
+    _no_exceptions(page, "run, a run picked")
+    assert page.get_by_text("8 steps (0 to 7)").count()
+    assert "run.path=assets%2Fruns%2Fprime_rl_example" in page.url  # the pick travels in the link
+    _shot(page, "run-picker")
+    picker.locator("input").click()
+    picker.locator("input").fill("../../etc")
+    page.keyboard.press("Enter")
+    _settle(page)
+    page.get_by_text("no run folder by that name in the folders this server reads").wait_for(timeout=30_000)
+    assert page.locator('.seqis-chart').count() == 0
+    _shot(page, "run-picker-refused")
+    page.close()

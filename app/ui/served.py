@@ -76,7 +76,7 @@ def pick(where, label: str, key: str, kind: str, placeholder: str) -> Path | Non
     text = bound(where.selectbox, label, key, None, options=options, index=None, accept_new_options=True,
                  placeholder=placeholder, help="Found under the folders this server reads; or type a path inside "
                  "them.")
-    what = "run folders" if kind == "folder" else "scan files"
+    what = ("run folder" if kind == "folder" else "scan file") + ("" if len(options) == 1 else "s")
     note = f"{len(options)} {what} found" if options else f"No {what} found"
     where.caption(f"{note} under {', '.join(literal(str(p)) for p in r.paths)}"
                   + (" (the search stopped early: type the path of one deeper down)." if hits.cut else "."))
