@@ -73,21 +73,54 @@ def test_a_nonexistent_path_inside_and_outside_get_the_same_message(tree):
     assert inside.startswith("data/not_here: no run folder by that name in the folders this server reads (")
 
 
-def test_nothing_is_looked_up_before_containment_is_decided(tree, monkeypatch):
-    """An outside path is refused without any stat, exists, is_dir or open on it (os.path.realpath reads the
-    links along the way, as the OS would to reach it, and nothing else)."""
-    tmp, roots = tree
-    looked = []
-    for name in ("stat", "exists", "is_dir", "is_file", "open", "iterdir"):
+@pytest.fixture
+def looked(monkeypatch):
+    """Every filesystem question asked from here on: (what, path) for Path's lookups and os.lstat / os.stat (what
+    os.path.realpath asks)."""
+    asked = []
+    for name in ("stat", "lstat", "exists", "is_dir", "is_file", "open", "iterdir", "resolve"):
         real = getattr(Path, name)
-        monkeypatch.setattr(Path, name, lambda self, *a, _n=name, _r=real, **k: looked.append((_n, self)) or
+        monkeypatch.setattr(Path, name, lambda self, *a, _n=name, _r=real, **k: asked.append((_n, Path(self))) or
                             _r(self, *a, **k))
-    for p in (tmp / "secret" / "key.txt", tmp / "secret" / "nowhere", "data/../secret/run"):
+    for name in ("lstat", "stat"):
+        real = getattr(os, name)
+        monkeypatch.setattr(os, name, lambda p, *a, _n=name, _r=real, **k: asked.append((_n, Path(os.fsdecode(p))))
+                            or _r(p, *a, **k))
+    return asked
+
+
+def test_nothing_is_looked_up_before_containment_is_decided(tree, looked):
+    """A path outside is refused without the filesystem being asked anything; one inside is looked up after."""
+    tmp, roots = tree
+    for p in (tmp / "secret" / "key.txt", tmp / "secret" / "nowhere", "data/../secret/run", "/etc/passwd"):
         with pytest.raises(Refused):
             confine(str(p), roots, "folder")
     assert looked == []
-    confine("data/runs/a", roots, "folder")  # inside: looked up, after the check
-    assert looked and {p for _, p in looked} == {tmp / "data" / "runs" / "a"}
+    confine("data/runs/a", roots, "folder")  # inside: resolved and looked up, after the check
+    assert looked and all(tmp / "data" / "runs" / "a" == p or (tmp / "data" / "runs" / "a").is_relative_to(p)
+                          for _, p in looked)
+
+
+def test_a_probe_through_a_folder_outside_learns_nothing_about_it(tree, looked):
+    """`/outside/x/../../data/run` is /data/run, whether x is a folder, a file, a link (that would lead elsewhere
+    if followed) or nothing: resolving never walks through the folder outside."""
+    tmp, roots = tree
+    (tmp / "secret" / "hop").symlink_to(tmp / "secret" / "run" / "step_0")
+    answers = {name: confine(f"{tmp}/secret/{name}/../../data/runs/a", roots, "folder")
+               for name in ("hop", "run", "key.txt", "nowhere")}
+    assert set(answers.values()) == {tmp / "data" / "runs" / "a"}
+    assert not [p for _, p in looked if p.is_relative_to(tmp / "secret")]
+
+
+def test_a_root_reached_through_a_link_takes_paths_by_either_name(tmp_path):
+    (tmp_path / "disk" / "runs" / "a" / "step_0").mkdir(parents=True)
+    (tmp_path / "data").symlink_to(tmp_path / "disk")
+    roots = paths.roots_from(str(tmp_path / "data" / "runs"), None, None, base=tmp_path, assets=tmp_path / "assets")
+    assert roots.paths[0] == tmp_path / "disk" / "runs"
+    for text in (f"{tmp_path}/data/runs/a", f"{tmp_path}/disk/runs/a", "data/runs/a"):
+        assert confine(text, roots, "folder") == tmp_path / "disk" / "runs" / "a"
+    with pytest.raises(Refused):
+        confine(f"{tmp_path}/data/elsewhere", roots)
 
 
 def test_a_symlink_inside_a_root_that_points_outside_is_refused(tree):
@@ -100,8 +133,9 @@ def test_a_symlink_inside_a_root_that_points_outside_is_refused(tree):
             confine(text, roots)
     assert confine("data/in/a", roots, "folder") == tmp / "data" / "runs" / "a"  # a link that stays inside
     (tmp / "data" / "deep").symlink_to(tmp / "secret" / "run" / "step_0")
-    with pytest.raises(Refused):  # `..` after a link goes up from its target, as the OS does: /secret/run
-        confine("data/deep/..", roots)
+    with pytest.raises(Refused):
+        confine("data/deep/x", roots)
+    assert confine("data/deep/..", roots) == tmp / "data"  # `..` applies to the text: the link is never read
 
 
 def test_url_encoded_paths_are_decoded_once_by_the_url_layer_never_again_here(tree):

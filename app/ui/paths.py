@@ -3,11 +3,14 @@ the runs found under the roots (the Run page's picker). No streamlit here: ui/se
 and draws the widgets; this module decides.
 
 The rule. A path typed on the page, carried in a link, or recorded in a scan is expanded (`~`), made absolute
-against the folder the app was started in, and resolved as the OS would read it (symlinks followed, `..` applied
-after them); it is refused unless the result lies inside a root (compared as resolved paths, never as string
-prefixes: /data/runs2 is not inside /data/runs). Nothing is stat-ed, listed or opened before that check, and one
-message answers every refusal, whether the path is outside, missing, or not the kind asked for, so the page
-answers no probes about what exists on the server. What is read afterwards is the resolved path, never the text.
+against the folder the app was started in, and its `..` segments applied to the text (`a/link/..` is `a`, whatever
+`link` is); that path must lie inside a root, as configured or as resolved, before the filesystem is asked
+anything. Then its symlinks are resolved, and the result must lie inside a resolved root too. Paths are compared as
+paths, never as string prefixes (/data/runs2 is not inside /data/runs). Applying `..` first means resolving never
+walks through a folder outside the roots, so `/elsewhere/x/../../data/run` reveals nothing about /elsewhere (it is
+/data/run). One message answers every refusal, whether the path is outside, missing, or not the kind asked for,
+so the page answers no probes about what exists on the server. What is read afterwards is the resolved path,
+never the text.
 
 URL decoding belongs to whoever decodes: Streamlit decodes a query parameter once, and this module never decodes
 again (a folder literally named `%2e%2e` is a name, not a way up).
@@ -61,6 +64,8 @@ class Roots:
     base: Path  # the folder the app was started in: relative paths are relative to it
     source: str  # where the roots came from: SEQIS_DATA_ROOTS (or --data-root), secrets.toml, default
     off: str | None = None  # why typed paths are off (a server beyond loopback with no roots configured)
+    given: tuple[Path, ...] = ()  # as configured (absolute, `..` applied, links not resolved): /data/runs typed
+    # through a link the root is reached by passes the first check
 
     @property
     def on(self) -> bool:
@@ -85,15 +90,20 @@ def is_loopback(address: str | None) -> bool:
         return False
 
 
-def _absolute(text: str, base: Path) -> Path:
-    """`text` expanded, made absolute against `base` and resolved (os.path.realpath: it follows symlinks without
-    stat-ing the result, so a missing path resolves as far as it exists and raises nothing)."""
+def _lexical(text: str, base: Path) -> Path:
+    """`text` expanded, made absolute against `base`, `.` and `..` applied to the text: no filesystem access but
+    the home folder's lookup for `~user`."""
     p = Path(text)
     try:
         p = p.expanduser()
     except RuntimeError:  # no home folder to expand ~ to: the name stays literal (a folder called ~)
         pass
-    return Path(os.path.realpath(p if p.is_absolute() else base / p))
+    return Path(os.path.normpath(p if p.is_absolute() else base / p))
+
+
+def _resolved(lexical: Path) -> Path:
+    """Symlinks resolved (os.path.realpath: a missing path resolves as far as it exists and raises nothing)."""
+    return Path(os.path.realpath(lexical))
 
 
 def split(value) -> list[str]:
@@ -113,12 +123,12 @@ def roots_from(env: str | None, secrets, address: str | None, *, base: Path | No
     """The roots: SEQIS_DATA_ROOTS (`env`, which --data-root sets), else secrets.toml's [seqis] data_roots
     (`secrets`), else the start folder when `address` is loopback, else none (typed paths off). Relative roots
     are relative to `base` (the start folder)."""
-    base = Path(os.path.realpath(base or Path.cwd()))
-    shipped = Path(os.path.realpath(assets))
+    base = _resolved(Path(base or Path.cwd()))
+    shipped = _resolved(Path(assets))
     for source, value in ((f"{ENV} (or {FLAG})", env), ("secrets.toml [seqis] data_roots", secrets)):
-        given = split(value)
+        given = [_lexical(s, base) for s in split(value)]
         if given:
-            return Roots(_unique([_absolute(s, base) for s in given] + [shipped]), base, source)
+            return Roots(_unique([_resolved(g) for g in given] + [shipped]), base, source, given=_unique(given))
     if is_loopback(address):
         return Roots(_unique([base, shipped]), base, "default")
     where = f"server.address {address}" if address else "every interface (server.address unset)"
@@ -130,6 +140,7 @@ def _unique(paths: list[Path]) -> tuple[Path, ...]:
 
 
 def inside(resolved: Path, roots: Roots) -> bool:
+    """Whether a resolved path lies inside a resolved root."""
     return any(resolved.is_relative_to(r) for r in roots.paths)
 
 
@@ -144,11 +155,14 @@ def refusal(text: str, roots: Roots, kind: str = "path") -> Refused:
 def confine(text: str, roots: Roots, kind: str = "path") -> Path:
     """The resolved path `text` names, when it lies inside a root and (kind "folder" / "file") is one; else
     Refused with refusal()'s message, the same for every reason. Containment is decided before anything is
-    looked up."""
+    looked up: first on the text (`..` applied), then on the resolved path."""
     text = str(text).strip()
     if not text or "\x00" in text:
         raise refusal(text, roots, kind)
-    resolved = _absolute(text, roots.base)
+    lexical = _lexical(text, roots.base)
+    if not any(lexical.is_relative_to(r) for r in roots.given + roots.paths):
+        raise refusal(text, roots, kind)
+    resolved = _resolved(lexical)  # reads the links of a path inside a root, and of what they point to
     if not inside(resolved, roots):
         raise refusal(text, roots, kind)
     if (kind == "folder" and not resolved.is_dir()) or (kind == "file" and not resolved.is_file()):
@@ -160,7 +174,7 @@ def check_files(files, roots: Roots, where: str) -> None:
     """Refuse a run whose files (inside a confined folder) lead out of the roots: a step folder or file that is a
     symlink to elsewhere. `where` names the run in the message; the target is not named."""
     for f in files:
-        if not inside(Path(os.path.realpath(f)), roots):
+        if not inside(_resolved(Path(f)), roots):
             raise Refused("{}: {} links out of the folders this server reads; it is not read", where, Path(f).name)
 
 
@@ -219,7 +233,7 @@ def find(roots: Roots, *, depth: int = DEPTH, entries: int = ENTRIES, found: int
             cut = True
             break
         folder, level = queue.popleft()
-        real = Path(os.path.realpath(folder))
+        real = _resolved(folder)
         if real in seen or not inside(real, roots):
             continue
         seen.add(real)
@@ -243,7 +257,7 @@ def find(roots: Roots, *, depth: int = DEPTH, entries: int = ENTRIES, found: int
             if e.name.startswith(".") or e.name in SKIP:
                 continue
             try:
-                if e.is_symlink() and not inside(Path(os.path.realpath(e.path)), roots):
+                if e.is_symlink() and not inside(_resolved(Path(e.path)), roots):
                     continue  # a link out of the roots: not followed, not offered
                 if e.is_dir() and level < depth:
                     queue.append((Path(e.path), level + 1))
