@@ -189,3 +189,14 @@ def test_a_step_is_handed_to_explore_and_diagnose_only_from_inside_the_roots(roo
     df.attrs["path"] = str(outside / "run")
     assert run_data.run_folder_of(df, None) is None
     assert run_data.run_folder_of(df, str(root / "outputs")) == str(root / "outputs")
+
+
+def test_a_value_from_a_link_is_shown_literally():
+    from ui.state import literal
+
+    assert literal("runs/a") == "`runs/a`"
+    assert literal("a`b") == "``a`b``" and literal("`x`") == "`` `x` ``"  # a longer fence than any run inside
+    assert literal("x" * 400).endswith("...`") and len(literal("x" * 400)) == 305
+    sneaky = "![x](http://example.invalid/p.png)"
+    at = open_view("views/explore.py", **{"ex.source": "upload", "ex.file": sneaky})
+    assert any(f"`{sneaky}`" in i.value for i in at.info)  # Explore's "this link was made with an upload"
