@@ -121,6 +121,9 @@ def test_a_run_whose_step_links_out_of_the_roots_is_refused(tmp_path, place, mon
     assert not at.dataframe
     assert "links out of the folders this server reads" in at.error[0].value
     assert str(outside) not in at.error[0].value  # where it leads is not said
+    (tmp_path / "empty").mkdir()
+    at = run_page(**{"run.source": "folder", "run.path": str(tmp_path / "empty")})  # inside, but not a run
+    assert not at.exception and "no steps found" in at.error[0].value
 
 
 def test_beyond_loopback_with_no_roots_server_paths_are_off_and_the_page_says_how_to_enable_them(place, address,

@@ -63,7 +63,7 @@ def found(r: paths.Roots) -> paths.Found:
     return _found(tuple(map(str, r.paths)), str(r.base))
 
 
-def pick(where, label: str, key: str, kind: str, placeholder: str) -> Path | None:
+def pick(where, label: str, key: str, kind: str, placeholder: str, help: str) -> Path | None:
     """The Run page's picker: a selectbox of the run folders (kind "folder") or scan parquets ("file") found under
     the roots, which also takes a typed path. Returns the confined, resolved path, or None (nothing picked, or
     refused: the refusal is shown, one message whether or not the path exists)."""
@@ -74,8 +74,7 @@ def pick(where, label: str, key: str, kind: str, placeholder: str) -> Path | Non
     hits = found(r)
     options = [paths.shown(p, r) for p in (hits.folders if kind == "folder" else hits.files)]
     text = bound(where.selectbox, label, key, None, options=options, index=None, accept_new_options=True,
-                 placeholder=placeholder, help="Found under the folders this server reads; or type a path inside "
-                 "them.")
+                 placeholder=placeholder, help=help)
     what = ("run folder" if kind == "folder" else "scan file") + ("" if len(options) == 1 else "s")
     note = f"{len(options)} {what} found" if options else f"No {what} found"
     where.caption(f"{note} under {', '.join(literal(str(p)) for p in r.paths)}"

@@ -64,7 +64,9 @@ def open_scan() -> tuple[pd.DataFrame | None, str | None]:
         return _scan_in_place(path, tuple(names), by), path
     if kind == "folder":
         folder = served.pick(st, "Run folder on the server", f"{P}path", "folder",
-                             "Pick a run, or type a folder: outputs/token_exports, outputs/, step_N.parquet dumps")
+                             "Pick a run, or type its folder: outputs/token_exports",
+                             "The runs found under the folders this server reads (prime-rl's outputs/ or "
+                             "token_exports/, a folder of step_N dumps); or type a folder inside them.")
         if folder is None:
             return None, None
         path = str(folder)
@@ -75,7 +77,9 @@ def open_scan() -> tuple[pd.DataFrame | None, str | None]:
             return None, None
     if kind == "file":
         file = served.pick(st, "Scan parquet on the server", f"{P}file", "file",
-                           "Pick a scan, or type its path (python -m seqis scan RUN --out scan.parquet)")
+                           "Pick a scan, or type its path: scan.parquet",
+                           "The scans found under the folders this server reads (written by python -m seqis scan "
+                           "RUN --out scan.parquet); or type a path inside them.")
         if file is None:
             return None, None
         try:
