@@ -237,12 +237,23 @@ def test_the_data_root_flag_of_python_m_app(tmp_path, monkeypatch):
             take_data_roots(bad)
 
 
-def test_check_files_refuses_a_run_whose_step_links_out(tree):
+def test_check_files_refuses_a_run_whose_step_links_out(tree, monkeypatch):
     tmp, roots = tree
-    (tmp / "data" / "runs" / "a" / "step_1").symlink_to(tmp / "secret" / "run" / "step_0")
-    paths.check_files([tmp / "data" / "runs" / "a" / "step_0"], roots, "runs/a")
-    with pytest.raises(Refused, match="runs/a: step_1 links out of the folders this server reads"):
-        paths.check_files([tmp / "data" / "runs" / "a" / "step_1"], roots, "runs/a")
+    run = tmp / "data" / "runs" / "a"
+    (run / "step_0" / "rank_0.jsonl").write_text("{}")
+    (run / "step_1").symlink_to(tmp / "secret" / "run" / "step_0")
+    (run / "step_2").mkdir()
+    (run / "step_2" / "rank_0.jsonl").symlink_to(tmp / "secret" / "key.txt")
+    (run / "step_3").symlink_to(run / "step_0")  # a link that stays inside
+    paths.check_files([run / "step_0" / "rank_0.jsonl", run / "step_3" / "rank_0.jsonl"], roots, "runs/a")
+    with pytest.raises(Refused, match="runs/a: rank_0.jsonl links out of the folders this server reads"):
+        paths.check_files([run / "step_0" / "rank_0.jsonl", run / "step_1" / "rank_0.jsonl"], roots, "runs/a")
+    with pytest.raises(Refused, match="rank_0.jsonl links out"):
+        paths.check_files([run / "step_2" / "rank_0.jsonl"], roots, "runs/a")
+    monkeypatch.chdir(tmp)  # the files of a run opened by a relative path are relative too
+    paths.check_files([Path("data/runs/a/step_0/rank_0.jsonl")], roots, "runs/a")
+    with pytest.raises(Refused):
+        paths.check_files([Path("data/runs/a/step_1/rank_0.jsonl")], roots, "runs/a")
 
 
 # ---------------------------------------------------------------------------------------------------------

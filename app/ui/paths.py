@@ -172,10 +172,27 @@ def confine(text: str, roots: Roots, kind: str = "path") -> Path:
 
 def check_files(files, roots: Roots, where: str) -> None:
     """Refuse a run whose files (inside a confined folder) lead out of the roots: a step folder or file that is a
-    symlink to elsewhere. `where` names the run in the message; the target is not named."""
-    for f in files:
-        if not inside(_resolved(Path(f)), roots):
-            raise Refused("{}: {} links out of the folders this server reads; it is not read", where, Path(f).name)
+    symlink to elsewhere. `where` names the run in the message; the target is not named. A run's thousands of files
+    share a few hundred step folders, which share their parents: one lstat per folder and per file (is it a link?),
+    a full resolve only for a link."""
+    real: dict[str, str] = {}  # folder -> resolved
+
+    def resolve(p: str) -> str:
+        if p not in real:
+            head, name = os.path.split(p)
+            real[p] = p if not name else os.path.realpath(p) if os.path.islink(p) else os.path.join(resolve(head), name)
+        return real[p]
+
+    folders: dict[str, bool] = {}  # folder -> whether it resolves inside a root
+    for f in files:  # strings, not Paths: this runs on every rerun of a run's page, for each of its files
+        f = os.fspath(f)
+        f = f if os.path.isabs(f) else os.path.abspath(f)
+        folder, _, name = f.rpartition(os.sep)
+        ok = folders.get(folder)
+        if ok is None:
+            ok = folders[folder] = inside(Path(resolve(folder or os.sep)), roots)
+        if not ok or (os.path.islink(f) and not inside(_resolved(Path(f)), roots)):
+            raise Refused("{}: {} links out of the folders this server reads; it is not read", where, name)
 
 
 def shown(path: Path, roots: Roots) -> str:
