@@ -17,6 +17,11 @@ $(BIN)/.ready: pyproject.toml
 	$(BIN)/pip install -q -e ".[app,test,ray]"
 	# the [compare] extra (verl, for tests/test_presets_verl.py) without its heavy dependencies; skips if offline
 	$(BIN)/pip install -q --no-deps "verl==0.9.1" || echo "verl unavailable: tests/test_presets_verl.py will skip"
+	# ms-swift and ART likewise, for tests/test_presets_own_code.py (ART's newest release declares Python >= 3.12;
+	# the test reads one file of it, art/loss.py, which runs on 3.10+)
+	$(BIN)/pip install -q --no-deps "ms-swift==4.6.0" || echo "ms-swift unavailable: its own-code tests will skip"
+	$(BIN)/pip install -q --no-deps --ignore-requires-python "openpipe-art==0.5.23" \
+	  || echo "openpipe-art unavailable: its own-code tests will skip"
 	touch $@
 
 venv: $(BIN)/.ready

@@ -17,12 +17,38 @@ from dataclasses import dataclass
 from ..compose import Composition
 from ..registry import entry, resolve
 from ..types import Config
-from . import areal, nemo_rl, openrlhf, prime_rl, prime_rl_legacy, skyrl, slime, trl, verl
+from . import (
+    areal,
+    art,
+    ms_swift,
+    nemo_rl,
+    open_instruct,
+    openrlhf,
+    prime_rl,
+    prime_rl_legacy,
+    roll,
+    skyrl,
+    slime,
+    tinker,
+    torchforge,
+    trl,
+    tunix,
+    verl,
+)
 from ._format import CannotExpress, Settings
 
-EXPORTERS = {"prime-rl": prime_rl, "prime-rl-legacy": prime_rl_legacy, "verl": verl,
-             "trl": trl, "nemo-rl": nemo_rl, "slime": slime, "skyrl": skyrl,
-             "areal": areal, "openrlhf": openrlhf}
+EXPORTERS = {
+    "prime-rl": prime_rl, "prime-rl-legacy": prime_rl_legacy, "verl": verl,
+    "trl": trl, "nemo-rl": nemo_rl, "slime": slime, "skyrl": skyrl,
+    "areal": areal, "openrlhf": openrlhf,
+    "ms-swift": ms_swift,
+    "open-instruct": open_instruct,
+    "roll": roll,
+    "tinker": tinker,
+    "art": art,
+    "torchforge": torchforge,
+    "tunix": tunix,
+}
 
 
 @dataclass(frozen=True)

@@ -92,3 +92,11 @@ def python_kwargs(call: str, keys: dict[str, Any]) -> list[str]:
 def adv_tau_note(adv_tau: float, notes: list[str]) -> None:
     if adv_tau != 1.0:
         notes.append(f"adv_tau={adv_tau} has no key here: scale the advantages instead")
+
+
+def clamp_note(framework: str, own: float | None, clamp: float | None, notes: list[str]) -> None:
+    """A NOTE when the framework's log-ratio clamp (own: its bound, None for none) is not the correction's."""
+    if clamp != own:
+        theirs = "no log-ratio" if own is None else f"each log-ratio at +-{own:g}"
+        mine = "none" if clamp is None else f"+-{clamp:g}"
+        notes.append(f"{framework} clamps {theirs} (this correction: {mine})")

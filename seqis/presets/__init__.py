@@ -14,7 +14,24 @@ The gradient coefficient is taken at the first minibatch, where a PPO ratio pi_t
 from __future__ import annotations
 
 from ..spec import Preset
-from . import areal, custom, nemo_rl, openrlhf, prime_rl, skyrl, slime, trl, verl
+from . import (
+    areal,
+    art,
+    custom,
+    ms_swift,
+    nemo_rl,
+    open_instruct,
+    openrlhf,
+    prime_rl,
+    roll,
+    skyrl,
+    slime,
+    tinker,
+    torchforge,
+    trl,
+    tunix,
+    verl,
+)
 from .custom import CUSTOM
 
 FRAMEWORKS = {  # framework -> its module, in the order the app lists them
@@ -26,6 +43,13 @@ FRAMEWORKS = {  # framework -> its module, in the order the app lists them
     "skyrl": skyrl,
     "areal": areal,
     "openrlhf": openrlhf,
+    "ms-swift": ms_swift,
+    "open-instruct": open_instruct,
+    "roll": roll,
+    "tinker": tinker,
+    "art": art,
+    "torchforge": torchforge,
+    "tunix": tunix,
     "custom": custom,  # not a framework: one correction built from the mechanism's parts, knob by knob
 }
 
