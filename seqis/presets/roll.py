@@ -100,6 +100,7 @@ PRESETS = [
     Preset("roll/filter_sequence", "Drop rollouts whose product ratio exp(S) leaves [0.8, 1.2]; weight 1.", SOURCE,
            ESTIMATOR, RollConfig(**_FILTER, filter_agg_type="sequence")),
     Preset("roll/filter_token_diff", "Drop tokens whose rho_t leaves [0.8, 1.2] or whose pi_old - mu leaves "
-           "[-0.2, 0.2] (diff_enabled; the ratio test stays on); weight 1.", SOURCE, ESTIMATOR,
+           "[-0.2, 0.2] (diff_enabled; the ratio test stays on, and at these bands the diff test never binds alone: "
+           "|pi - mu| = mu |rho - 1| <= 0.2); weight 1.", SOURCE, ESTIMATOR,
            RollConfig(**_FILTER, filter_diff_enabled=True)),
 ]
