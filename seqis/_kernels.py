@@ -178,6 +178,11 @@ def dot(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return torch.dot(a.reshape(-1), b.reshape(-1))
 
 
+def as_dtype(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """x in dtype: x itself when it already is (a .to() call costs a dispatch even then)."""
+    return x if x.dtype == dtype else x.to(dtype)
+
+
 def as_float(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """A bool mask as 0/1 floats (through uint8: bool -> float is a slow path on CPU)."""
     return mask.view(torch.uint8).to(dtype)

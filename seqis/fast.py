@@ -36,6 +36,7 @@ from ._kernels import (
     SharedGradient,
     above_on,
     any_per_row,
+    as_dtype,
     as_float,
     band_f,
     band_keep,
@@ -91,6 +92,30 @@ class Ratios:
     clamp: float | None = None  # the clamp of a clamped copy
     shortcuts: bool = True  # whether a value may be read back to skip a pass (the CPU)
     sparse_share: float = SPARSE_ROW_SHARE  # a token-level part touching at most this share of rows goes sparse
+    # derived once, at construction (every output reads them: a few tensor operations each, made once)
+    valid: torch.Tensor = field(init=False)  # (B,) bool, T_j > 0
+    valid_f: torch.Tensor = field(init=False)  # (B,) the same as 0/1
+    length_1: torch.Tensor = field(init=False)  # (B,) max(T_j, 1)
+    n_tokens: torch.Tensor = field(init=False)  # () loss tokens in the batch
+    n_valid: torch.Tensor = field(init=False)  # () valid rollouts, at least 1 (a divisor)
+    geo_log_ratio: torch.Tensor = field(init=False)  # (B,) S_j / T_j, 0 for an empty rollout
+    batch_metrics: dict = field(init=False)  # the metrics that do not depend on the correction
+
+    def __post_init__(self):
+        put = partial(object.__setattr__, self)
+        put("valid", self.length > 0)
+        put("valid_f", as_float(self.valid, self.dtype))
+        put("length_1", self.length.clamp(min=1))
+        put("n_tokens", self.length.sum())
+        put("n_valid", self.valid_f.sum().clamp(min=1))
+        put("geo_log_ratio", self.seq_log_ratio / self.length_1)
+        put("batch_metrics", {"mismatch_kl": self.k3_rollout.sum() / self.n_tokens.clamp(min=1),
+                              "seq_log_ratio": self.valid_mean(self.seq_log_ratio),
+                              "geo_log_ratio": self.valid_mean(self.geo_log_ratio)})
+
+    def valid_mean(self, x: torch.Tensor) -> torch.Tensor:
+        """() the mean of a finite (B,) x over valid rollouts (0.0 when there are none)."""
+        return dot(x, self.valid_f) / self.n_valid
 
     @classmethod
     def of(cls, batch: Batch, *, shortcuts: bool | None = None, sparse_share: float = SPARSE_ROW_SHARE,
@@ -113,8 +138,8 @@ class Ratios:
             n = rows.stop - rows.start
             mf = mf_[:n].copy_(m[rows].view(torch.uint8))  # (R, T) the mask as 0/1
             # padding may hold -inf or NaN: cleaned, then masked (0 * inf is NaN, so never masked first)
-            logp = torch.nan_to_num(tl[rows].to(dtype), 0.0, 0.0, 0.0, out=logp_[:n]).mul_(mf)  # (R, T) log pi
-            lr = torch.addcmul(logp, il[rows].to(dtype), mf, value=-1, out=l[rows])  # (R, T) logp - il * mask
+            logp = torch.nan_to_num(as_dtype(tl[rows], dtype), 0.0, 0.0, 0.0, out=logp_[:n]).mul_(mf)  # (R, T) log pi
+            lr = torch.addcmul(logp, as_dtype(il[rows], dtype), mf, value=-1, out=l[rows])  # (R, T) logp - il * mask
             S[rows], logp_sum[rows], length[rows] = lr.sum(-1), logp.sum(-1), mf.sum(-1)
             if not shortcuts:  # inference log-probs not finite on padding leave inf or NaN behind: cleaned
                 lr.nan_to_num_(nan=0.0, posinf=0.0, neginf=0.0).mul_(mf)
@@ -157,18 +182,6 @@ class Ratios:
         return self.log_ratio.dtype
 
     @property
-    def valid(self) -> torch.Tensor:  # (B,) T_j > 0
-        return self.length > 0
-
-    @property
-    def n_tokens(self) -> torch.Tensor:  # () loss tokens in the batch
-        return self.length.sum()
-
-    @property
-    def geo_log_ratio(self) -> torch.Tensor:  # (B,) S_j / T_j, 0 for an empty rollout
-        return self.seq_log_ratio / self.length.clamp(min=1)
-
-    @property
     def edge_tolerance(self) -> torch.Tensor:
         """(B,) how far S_j / T_j may sit from its exact value: each l_t = log pi - log mu carries the rounding
         of both log-probs in the compute dtype (eps * |log p|), and the mean of those errors is bounded by
@@ -177,13 +190,8 @@ class Ratios:
         times this tolerance."""
         eps = torch.finfo(self.dtype).eps
         logq_rowsum = self.logp_rowsum - self.seq_log_ratio  # (B,) sum of log mu
-        return (self.logp_rowsum.abs() + logq_rowsum.abs()).mul_(eps) / self.length.clamp(min=1)
+        return (self.logp_rowsum.abs() + logq_rowsum.abs()).mul_(eps) / self.length_1
 
-    def batch_metrics(self) -> dict[str, torch.Tensor]:
-        """The metrics that do not depend on the correction."""
-        return {"mismatch_kl": self.k3_rollout.sum() / self.n_tokens.clamp(min=1),
-                "seq_log_ratio": masked_mean(self.seq_log_ratio, self.valid),
-                "geo_log_ratio": masked_mean(self.geo_log_ratio, self.valid)}
 
 
 @dataclass(eq=False)
@@ -297,13 +305,13 @@ def aggregate(r: Ratios, cache: Cache, name: str, agg: str) -> torch.Tensor:
         if name == "k1" and agg in ("sum", "mean"):  # -S_j, -S_j / T_j: no (B, T) pass
             return (r.seq_log_ratio if agg == "sum" else r.geo_log_ratio).neg()
         if name == "k3" and agg in ("sum", "mean"):
-            return r.k3_rollout if agg == "sum" else r.k3_rollout / r.length.clamp(min=1)
+            return r.k3_rollout if agg == "sum" else r.k3_rollout / r.length_1
         x = statistic(r, cache, name)  # (B, T), 0 off the mask
         if x.shape[-1] == 0:
             return x.sum(-1)
         if agg in ("sum", "mean"):
             total = x.sum(-1)
-            return total if agg == "sum" else total / r.length.clamp(min=1)
+            return total if agg == "sum" else total / r.length_1
         if agg == "max" and name in ("k2", "k3"):  # >= 0: the zeros off the mask change no row's max
             return x.amax(-1)
         x = x.masked_fill(~r.mask, -math.inf if agg == "max" else math.inf)
@@ -493,7 +501,7 @@ def _rollout_weight(r: Ratios, cache: Cache, w: Weight, clamp, gate, rules, trip
         ok = r.valid & in_band(x, *w.band, tol)
         gate = ok if gate is None else gate & ok
     if w.self_normalize:  # by the mean over valid rollouts, before the criteria
-        mean = gated(r.valid & (ok if w.band is not None else r.valid), weight).sum() / r.valid.sum().clamp(min=1)
+        mean = gated(r.valid & (ok if w.band is not None else r.valid), weight).sum() / r.n_valid
         weight = weight / torch.where(mean > 1e-8, mean, 1.0)
     if gate is not None:
         weight = gated(gate, weight)
@@ -556,7 +564,7 @@ def _shared_parts(r: Ratios, gate, tripped, masks, clipped) -> dict:
     """The metrics every form reports (is_token_masked filled in by the caller) and the "token_masked" mask."""
     n_tok = r.n_tokens.clamp(min=1)
     zero = n_tok.new_zeros(())
-    metrics = {"is_clipped": masked_mean(clipped.to(r.dtype), r.valid) if clipped is not None else zero,
+    metrics = {"is_clipped": r.valid_mean(as_float(clipped, r.dtype)) if clipped is not None else zero,
                "is_token_masked": zero,
                "is_traj_masked": gated(~gate, r.length).sum() / n_tok if gate is not None else zero}
     if len(tripped) == 1 and isinstance(tripped[0], torch.Tensor):
@@ -722,9 +730,9 @@ def token_scale(r: Ratios, n_kept: torch.Tensor, agg: str) -> torch.Tensor:
         return r.n_tokens.clamp(min=1).reciprocal()
     if agg == "kept-token-mean":  # N = kept tokens only
         return n_kept.clamp(min=1).reciprocal()
-    n_seq = r.valid.sum().clamp(min=1).to(r.dtype)
+    n_seq = r.n_valid
     if agg == "seq-mean-token-mean":
-        return (r.length.clamp(min=1) * n_seq).reciprocal()[:, None]
+        return (r.length_1 * n_seq).reciprocal()[:, None]
     return n_seq.reciprocal()  # seq-mean-token-sum
 
 
@@ -788,7 +796,7 @@ def _outputs(r: Ratios, pieces: Cache, batch: Batch, c: Correction, comp: Compos
         k3_kept = dot(pieces.k3(r), c.keep)
     else:
         k3_kept = gated(accepted, row_sums(r.k3_rollout, kept_rows, "k3")).sum()
-    common = r.batch_metrics()
+    common = r.batch_metrics
     metrics = {
         "mismatch_kl": common["mismatch_kl"],
         "masked_mismatch_kl": (k3_total - k3_kept) / (n_tok - n_kept).clamp(min=1),
@@ -802,7 +810,7 @@ def _outputs(r: Ratios, pieces: Cache, batch: Batch, c: Correction, comp: Compos
     # surrogate loss = -sum(scale * weight * adv_tau * A * log pi) over loss tokens
     scale = token_scale(r, n_kept, agg)  # () or (B, 1)
     row = scale.expand(r.length.shape) if scale.dim() == 0 else scale[:, 0]  # (B,)
-    adv = batch.advantages.to(r.dtype) * comp.adv_tau
+    adv = as_dtype(batch.advantages, r.dtype) * comp.adv_tau
     if adv.dim() == 2:  # per-token advantages: part of the token coefficient
         adv_tok, row_adv = torch.where(r.mask, adv, 0.0), -row
     else:
@@ -811,7 +819,7 @@ def _outputs(r: Ratios, pieces: Cache, batch: Batch, c: Correction, comp: Compos
     def gradient(w: torch.Tensor) -> torch.Tensor:  # (B, T) weights -> d loss / d log pi, in place
         return (w if adv_tok is None else w.mul_(adv_tok)).mul_(row_adv[:, None])
 
-    shortcuts, length = r.shortcuts, r.length.clamp(min=1)
+    shortcuts, length = r.shortcuts, r.length_1
     if token_level:
         w = _token_weights(r, mask_f, c)
         weight = kept_len / length if c.token_weights is None and c.row_weight is None else w.sum(-1) / length
@@ -847,7 +855,7 @@ def _outputs(r: Ratios, pieces: Cache, batch: Batch, c: Correction, comp: Compos
         metrics["penalty"] = penalty
         pg_of = grad_of
         grad_of = lambda first, g: add_penalty(pg_of(first, g), g)
-    weight = gated(r.valid, weight)  # an empty rollout applies no weight
+    weight = weight * r.valid_f  # an empty rollout applies no weight (every weight is finite)
     metrics["seq_weight"] = masked_mean(weight, r.valid & (kept_len > 0))
 
     own = dict(c.masks)
@@ -868,7 +876,7 @@ def _outputs(r: Ratios, pieces: Cache, batch: Batch, c: Correction, comp: Compos
         "clipped": clipped,
         "kept_fraction": kept_len / length,
     }
-    logp = batch.trainer_logprobs.to(r.dtype)  # (B, T) differentiable: the loss nodes' input
+    logp = as_dtype(batch.trainer_logprobs, r.dtype)  # (B, T) differentiable: the loss nodes' input
     return [EstimatorOutput(loss=loss, weights=weights, masks=masks, metrics=dict(metrics), rollouts=dict(rollouts))
             for loss in known_losses(logp, value, grad_of, n)]
 
