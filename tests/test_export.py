@@ -44,7 +44,12 @@ def test_a_preset_exports_exactly_to_its_own_framework(key):
         assert snip.exact == ("NOTE" not in snip.text)
 
 
-@pytest.mark.parametrize("key", [k for k in PRESETS if PRESETS[k].export_framework in SAME_NAMES])
+# presets whose own framework writes an equivalent setting under other keys
+EQUIVALENT = {"skyrl/cispo_rollout": "clamp(rho, 0, 5) = min(rho, 5): token TIS at 5, SkyRL's own form"}
+
+
+@pytest.mark.parametrize("key", [k for k in PRESETS if PRESETS[k].export_framework in SAME_NAMES
+                                 and k not in EQUIVALENT])
 def test_the_exported_keys_are_the_presets_knob_values(key):
     cfg = PRESETS[key].config.as_dict()
     for dotted, value in _settings(key).keys.items():
@@ -75,9 +80,13 @@ def test_legacy_prime_rl_writes_the_seed_estimators_bands():
 
 def test_prime_rl_toml_parses_and_round_trips_the_default_loss():
     table = tomllib.loads(export("prime-rl/default", "prime-rl").text)["trainer"]["loss"]
-    assert table == dict(type="default", dppo_mask_low=0.2, dppo_mask_high=0.2, adv_tau=1.0, kl_tau=0.001)
-    ipo = tomllib.loads(export("prime-rl/ipo", "prime-rl").text)["trainer"]["loss"]
-    assert ipo["type"] == "ipo" and ipo["ipo_threshold"] == 0.1
+    assert table == dict(type="ipo", eps=0.3, adv_tau=1.0, kl_tau=0.0)
+    dppo = export("prime-rl/dppo", "prime-rl").text
+    assert tomllib.loads(dppo)["trainer"]["loss"] == dict(type="default", dppo_mask_low=0.2, dppo_mask_high=0.2,
+                                                          adv_tau=1.0, kl_tau=0.001)
+    assert "v0.6.0 - v0.8.0" in dppo and "#3418" in dppo  # the removed type says which releases run it
+    ice = tomllib.loads(export("prime-rl/icepop", "prime-rl").text)["trainer"]["loss"]
+    assert ice == dict(type="icepop", ratio_low=0.2, ratio_high=5.0, adv_tau=1.0)
 
 
 def test_verl_k1_band_is_written_on_mu_over_pi():
@@ -101,7 +110,7 @@ def test_verl_max_mask_is_seq_max_k2_when_the_band_is_symmetric_in_log_space():
     ("verl", "penalty"), ("trl", "reference model"), ("skyrl", "reference model"), ("nemo-rl", "reference"),
     ("areal", "reference"), ("openrlhf", "reference"), ("slime", "reference")])
 def test_a_penalty_against_the_sampler_is_refused_with_its_reason(framework, reason):
-    snip = export("prime-rl/default", framework)
+    snip = export("prime-rl/dppo", framework)
     assert not snip.expressible and reason in snip.text
 
 
@@ -117,10 +126,11 @@ def test_sign_conditioned_rejection_is_refused_where_a_framework_has_none():
     assert not export(Composition(Weight("token"), penalty=Penalty(0.1, "k3")), "prime-rl").expressible
 
 
-def test_openrlhf_two_sided_clamp_has_no_verl_or_skyrl_key():
-    for framework in ("verl", "skyrl"):
-        snip = export("openrlhf/tis", framework)
-        assert not snip.expressible and "above only" in snip.text
+def test_openrlhf_two_sided_clamp_has_no_verl_key_and_is_skyrls_cispo_on_the_rollout():
+    snip = export("openrlhf/tis", "verl")
+    assert not snip.expressible and "above only" in snip.text
+    snip = export("openrlhf/tis", "skyrl")  # clamp(rho, 0.5, 5): 1 - 0.5, 1 + 4
+    assert snip.expressible and "cispo_anchor: rollout" in snip.text and "cispo_eps_clip_low: 0.5" in snip.text
 
 
 def test_adv_tau_has_no_key_outside_prime_rl():

@@ -26,6 +26,10 @@ DESIGN_KEYS = [
     "nemo-rl/tis", "nemo-rl/icepop", "nemo-rl/seq-mask-tis",
     "prime-rl/default", "prime-rl/ipo", "prime-rl/seq_tis", "prime-rl/seq_mis", "prime-rl/geo_mask",
     "prime-rl/mis_po",
+    # the third wave ("Presets: the field as it ships today")
+    "prime-rl/dppo", "prime-rl/icepop", "nemo-rl/seq-tis", "nemo-rl/seq-icepop", "skyrl/dppo_tv",
+    "skyrl/cispo_rollout", "areal/default", "areal/icepop", "openrlhf/gspo-is",
+    "miles/tis", "miles/icepop", "miles/mis", "miles/opsm",
 ]
 LOG_MU = math.log(0.5)  # every token's sampler probability is 1/2 in the hand-made batches
 
@@ -56,7 +60,7 @@ def check(key: str, rows, adv, weights, kept, cfg=None):
 
 def test_every_design_key_is_a_preset_and_every_framework_has_presets():
     assert set(DESIGN_KEYS) <= set(PRESETS)
-    for framework in ("verl", "trl", "nemo-rl", "prime-rl", "slime", "skyrl", "areal", "openrlhf", "custom"):
+    for framework in ("verl", "trl", "nemo-rl", "prime-rl", "slime", "miles", "skyrl", "areal", "openrlhf", "custom"):
         assert presets_of(framework), framework
     assert list(FRAMEWORKS) == sorted({p.framework for p in PRESETS.values()}, key=list(FRAMEWORKS).index)
 
@@ -67,8 +71,11 @@ def test_a_preset_describes_itself(key):
     assert p.key == key == f"{p.framework}/{p.name}"
     assert p.summary and "\n" not in p.summary
     repo, _, path = p.source.partition(": ")
-    assert "/" in repo or repo == "seqis", p.source
+    own = repo.split("@")[0] == "seqis"  # seqis's own corrections: the seed's four, the custom builder
+    assert own or ("/" in repo and ("@" in repo or "#" in repo)), f"repository@commit-or-release, or #PR: {p.source}"
     assert ".py" in path, p.source
+    assert p.versions and "\n" not in p.versions, f"{key}: .versions says when the framework shipped it"
+    assert own or any(ch.isdigit() for ch in p.versions), p.versions  # a date or a release
     assert isinstance(p.config, p.estimator.config)
 
 
@@ -207,17 +214,17 @@ def test_nemo_rl_tis_clamps_at_two():
 # prime-rl (loss.py)
 
 
-def test_prime_rl_default_masks_by_probability_difference_on_the_advantage_side_and_adds_kl():
+def test_prime_rl_dppo_masks_by_probability_difference_on_the_advantage_side_and_adds_kl():
     # mu = 0.5. pi = 0.75 (pd = +0.25, rho = 1.5): A > 0 -> pd > 0.2 dropped; A < 0 -> low test (pd < -0.2?) no,
     # kept, weight 1.5. pi = 0.25 (pd = -0.25, rho = 0.5): A < 0 dropped; A = 0 takes the low test: dropped;
     # A > 0 kept, weight 0.5.
     up, down = math.log(1.5), math.log(0.5)
     rows = [[up], [up], [down], [down], [down]]
-    out = check("prime-rl/default", rows, [1.0, -1.0, -1.0, 0.0, 1.0], [[0.0], [1.5], [0.0], [0.0], [0.5]],
+    out = check("prime-rl/dppo", rows, [1.0, -1.0, -1.0, 0.0, 1.0], [[0.0], [1.5], [0.0], [0.0], [0.5]],
                 [[False], [True], [False], [False], [True]])
     # the gradient: -w A / N + 2 kl_tau l / N on every loss token, N = 5
     b = batch_of(rows, [1.0, -1.0, -1.0, 0.0, 1.0])
-    run("prime-rl/default", b).loss.backward()
+    run("prime-rl/dppo", b).loss.backward()
     A = torch.tensor([1.0, -1.0, -1.0, 0.0, 1.0], dtype=torch.float64)
     l = torch.tensor([up, up, down, down, down], dtype=torch.float64)
     w = torch.tensor([0.0, 1.5, 0.0, 0.0, 0.5], dtype=torch.float64)
@@ -225,10 +232,42 @@ def test_prime_rl_default_masks_by_probability_difference_on_the_advantage_side_
     assert float(out.metrics["is_masked"]) == pytest.approx(3 / 5)
 
 
-def test_prime_rl_ipo_drops_tokens_whose_probability_moved_more_than_a_tenth():
+def test_prime_rl_ipo_of_august_2026_drops_tokens_whose_probability_moved_more_than_a_tenth():
     # mu = 0.5: pi = 0.58 (pd 0.08, kept, rho 1.16), pi = 0.62 (pd 0.12, dropped), pi = 0.45 (pd -0.05, rho 0.9)
     rows = [[math.log(1.16), math.log(1.24), math.log(0.9)]]
-    check("prime-rl/ipo", rows, [1.0], [[1.16, 0.0, 0.9]], [[True, False, True]])
+    check("prime-rl/ipo_2026_08", rows, [1.0], [[1.16, 0.0, 0.9]], [[True, False, True]])
+
+
+def test_prime_rl_default_is_ipo_at_three_tenths_without_kl():
+    # mu = 0.5 (loss.py ipo_loss_fn: |exp(trainer) - exp(inference)| > eps drops): pi = 0.75 (pd 0.25, kept, rho 1.5),
+    # pi = 0.85 (pd 0.35, dropped), pi = 0.1 (pd -0.4, dropped), pi = 0.25 (pd -0.25, kept, rho 0.5); kl_tau 0 (#3586):
+    # the gradient is -w A / N and nothing else
+    rows = [[math.log(1.5), math.log(1.7), math.log(0.2), math.log(0.5)]]
+    for key in ("prime-rl/default", "prime-rl/ipo"):
+        out = check(key, rows, [2.0], [[1.5, 0.0, 0.0, 0.5]], [[True, False, False, True]])
+        assert float(out.metrics["is_masked"]) == pytest.approx(0.5)
+    b = batch_of(rows, [2.0])
+    run("prime-rl/default", b).loss.backward()
+    torch.testing.assert_close(b.trainer_logprobs.grad[0], -2.0 * torch.tensor([1.5, 0.0, 0.0, 0.5],
+                                                                                dtype=torch.float64) / 4)
+
+
+def test_prime_rl_icepop_keeps_the_inclusive_ratio_band_a_fifth_to_five():
+    # loss.py IcePopLoss (#3526): log(0.2) <= l <= log(5) kept with weight rho; no KL term
+    rows = [[math.log(0.2), math.log(5.0), math.log(0.19), math.log(5.1), 0.3]]
+    check("prime-rl/icepop", rows, [1.0], [[0.2, 5.0, 0.0, 0.0, math.exp(0.3)]], [[True, True, False, False, True]])
+
+
+def test_prime_rl_earlier_defaults():
+    # v0.5.0 (March 2026): pd outside [-0.2, 0.2] dropped whatever A's sign, plus 1e-3 * l^2 (a penalty)
+    rows = [[math.log(1.5)], [math.log(1.3)]]  # mu = 0.5: pi = 0.75 (pd 0.25, dropped), 0.65 (pd 0.15, kept)
+    check("prime-rl/ipo_2026_03", rows, [-1.0, -1.0], [[0.0], [1.3]], [[False], [True]])
+    assert PRESETS["prime-rl/ipo_2026_03"].compose().penalty.coef == 1e-3
+    # v0.2 - v0.4: token band [0.125, 8], geometric band [0.1, 10], any token ratio above 100 drops the rollout
+    rows = [[math.log(9.0), 0.0], [math.log(150.0), -math.log(150.0), 0.0], [math.log(0.05)] * 2, [0.5, 0.0]]
+    check("prime-rl/masked_is_2025_12", rows, [1.0] * 4,
+          [[0.0, 1.0], [0.0, 0.0, 0.0], [0.0, 0.0], [math.exp(0.5), 1.0]],
+          [[False, True], [False, False, False], [False, False], [True, True]])
 
 
 # ---------------------------------------------------------------------------------------------------------

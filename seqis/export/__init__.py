@@ -20,6 +20,7 @@ from ..types import Config
 from . import (
     areal,
     art,
+    miles,
     ms_swift,
     nemo_rl,
     open_instruct,
@@ -48,6 +49,7 @@ EXPORTERS = {
     "art": art,
     "torchforge": torchforge,
     "tunix": tunix,
+    "miles": miles,
 }
 
 

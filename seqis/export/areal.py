@@ -1,4 +1,5 @@
-"""A composition as AReaL's `actor.rejection_sampling` (with actor.use_decoupled_loss: true).
+"""A composition as AReaL's actor settings: `actor.rejection_sampling` (with actor.use_decoupled_loss: true), no
+block (decoupled loss, weight 1), or PPO's clip on pi/mu (actor.use_decoupled_loss: false, AReaL's default).
 
 level token: the weight rho_t, masked (mask) or clamped (clamp) by a bound on the metric; level sequence with the
 ratio metric: the geometric mean exp(S/T) is every token's weight. Metrics: ratio, kl_k1 (+l), kl_k2 (l^2 / 2).
@@ -49,6 +50,14 @@ def settings(comp: Composition) -> Settings:
     if comp.log_ratio_clamp is not None:
         notes.append(f"AReaL clamps no log-ratio (this correction: +-{comp.log_ratio_clamp})")
     adv_tau_note(comp.adv_tau, notes)
+    clip = comp.ppo_clip()
+    if clip is not None and not clip[1]:  # pi_old = the sampler's log-probs: PPO clips pi/mu
+        ppo = clip[0]
+        keys = {"actor.use_decoupled_loss": False, "actor.recompute_logprob": False, "actor.eps_clip": ppo.eps_low,
+                "actor.eps_clip_higher": ppo.eps_high, "actor.c_clip": ppo.clip_c}
+        return Settings(keys, notes)
+    if comp.weight.level == "none" and not comp.criteria:
+        return Settings({"actor.use_decoupled_loss": True, "actor.rejection_sampling": None}, notes)
     keys = {"actor.use_decoupled_loss": True, **{f"actor.rejection_sampling.{k}": v for k, v in _rule(comp).items()}}
     return Settings(keys, notes)
 

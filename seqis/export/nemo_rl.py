@@ -1,10 +1,13 @@
 """A composition as NeMo-RL's `loss_fn` keys (ClippedPGLossFn's truncated importance sampling).
 
 tis: clamp(rho_t, ratio_min or 0, ratio); icepop: rho_t inside [ratio_min, ratio], else 0; seq-mask-tis: raw rho_t
-on rollouts whose geometric ratio exp(S/T) lies in [ratio_min, ratio].
+on rollouts whose geometric ratio exp(S/T) lies in [ratio_min, ratio]. A sequence weight exp(S_j), plain, clamped
+or banded, is sequence_level_importance_ratios: true (with token_level_loss: false, which NeMo-RL requires).
 """
 
 from __future__ import annotations
+
+import math
 
 from ..compose import Composition
 from ._format import CannotExpress, Settings, adv_tau_note, yaml
@@ -21,6 +24,17 @@ def settings(comp: Composition) -> Settings:
         raise CannotExpress("NeMo-RL's KL penalty is to a reference policy, not the sampler")
     if w.level == "none" and not crit:
         keys = dict(use_importance_sampling_correction=False)
+    elif w.level == "sequence" and not crit and not w.self_normalize:
+        banded = w.band is not None  # NeMo-RL's icepop on exp(S); a truncation is its tis
+        if banded and (w.truncated or w.band[0] == 0.0):
+            raise CannotExpress(f"{_NO} (a sequence band with a clip, or open below)")
+        if w.truncated and math.isinf(w.upper):
+            raise CannotExpress(f"{_NO} (tis needs a finite upper bound)")
+        kind = "icepop" if banded else "tis" if w.truncated else None
+        lo, hi = w.band if banded else (w.clip_low or None, w.upper) if w.truncated else (None, None)
+        keys = dict(use_importance_sampling_correction=True, sequence_level_importance_ratios=True,
+                    token_level_loss=False, truncated_importance_sampling_type=kind,
+                    truncated_importance_sampling_ratio=hi, truncated_importance_sampling_ratio_min=lo)
     else:
         kind, lo, hi = token_is_mode(comp, _NO)
         if kind is None:  # a plain token ratio: importance sampling on, nothing truncated

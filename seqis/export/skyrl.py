@@ -1,14 +1,16 @@
-"""A composition as SkyRL's `trainer.algorithm.off_policy_correction`.
+"""A composition as SkyRL's `trainer.algorithm.off_policy_correction`, or its policy losses on the sampler.
 
 TIS weight (token or sequence, truncated from above); rejections: any token below / above the outlier thresholds,
 tokens outside [token_mask_is_threshold_low, _high], rollouts whose geometric or product ratio leaves its band.
+A plain token ratio with DPPO's sign-conditioned probability-difference pair is `policy_loss_type: dppo`
+(binary_tv); a token ratio clamped to [low, high] with low > 0 is `policy_loss_type: cispo` on the rollout.
 """
 
 from __future__ import annotations
 
 import math
 
-from ..compose import Composition
+from ..compose import Composition, Criterion, Weight
 from ._format import CannotExpress, Settings, adv_tau_note, yaml
 
 HEADER = ["SkyRL off-policy correction"]
@@ -17,16 +19,46 @@ BLOCK = "trainer.algorithm.off_policy_correction"
 _SEQ_MASK = {"mean": ("geometric", "geo_mask"), "sum": ("product", "product_mask")}  # agg -> metric, key prefix
 
 
+ALGO = "trainer.algorithm"
+_GRADIENT_BAND = (math.exp(-20.0), math.exp(20.0))  # DPPO's clamp: no gradient where |l| > 20
+
+
+def _dppo(comp: Composition) -> tuple[dict, tuple[Criterion, ...], list[str]] | None:
+    """DPPO binary_tv's keys and the other criteria, when the composition has its probability-difference pair."""
+    up = [c for c in comp.criteria if (c.statistic, c.agg, c.advantage, c.low) == ("prob_diff", "token", "positive",
+                                                                                  None)]
+    down = [c for c in comp.criteria if (c.statistic, c.agg, c.advantage, c.high) == ("prob_diff", "token",
+                                                                                     "negative", None)]
+    if len(up) != 1 or len(down) != 1 or not comp.weight.plain("token"):
+        return None
+    band = [c for c in comp.criteria if c.statistic == "ratio" and c.agg == "token" and c.advantage is None
+            and (c.low, c.high) == _GRADIENT_BAND]
+    rest = tuple(c for c in comp.criteria if c is not up[0] and c is not down[0] and c not in band)
+    notes = [] if band else ["SkyRL's DPPO ratio is exp(clamp(l, +-20)): a token with |l| > 20 has no gradient"]
+    keys = {f"{ALGO}.policy_loss_type": "dppo", f"{ALGO}.dppo.dppo_type": "binary_tv",
+            f"{ALGO}.dppo.delta_low": -down[0].low, f"{ALGO}.dppo.delta_high": up[0].high}
+    return keys, rest, notes
+
+
 def settings(comp: Composition) -> Settings:
     w, notes = comp.weight, []
     if comp.penalty is not None:
         raise CannotExpress("SkyRL's KL loss is to a reference model, not the sampler")
+    own: dict = {}
+    criteria = comp.criteria
+    if (dppo := _dppo(comp)) is not None:
+        own, criteria, notes = dppo
+        w = Weight()  # the loss's own ratio is the weight: no TIS on top
+    elif w.level == "token" and w.clip_low > 0 and w.band is None and not w.self_normalize:
+        own = {f"{ALGO}.policy_loss_type": "cispo", f"{ALGO}.cispo.cispo_anchor": "rollout",
+               f"{ALGO}.cispo.cispo_eps_clip_low": 1.0 - w.clip_low, f"{ALGO}.cispo.cispo_eps_clip_high": w.upper - 1.0}
+        w = Weight()
     if w.band is not None or w.clip_low > 0 or w.self_normalize or w.level not in ("none", "token", "sequence"):
         raise CannotExpress("SkyRL's TIS weight is token or sequence level, truncated from above only")
     keys: dict = dict(tis_ratio_type=None if w.level == "none" else w.level)
     if w.level != "none":
         keys[f"{w.level}_tis_ratio_clip_high"] = w.upper
-    for c in comp.criteria:
+    for c in criteria:
         if c.statistic != "ratio" or c.advantage is not None:
             raise CannotExpress(f"SkyRL rejects by importance ratios only, not {c.statistic}"
                                 f"{' conditioned on the advantage' if c.advantage else ''}")
@@ -42,10 +74,10 @@ def settings(comp: Composition) -> Settings:
             keys.update(sequence_mask_metric=metric, **{f"{prefix}_low": lo, f"{prefix}_high": hi})
         else:
             raise CannotExpress(f"SkyRL has no ratio criterion '{c.agg}' with these sides, or needs it twice")
-    if comp.log_ratio_clamp != 20.0:
+    if comp.log_ratio_clamp != 20.0 and not (own and "dppo" in own.values()):
         notes.append(f"SkyRL clamps log-ratios at +-20 (this correction: {comp.log_ratio_clamp})")
     adv_tau_note(comp.adv_tau, notes)
-    return Settings({f"{BLOCK}.{k}": v for k, v in keys.items()}, notes)
+    return Settings({**own, **{f"{BLOCK}.{k}": v for k, v in keys.items()}}, notes)
 
 
 def write(s: Settings) -> list[str]:

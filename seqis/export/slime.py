@@ -27,7 +27,7 @@ def _opsm(comp: Composition) -> Settings | None:
                      "--eps-clip": ppo.eps_low, "--eps-clip-high": ppo.eps_high, "--eps-clip-c": ppo.clip_c})
 
 
-def _mis(comp: Composition) -> Settings:
+def _mis(comp: Composition, path: str) -> Settings:
     """The MIS example's YAML (written into the flags' comment) for a weight with ratio rejections."""
     w, rs, veto = comp.weight, [], None
     for c in comp.criteria:
@@ -48,20 +48,21 @@ def _mis(comp: Composition) -> Settings:
                tis_lower_bound=w.clip_low or None, tis_upper_bound=w.upper,
                rs_level=_AGG_LEVEL[r.agg] if r else w.level, rs_lower_bound=r.low if r else None,
                rs_upper_bound=r.high if r else None, rs_veto_threshold=veto, tis_batch_normalize=w.self_normalize)
-    return Settings({"--use-tis": True, "--custom-tis-function-path": _MIS, "--custom-config-path": "mis.yaml"},
+    return Settings({"--use-tis": True, "--custom-tis-function-path": path, "--custom-config-path": "mis.yaml"},
                     files={"mis.yaml": yaml(cfg)})
 
 
-def settings(comp: Composition) -> Settings:
+def settings(comp: Composition, icepop: str = _ICEPOP, mis: str = _MIS) -> Settings:
+    """slime's flags; Miles takes the same with its own function paths (icepop, mis)."""
     if comp.penalty is not None:
         raise CannotExpress("slime's KL loss is to a reference model, not the sampler")
     w, notes = comp.weight, []
     if (s := _opsm(comp)) is not None:
         pass
     elif comp.criteria or w.self_normalize or w.level != "token":
-        s = _mis(comp)
+        s = _mis(comp, mis)
     elif w.band is not None and math.isinf(w.upper) and w.clip_low == 0:
-        s = Settings({"--use-tis": True, "--custom-tis-function-path": _ICEPOP, "--tis-clip-low": w.band[0],
+        s = Settings({"--use-tis": True, "--custom-tis-function-path": icepop, "--tis-clip-low": w.band[0],
                       "--tis-clip": w.band[1]})
     elif w.band is None and not w.plain("token"):
         s = Settings({"--use-tis": True, "--tis-clip": w.upper, "--tis-clip-low": w.clip_low})

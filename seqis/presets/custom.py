@@ -92,5 +92,6 @@ def compose(cfg: CustomConfig) -> Composition:
 
 CUSTOM = Preset("custom/composition", "A correction built from the mechanism's parts: a weight, two rules, a "
                 "penalty.", "seqis: seqis/presets/custom.py", framework_estimator(
-                    "custom", compose, CustomConfig, "A custom composition."), CustomConfig())
+                    "custom", compose, CustomConfig, "A custom composition."), CustomConfig(),
+                versions="seqis's own: not a framework's")
 PRESETS = [CUSTOM]

@@ -1,16 +1,20 @@
 """NeMo-RL's truncated importance sampling in ClippedPGLossFn (loss_fn.truncated_importance_sampling_type).
 
-    IS weight   rho_t = nan_to_num(exp(l_t), posinf=0)  (needs use_importance_sampling_correction: true)
+    IS weight   rho_t = nan_to_num(exp(l_t), posinf=0)  (needs use_importance_sampling_correction: true); with
+                sequence_level_importance_ratios: true the product w_j = nan_to_num(exp(S_j), posinf=0) instead,
+                on every token of the rollout (and the PPO ratio is GSPO's geometric one, 1 at the first
+                minibatch; token_level_loss must be false: seq-mean-token-mean), and tis / icepop apply to w_j
     tis         clamp(rho_t, ratio_min or 0, ratio)
     icepop      rho_t * 1[ratio_min <= rho_t <= ratio]
     seq-mask-tis  rho_t * 1[ratio_min <= exp(S_j/T_j) <= ratio]  (raw token ratios: no truncation despite the name)
 
 NeMo-RL sets no default bounds (both None; it asserts they are given). Used here: tis 2.0 (most example recipes,
 e.g. examples/configs/recipes/llm/*dapo*; docs/guides/prorlv2.md shows 5.0), icepop 0.5..5.0 and seq-mask-tis
-0.999..1.002 (docs/guides/prorlv2.md and the code comments' "ref bounds"). Quirk not kept: a ratio that overflows
-float32 (l > 88.7) becomes weight 0 in NeMo-RL, even under "tis"; seqis caps it at e^40 before the clip.
-The token-level loss averages over every valid token (zeroed ones included): token-mean.
-Source: NVIDIA-NeMo/RL, nemo_rl/algorithms/loss/loss_functions.py (ClippedPGLossFn).
+0.999..1.002 (docs/guides/prorlv2.md and the code comments' "ref bounds"); no recipe sets sequence-level weights
+with a truncation, so seq-tis and seq-icepop take the token presets' bounds. Quirk not kept: a ratio that
+overflows float32 (l > 88.7, or S > 88.7 at sequence level) becomes weight 0 in NeMo-RL, even under "tis"; seqis
+caps it at e^40 before the clip. The token-level loss averages over every valid token (zeroed ones included).
+Source: NVIDIA-NeMo/RL, nemo_rl/algorithms/loss/loss_functions.py (ClippedPGLossFn). Read at 7ea279a (2026-08-22).
 """
 
 from __future__ import annotations
@@ -36,6 +40,8 @@ class NemoRLConfig(Config):
                                                              ui=(1.0, 10.0), log=True)
     truncated_importance_sampling_ratio_min: float | None = knob(None, "Lower bound (tis: defaults to 0).",
                                                                  optional=True, ge=0.0, ui=(0.0, 1.0))
+    sequence_level_importance_ratios: bool = knob(False, "Weigh every token of a rollout by its product ratio "
+                                                  "exp(S) (GSPO's setting).", choices=(False, True))
 
     def __post_init__(self):
         super().__post_init__()
@@ -51,27 +57,31 @@ class NemoRLConfig(Config):
             raise ValueError("truncated_importance_sampling_ratio_min must be <= truncated_importance_sampling_ratio")
         if kind != "tis" and lo is None:
             raise ValueError(f"truncated_importance_sampling_ratio_min must be set for {kind}")
+        if kind == "seq-mask-tis" and self.sequence_level_importance_ratios:
+            raise ValueError("seq-mask-tis is incompatible with sequence_level_importance_ratios (NeMo-RL asserts)")
 
 
 def compose(cfg: NemoRLConfig) -> Composition:
     kind, hi, lo = (cfg.truncated_importance_sampling_type, cfg.truncated_importance_sampling_ratio,
                     cfg.truncated_importance_sampling_ratio_min)
     criteria = ()
+    level = "sequence" if cfg.sequence_level_importance_ratios else "token"
     if not cfg.use_importance_sampling_correction:
         weight = Weight("none")
     elif kind is None:
-        weight = Weight("token")
+        weight = Weight(level)
     elif kind == "tis":
-        weight = Weight("token", clip=hi, clip_low=lo or 0.0)
+        weight = Weight(level, clip=hi, clip_low=lo or 0.0)
     elif kind == "icepop":
-        weight = Weight("token", band=(lo, hi))
+        weight = Weight(level, band=(lo, hi))
     else:  # seq-mask-tis: geometric-mean gate, raw token weights
         weight, criteria = Weight("token"), (Criterion("ratio", "mean", low=lo, high=hi),)
     return Composition(weight, criteria, adv_tau=cfg.adv_tau)
 
 
 ESTIMATOR = framework_estimator("nemo-rl", compose, NemoRLConfig, "NeMo-RL ClippedPGLossFn's truncated IS.")
-SOURCE = "NVIDIA-NeMo/RL: nemo_rl/algorithms/loss/loss_functions.py (ClippedPGLossFn)"
+SOURCE = "NVIDIA-NeMo/RL@7ea279a: nemo_rl/algorithms/loss/loss_functions.py (ClippedPGLossFn)"
+_SEQ_LEVEL = dict(sequence_level_importance_ratios=True)
 _TIS = dict(truncated_importance_sampling_type="tis", truncated_importance_sampling_ratio=2.0)
 _ICEPOP = dict(truncated_importance_sampling_type="icepop", truncated_importance_sampling_ratio=5.0,
                truncated_importance_sampling_ratio_min=0.5)
@@ -80,9 +90,18 @@ _SEQ = dict(truncated_importance_sampling_type="seq-mask-tis", truncated_importa
 
 PRESETS = [
     Preset("nemo-rl/tis", "Token TIS clamp(rho_t, 0, 2); NeMo-RL has no default bound: 2 is what most of its "
-           "example recipes use (prorlv2 docs: 5).", SOURCE, ESTIMATOR, NemoRLConfig(**_TIS)),
+           "example recipes use (prorlv2 docs: 5).", SOURCE, ESTIMATOR, NemoRLConfig(**_TIS),
+           versions="since 2025-10-21 (NeMo-RL #1348)"),
     Preset("nemo-rl/icepop", "IcePop rho_t * 1[0.5 <= rho_t <= 5]; bounds from NeMo-RL's prorlv2 guide (no code "
-           "default).", SOURCE, ESTIMATOR, NemoRLConfig(**_ICEPOP)),
+           "default).", SOURCE, ESTIMATOR, NemoRLConfig(**_ICEPOP), versions="since 2026-02-07 (NeMo-RL #1809)"),
     Preset("nemo-rl/seq-mask-tis", "rho_t (untruncated, despite the name) on rollouts with 0.999 <= exp(S/T) <= "
-           "1.002, else 0; bounds from NeMo-RL's prorlv2 guide.", SOURCE, ESTIMATOR, NemoRLConfig(**_SEQ)),
+           "1.002, else 0; bounds from NeMo-RL's prorlv2 guide.", SOURCE, ESTIMATOR, NemoRLConfig(**_SEQ),
+           versions="since 2026-02-15 (NeMo-RL #1899)"),
+    Preset("nemo-rl/seq-tis", "Sequence TIS clamp(exp(S), 0, 2) on every token (sequence_level_importance_ratios "
+           "with tis; no code default: the token preset's 2; an exp(S) overflowing float32 weighs 0 there).",
+           SOURCE, ESTIMATOR, NemoRLConfig(**_TIS, **_SEQ_LEVEL),
+           versions="since 2025-10-21 (NeMo-RL #1348; sequence-level weights since 2025-08-27, #976)"),
+    Preset("nemo-rl/seq-icepop", "exp(S) * 1[0.5 <= exp(S) <= 5] on every token (sequence_level_importance_ratios "
+           "with icepop; the token preset's prorlv2 bounds).", SOURCE, ESTIMATOR,
+           NemoRLConfig(**_ICEPOP, **_SEQ_LEVEL), versions="since 2026-02-07 (NeMo-RL #1809)"),
 ]

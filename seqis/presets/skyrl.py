@@ -1,4 +1,5 @@
-"""SkyRL's off-policy correction (trainer.algorithm.off_policy_correction), every option off by default.
+"""SkyRL's off-policy correction (trainer.algorithm.off_policy_correction, every option off by default) and its
+policy losses anchored on the sampler (trainer.algorithm.policy_loss_type dppo, cispo with cispo_anchor rollout).
 
     ratios     exp(clamp(x, -20, 20)) of the token l_t, the rollout sum S_j or the geometric mean S_j / T_j
     outlier    drop a rollout with any token ratio below outlier_token_is_threshold_low or above _high
@@ -6,16 +7,27 @@
     TIS        weight min(rho_t, token_tis_ratio_clip_high) or min(exp S_j, sequence_tis_ratio_clip_high)
     seq mask   drop rollouts whose geometric (exp(S/T)) or product (exp S) ratio leaves its band
 
-The masks multiply loss_mask but the token-mean normaliser was fixed from the original mask: token-mean.
-SkyRL clamps the geometric MEAN at +-20, seqis each l_t before it: they differ only when a token has |l| > 20.
+    dppo       binary_tv: weight rho_t = exp(clamp(l_t, +-20)) (not detached: the clamp's gradient is 0 where
+               |l_t| > 20, so such a token has no gradient); drop t if A > 0 and pd_t > delta_high, or A < 0 and
+               pd_t < -delta_low, pd_t = exp(pi_t) - exp(mu_t) (0.2, 0.2)
+    cispo      cispo_anchor rollout: weight clamp(exp(clamp(l_t, +-20)), 1 - cispo_eps_clip_low,
+               1 + cispo_eps_clip_high), every token keeps it (1.0 and 4.0: [0, 5])
+
+Every ratio is exp in float32 (safe_exp_delta), cast back to the log-probs' dtype. The masks multiply loss_mask but
+the token-mean normaliser was fixed from the original mask: token-mean. Clamp order (a quirk kept only in part):
+the sequence TIS weight and both sequence masks clamp the SUMMED (or mean) raw log-ratio at +-20; seqis's criteria
+clamp each l_t first, so a rollout with a token beyond +-20 can land on the other side of a sequence mask's band
+(l = (+25, -20): SkyRL's product ratio is e^5, dropped; seqis's e^0, kept).
 Presets: one per option at its config default; the outlier thresholds are the config docstrings' suggestions
 (1e-4, 100). token_mask_is_threshold_* has no default or suggestion, so it is a knob, not a preset.
 Source: NovaSky-AI/SkyRL, skyrl/backends/skyrl_train/utils/off_policy_correction_utils.py,
-skyrl/train/config/config.py (OffPolicyCorrectionConfig).
+skyrl/backends/skyrl_train/utils/ppo_utils.py (dppo_policy_loss, compute_policy_loss_cispo),
+skyrl/train/config/config.py (OffPolicyCorrectionConfig, DPPOConfig, CISPOConfig). Read at a956457 (2026-08-21).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from ..compose import Composition, Criterion, Weight
@@ -23,10 +35,25 @@ from ..spec import Preset
 from ..types import Config, knob
 from ._preset import SAFETY_BOUND, framework_estimator
 
+LOSSES = ("regular", "dppo", "cispo")  # the policy losses expressible here (rollout_is needs an open band)
+
 
 @dataclass(frozen=True)
 class SkyRLConfig(Config):
-    """OffPolicyCorrectionConfig; SkyRL's names."""
+    """AlgorithmConfig's policy_loss_type, DPPOConfig, CISPOConfig and OffPolicyCorrectionConfig; SkyRL's names."""
+
+    policy_loss_type: str = knob("regular", "regular (PPO on pi/pi_old: 1 at the first minibatch), dppo (the "
+                                 "probability-difference mask on pi/mu) or cispo (its clamped ratio).",
+                                 choices=LOSSES)
+    delta_low: float = knob(0.2, "DPPO: drop an A < 0 token whose probability fell by more than this.", ge=0.0,
+                            ui=(0.01, 1.0), band=False)
+    delta_high: float = knob(0.2, "DPPO: drop an A > 0 token whose probability rose by more than this.", ge=0.0,
+                             ui=(0.01, 1.0))
+    cispo_eps_clip_low: float = knob(1.0, "CISPO: the weight's lower clamp is 1 - this.", ge=0.0, ui=(0.0, 1.0),
+                                     band=False)
+    cispo_eps_clip_high: float = knob(4.0, "CISPO: the weight's upper clamp is 1 + this.", gt=0.0, ui=(0.1, 10.0))
+    cispo_anchor: str = knob("rollout", "CISPO's ratio: pi/mu (rollout) or pi/pi_old (old: 1 at the first "
+                             "minibatch, no correction).", choices=("rollout", "old"))
 
     tis_ratio_type: str | None = knob(None, "TIS weight: token, sequence, or None.", optional=True,
                                       choices=(None, "token", "sequence"))
@@ -48,6 +75,25 @@ class SkyRLConfig(Config):
                                                       optional=True, gt=0.0, ui=(1.0, 100.0), log=True)
 
 
+    def __post_init__(self):
+        super().__post_init__()
+        if self.policy_loss_type != "regular" and self.tis_ratio_type is not None:
+            raise ValueError(f"tis_ratio_type with policy_loss_type={self.policy_loss_type}: SkyRL multiplies the "
+                             "loss's own ratio by the TIS weight (cispo rollout refuses it); not expressible")
+
+
+def _loss_weight(cfg: SkyRLConfig) -> tuple[Weight, list[Criterion], float | None] | None:
+    """The weight (and criteria, clamp) of a policy loss anchored on the sampler; None for one anchored on pi_old."""
+    if cfg.policy_loss_type == "dppo":  # the clamp's zero gradient beyond +-20, then the sign-conditioned pd mask
+        return Weight("token"), [Criterion("ratio", "token", low=math.exp(-SAFETY_BOUND), high=math.exp(SAFETY_BOUND)),
+                                 Criterion("prob_diff", "token", high=cfg.delta_high, advantage="positive"),
+                                 Criterion("prob_diff", "token", low=-cfg.delta_low, advantage="negative")], None
+    if cfg.policy_loss_type == "cispo" and cfg.cispo_anchor == "rollout":
+        low = max(1.0 - cfg.cispo_eps_clip_low, 0.0)
+        return Weight("token", clip=1.0 + cfg.cispo_eps_clip_high, clip_low=low), [], SAFETY_BOUND
+    return None
+
+
 def compose(cfg: SkyRLConfig) -> Composition:
     criteria: list[Criterion] = []
     if cfg.outlier_token_is_threshold_low is not None:
@@ -57,7 +103,12 @@ def compose(cfg: SkyRLConfig) -> Composition:
     if cfg.token_mask_is_threshold_low is not None and cfg.token_mask_is_threshold_high is not None:
         criteria.append(Criterion("ratio", "token", low=cfg.token_mask_is_threshold_low,
                                   high=cfg.token_mask_is_threshold_high))
-    if cfg.tis_ratio_type is None:
+    own = _loss_weight(cfg)
+    clamp = SAFETY_BOUND
+    if own is not None:
+        weight, extra, clamp = own
+        criteria += extra
+    elif cfg.tis_ratio_type is None:
         weight = Weight("none")
     elif cfg.tis_ratio_type == "token":
         weight = Weight("token", clip=cfg.token_tis_ratio_clip_high)
@@ -67,22 +118,35 @@ def compose(cfg: SkyRLConfig) -> Composition:
         criteria.append(Criterion("ratio", "mean", low=cfg.geo_mask_low, high=cfg.geo_mask_high))
     elif cfg.sequence_mask_metric == "product":
         criteria.append(Criterion("ratio", "sum", low=cfg.product_mask_low, high=cfg.product_mask_high))
-    return Composition(weight, tuple(criteria), log_ratio_clamp=SAFETY_BOUND, adv_tau=cfg.adv_tau)
+    return Composition(weight, tuple(criteria), log_ratio_clamp=clamp, adv_tau=cfg.adv_tau)
 
 
-ESTIMATOR = framework_estimator("skyrl", compose, SkyRLConfig, "SkyRL's off_policy_correction.")
-SOURCE = "NovaSky-AI/SkyRL: skyrl/backends/skyrl_train/utils/off_policy_correction_utils.py"
+ESTIMATOR = framework_estimator("skyrl", compose, SkyRLConfig, "SkyRL's off_policy_correction and policy losses.")
+SOURCE = "NovaSky-AI/SkyRL@a956457: skyrl/backends/skyrl_train/utils/off_policy_correction_utils.py"
+LOSSES_AT = "NovaSky-AI/SkyRL@a956457: skyrl/backends/skyrl_train/utils/ppo_utils.py"
+_SINCE = "since 2026-03-02 or before (SkyRL #1249 moved it to skyrl/; the copy read keeps no older history)"
+_CLAMP_NOTE = "SkyRL clamps the summed log-ratio at +-20, seqis each token (differs when a token has |l| > 20)"
 
 PRESETS = [
     Preset("skyrl/token_tis", "Token TIS min(rho_t, 2) (log-ratio clamped at +-20).", f"{SOURCE} (compute_tis_ratio)",
-           ESTIMATOR, SkyRLConfig(tis_ratio_type="token")),
+           ESTIMATOR, SkyRLConfig(tis_ratio_type="token"), versions=_SINCE),
     Preset("skyrl/sequence_tis", "Sequence TIS min(exp(clamp(S, +-20)), 5).", f"{SOURCE} (compute_tis_ratio)",
-           ESTIMATOR, SkyRLConfig(tis_ratio_type="sequence")),
-    Preset("skyrl/geo_mask", "Drop rollouts with exp(S/T) outside [0.99, 1.01]; weight 1.",
-           f"{SOURCE} (compute_sequence_mask)", ESTIMATOR, SkyRLConfig(sequence_mask_metric="geometric")),
-    Preset("skyrl/product_mask", "Drop rollouts with exp(S) outside [0.5, 2]; weight 1.",
-           f"{SOURCE} (compute_sequence_mask)", ESTIMATOR, SkyRLConfig(sequence_mask_metric="product")),
+           ESTIMATOR, SkyRLConfig(tis_ratio_type="sequence"), versions=_SINCE),
+    Preset("skyrl/geo_mask", f"Drop rollouts with exp(S/T) outside [0.99, 1.01]; weight 1; {_CLAMP_NOTE}.",
+           f"{SOURCE} (compute_sequence_mask)", ESTIMATOR, SkyRLConfig(sequence_mask_metric="geometric"),
+           versions=_SINCE),
+    Preset("skyrl/product_mask", f"Drop rollouts with exp(S) outside [0.5, 2]; weight 1; {_CLAMP_NOTE}.",
+           f"{SOURCE} (compute_sequence_mask)", ESTIMATOR, SkyRLConfig(sequence_mask_metric="product"),
+           versions=_SINCE),
     Preset("skyrl/outlier_token_mask", "Drop rollouts with any token ratio below 1e-4 or above 100 (the config "
            "docstrings' suggested thresholds; no code default); weight 1.", f"{SOURCE} (compute_outlier_token_mask)",
-           ESTIMATOR, SkyRLConfig(outlier_token_is_threshold_low=1e-4, outlier_token_is_threshold_high=100.0)),
+           ESTIMATOR, SkyRLConfig(outlier_token_is_threshold_low=1e-4, outlier_token_is_threshold_high=100.0),
+           versions=_SINCE),
+    Preset("skyrl/dppo_tv", "DPPO binary TV (policy_loss_type dppo): rho_t, dropping tokens whose probability rose "
+           "> 0.2 (A > 0) or fell > 0.2 (A < 0); a token with |l| > 20 has no gradient (the clamp's).",
+           f"{LOSSES_AT} (dppo_policy_loss)", ESTIMATOR, SkyRLConfig(policy_loss_type="dppo"),
+           versions="since 2026-06-17 (SkyRL #1037)"),
+    Preset("skyrl/cispo_rollout", "CISPO on the sampler (cispo_anchor rollout): every token keeps "
+           "clamp(rho_t, 0, 5) (1 - 1.0, 1 + 4.0: the ScaleRL bounds).", f"{LOSSES_AT} (compute_policy_loss_cispo)",
+           ESTIMATOR, SkyRLConfig(policy_loss_type="cispo"), versions="since 2026-07-28 (SkyRL #1859)"),
 ]

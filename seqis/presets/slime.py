@@ -11,9 +11,14 @@
 
 slime reduces the loss per rollout (mean over its tokens, then over rollouts: agg="seq-mean-token-mean");
 rejected tokens leave the numerator only. The IcePop preset uses slime's defaults (tis_clip_low 0, tis_clip 2);
-slime's own end-to-end test runs it with --tis-clip-low 0.5.
+slime's own end-to-end test runs it with --tis-clip-low 0.5. Quirks: at sequence and geometric level the MIS
+example clamps the summed (or mean) raw log-ratio at +-20, for its weight and for its RS band alike; seqis's
+criteria clamp each l_t first, so a rollout with a token beyond +-20 can fall the other way of the RS band.
+tis_batch_normalize at tis_level sequence divides by the mean over every rollout, empty ones (weight 0) included;
+seqis's mean is over non-empty rollouts (the two differ only in a batch with an empty rollout).
 Source: THUDM/slime, slime/backends/megatron_utils/loss.py, slime/utils/ppo_utils.py (compute_opsm_mask),
-examples/train_infer_mismatch_helper/mis.py and mis.yaml.
+examples/train_infer_mismatch_helper/mis.py and mis.yaml. Read at 624b824 (2026-08-21). Miles (radixark/miles)
+ships the same code (miles/backends/training_utils/loss_hub/, examples/infra_features/...): presets miles/*.
 """
 
 from __future__ import annotations
@@ -112,20 +117,27 @@ def compose_opsm(cfg: OPSMConfig) -> Composition:
     return Composition(Weight("token"), criteria, adv_tau=cfg.adv_tau)
 
 
-SOURCE = "THUDM/slime: slime/backends/megatron_utils/loss.py"
+SOURCE = "THUDM/slime@624b824: slime/backends/megatron_utils/loss.py"
+MIS_SOURCE = "THUDM/slime@624b824: examples/train_infer_mismatch_helper/mis.py (compute_mis_weights)"
+OPSM_SOURCE = "THUDM/slime@624b824: slime/utils/ppo_utils.py (compute_opsm_mask)"
 _TIS = framework_estimator("slime/tis", compose_tis, TISConfig, "slime --use-tis (vanilla TIS or IcePop).")
 _MIS = framework_estimator("slime/mis", compose_mis, MISConfig, "slime's MIS example (mis.py).")
 _OPSM = framework_estimator("slime/opsm", compose_opsm, OPSMConfig, "slime --use-opsm.")
 
-PRESETS = [
-    Preset("slime/tis", "--use-tis: clamp(rho_t, 0, 2) per token, no log-ratio clamp.",
-           f"{SOURCE} (vanilla_tis_function)", _TIS, TISConfig()),
-    Preset("slime/icepop", "--use-tis with icepop_function: rho_t * 1[0 <= rho_t <= 2] at slime's defaults (its "
-           "e2e test uses --tis-clip-low 0.5).", f"{SOURCE} (icepop_function)", _TIS, TISConfig(tis_function="icepop")),
-    Preset("slime/mis", "MIS example: min(rho_t, 2) / batch mean, tokens outside [0.5, 2] rejected, rollouts with "
-           "a token below 1e-4 vetoed (log-ratio clamped at +-20).",
-           "THUDM/slime: examples/train_infer_mismatch_helper/mis.py (compute_mis_weights)", _MIS, MISConfig()),
-    Preset("slime/opsm", "OPSM with --use-rollout-logprobs: PPO-clip on pi/mu (eps 0.2), dropping A < 0 rollouts "
-           "whose mean(-l) > 1e-4.", "THUDM/slime: slime/utils/ppo_utils.py (compute_opsm_mask)", _OPSM,
-           OPSMConfig()),
+# (name, summary, estimator, config) of the four, shared with Miles (the same code under its own paths)
+ROWS = [
+    ("tis", "--use-tis: clamp(rho_t, 0, 2) per token, no log-ratio clamp.", _TIS, TISConfig()),
+    ("icepop", "--use-tis with icepop_function: rho_t * 1[0 <= rho_t <= 2] at the defaults (slime's e2e test uses "
+     "--tis-clip-low 0.5).", _TIS, TISConfig(tis_function="icepop")),
+    ("mis", "MIS example: min(rho_t, 2) / batch mean, tokens outside [0.5, 2] rejected, rollouts with a token below "
+     "1e-4 vetoed (log-ratio clamped at +-20).", _MIS, MISConfig()),
+    ("opsm", "OPSM with --use-rollout-logprobs: PPO-clip on pi/mu (eps 0.2), dropping A < 0 rollouts whose "
+     "mean(-l) > 1e-4.", _OPSM, OPSMConfig()),
 ]
+_WHERE = {"tis": (f"{SOURCE} (vanilla_tis_function)", "since 2025-10-20 (slime #429; --tis-clip-low #236)"),
+          "icepop": (f"{SOURCE} (icepop_function)", "since 2025-12-03 (slime #1014)"),
+          "mis": (MIS_SOURCE, "since 2025-11-18 (slime #690: RS, veto, batch normalisation)"),
+          "opsm": (OPSM_SOURCE, "since 2025-12-02 (slime #999)")}
+
+PRESETS = [Preset(f"slime/{name}", summary, _WHERE[name][0], est, cfg, versions=_WHERE[name][1])
+           for name, summary, est, cfg in ROWS]

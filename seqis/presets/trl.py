@@ -10,7 +10,8 @@ token_truncate the default: the code says sequence_mask). OPSM has no default th
 (paper_index.md) and tests use 0.5. The default loss ("dapo") normalises by every completion token (token-mean),
 and pi_theta / pi_old is 1 at the first minibatch, so the IS ratio is the correction.
 Source: huggingface/trl, trl/trainer/grpo_trainer.py (_generate_and_score_completions, get_off_policy_mask),
-trl/trainer/grpo_config.py.
+trl/trainer/grpo_config.py. Read in pip trl 1.16.0 (2026-10) and at f2cd577 (2026-07-24): the same arithmetic
+(1.16 zeroes a NaN sampler log-prob's difference, which a Batch never holds on a loss token).
 """
 
 from __future__ import annotations
@@ -68,20 +69,24 @@ def compose(cfg: TRLConfig) -> Composition:
 
 
 ESTIMATOR = framework_estimator("trl", compose, TRLConfig, "TRL GRPOTrainer's vLLM IS correction and OPSM.")
-SOURCE = "huggingface/trl: trl/trainer/grpo_trainer.py"
+SOURCE = "huggingface/trl@1.16.0: trl/trainer/grpo_trainer.py"
 _NO_CLAMP = "no log-ratio clamp"
+_MODES = ("since 2025-11-30 (TRL #4530, release v0.26.0: vllm_importance_sampling_mode); clip_min since "
+          "2026-06-11 (#4732, v1.6.0)")
+_OPSM = "since 2026-01-06 (TRL #4689, release v0.27.0)"
 
 PRESETS = [
     Preset("trl/token_truncate", f"Token TIS min(rho_t, 3) ({_NO_CLAMP}).", SOURCE,
-           ESTIMATOR, TRLConfig(vllm_importance_sampling_mode="token_truncate")),
+           ESTIMATOR, TRLConfig(vllm_importance_sampling_mode="token_truncate"), versions=_MODES),
     Preset("trl/token_mask", "Token MIS: rho_t where rho_t <= 3, else 0 (one-sided: clip_min is None).", SOURCE,
-           ESTIMATOR, TRLConfig(vllm_importance_sampling_mode="token_mask")),
+           ESTIMATOR, TRLConfig(vllm_importance_sampling_mode="token_mask"), versions=_MODES),
     Preset("trl/sequence_truncate", f"Sequence TIS min(exp(S), 3) ({_NO_CLAMP}).", SOURCE,
-           ESTIMATOR, TRLConfig(vllm_importance_sampling_mode="sequence_truncate")),
+           ESTIMATOR, TRLConfig(vllm_importance_sampling_mode="sequence_truncate"), versions=_MODES),
     Preset("trl/sequence_mask", "TRL's default: exp(S) where exp(S) <= 3, else 0 (one-sided; the config "
            "docstring names token_truncate as the default, the code uses sequence_mask).", SOURCE,
-           ESTIMATOR, TRLConfig()),
+           ESTIMATOR, TRLConfig(), versions=_MODES),
     Preset("trl/opsm", "OPSM (DeepSeek-V3.2) delta 0.5 (no code default; TRL's docs and tests use 0.5): drop "
            "rollouts with A < 0 and mean(-l) > 0.5, on top of the default sequence_mask IS.",
-           f"{SOURCE} (get_off_policy_mask)", ESTIMATOR, TRLConfig(off_policy_mask_threshold=0.5)),
+           f"{SOURCE} (get_off_policy_mask)", ESTIMATOR, TRLConfig(off_policy_mask_threshold=0.5),
+           versions=_OPSM),
 ]

@@ -12,7 +12,9 @@ Quirks kept: the +-20 clamp, k1 on -l. Quirk not kept: with IcePop, `compute_is_
 squared weight, a ZeroDivisionError when every weight is 0; seqis returns zero weights. In bypass ppo_clip a token
 with l < -20 keeps weight r < 2e-9 here, where verl's clamp stops its gradient.
 Source: pip verl 0.9.1, verl/trainer/ppo/rollout_corr_helper.py, verl/trainer/config/algorithm.py,
-verl/trainer/ppo/core_algos.py (compute_policy_loss_bypass_mode).
+verl/trainer/ppo/core_algos.py (compute_policy_loss_bypass_mode); the same files as verl-project/verl (formerly
+volcengine/verl) at 1dda039 (2026-08-22). Versions: the geo and k3 rejections have their present form since
+#4544 (2026-01-14: k1 on -l, no veto); before it, "geometric" was a ratio band with a 1e-4 token veto.
 """
 
 from __future__ import annotations
@@ -93,7 +95,12 @@ def compose(cfg: VerlConfig) -> Composition:
 
 
 ESTIMATOR = framework_estimator("verl", compose, VerlConfig, "verl's rollout correction (RolloutCorrectionConfig).")
-SOURCE = "volcengine/verl (pip verl 0.9.1): verl/trainer/ppo/rollout_corr_helper.py, verl/trainer/config/algorithm.py"
+SOURCE = "verl-project/verl@0.9.1: verl/trainer/ppo/rollout_corr_helper.py, verl/trainer/config/algorithm.py"
+_SINCE = {  # factory -> the PR that gave it its present form (verl's git history)
+    "decoupled_token_is": "2025-11-12 (verl #4070)", "decoupled_seq_is": "2025-11-12 (verl #4070)",
+    "decoupled_token_icepop": "2026-03-24 (verl #5722)", "bypass_pg_token_icepop": "2026-03-24 (verl #5722)",
+    "bypass_ppo_clip": "2025-12-15 (verl #4511)", "bypass_pg_is": "2025-12-15 (verl #4511)",
+    "disabled": "2025-11-07 (verl #3984)"}
 _GEO = dict(rollout_rs="seq_mean_k1", rollout_rs_threshold=1.001, rollout_rs_threshold_lower=0.999)
 _K3 = dict(rollout_rs="seq_mean_k3", rollout_rs_threshold=0.01)
 _BYPASS_PG = dict(bypass_mode=True, loss_type="reinforce")
@@ -138,6 +145,7 @@ _ROWS = [  # (factory, its defaults, summary)
 ]
 
 PRESETS = [
-    Preset(f"verl/{name}", summary, f"{SOURCE} (RolloutCorrectionConfig.{name})", ESTIMATOR, VerlConfig(**values))
+    Preset(f"verl/{name}", summary, f"{SOURCE} (RolloutCorrectionConfig.{name})", ESTIMATOR, VerlConfig(**values),
+           versions=f"since {_SINCE.get(name, '2026-01-14 (verl #4544)')}; read in verl 0.9.1 (2026-09)")
     for name, values, summary in _ROWS
 ]
