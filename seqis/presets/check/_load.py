@@ -43,14 +43,16 @@ def namespace(**names: Any) -> dict:
     """What the extracted functions may name at call time: torch, math, typing's Optional / Tuple / List / Any."""
     base = dict(torch=torch, math=math, nn=torch.nn, F=torch.nn.functional, dist=torch.distributed,
                 Optional=Optional, Tuple=tuple, List=list, Dict=dict, Any=Any, dataclass=dataclass, field=field,
-                __name__="seqis_check_loaded")
+                __name__=__name__)  # a module in sys.modules: dataclasses looks the name up
     base.update(names)
     return base
 
 
 def _keep(decorator: ast.expr) -> bool:
-    """torch.no_grad() and the like stay; a framework's registry decorator or @staticmethod goes."""
+    """torch.no_grad() and @dataclass stay; a framework's registry decorator, @staticmethod and torch.compile go."""
     node = decorator.func if isinstance(decorator, ast.Call) else decorator
+    if isinstance(node, ast.Name) and node.id == "dataclass":
+        return True
     while isinstance(node, ast.Attribute):
         node = node.value
     return isinstance(node, ast.Name) and node.id == "torch" and not _is_compile(decorator)
