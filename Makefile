@@ -22,6 +22,12 @@ $(BIN)/.ready: pyproject.toml
 	$(BIN)/pip install -q --no-deps "ms-swift==4.6.0" || echo "ms-swift unavailable: its own-code tests will skip"
 	$(BIN)/pip install -q --no-deps --ignore-requires-python "openpipe-art==0.5.23" \
 	  || echo "openpipe-art unavailable: its own-code tests will skip"
+	# frameworks whose presets tests/test_presets_frameworks.py checks against their own code: wheels unzipped under
+	# .venv/frameworks, never installed (their packages would shadow ours); skips if offline
+	$(BIN)/pip download -q --no-deps -d $(VENV)/frameworks "trl==1.16.0" "openrlhf==0.11.2" "skyrl==0.3.0" \
+	  "areal==1.0.4" && for w in $(VENV)/frameworks/*.whl; do \
+	  $(BIN)/python -m zipfile -e $$w $(VENV)/frameworks/$$(basename $$w | cut -d- -f1); done \
+	  || echo "framework wheels unavailable: tests/test_presets_frameworks.py will skip"
 	touch $@
 
 venv: $(BIN)/.ready

@@ -14,11 +14,9 @@ verl's +-20 clamp is exercised.
 
 from __future__ import annotations
 
-import importlib
 import importlib.util
 import math
-import sys
-import types
+from pathlib import Path
 
 import pytest
 import torch
@@ -26,72 +24,30 @@ import torch
 from seqis import Batch, run
 from seqis.export import export
 from seqis.presets import PRESETS, presets_of
+from seqis.presets.check import MissingCode
+from seqis.presets.check import verl as check_verl
+from seqis.presets.check.verl import rollout_correction
+
+verl_gradient = check_verl.gradient
 
 VERL = sorted(presets_of("verl"))
 # bypass ppo_clip: verl's +-20 clamp stops the gradient of a token with l < -20; seqis keeps weight e^-20 * A / N
 # there (documented in the preset's summary), below 1e-10 on these batches
 ATOL = 1e-10
-_STUBBED = ["verl", "verl.utils", "verl.trainer", "verl.trainer.ppo", "verl.trainer.config", "verl.workers",
-            "verl.workers.config", "verl.protocol", "verl.workers.config.actor", "verl.utils.device",
-            "verl.utils.import_utils", "tensordict", "transformers", "omegaconf"]
-
-
-class _Cfg(dict):
-    """verl reads its configs both as attributes and with .get()."""
-
-    def __getattr__(self, key):
-        return self[key]
 
 
 @pytest.fixture(scope="module")
 def verl():
-    """(rollout_corr_helper, core_algos) loaded from the installed verl with stubbed heavy imports; sys.modules
-    is restored afterwards."""
+    """(rollout_corr_helper, core_algos, algorithm) loaded from the installed verl with stubbed heavy imports (the
+    maintainer's check does the same: seqis/presets/check/verl.py); sys.modules is restored afterwards."""
     spec = importlib.util.find_spec("verl")
     if spec is None or not spec.submodule_search_locations:
         pytest.skip("verl is not installed (pip install --no-deps verl==0.9.1; make test does it)")
-    root = spec.submodule_search_locations[0]
-    saved = {name: sys.modules.get(name) for name in list(sys.modules) if name.startswith("verl")}
-    saved.update({name: sys.modules.get(name) for name in ("tensordict", "transformers", "omegaconf")})
-
-    def module(name, path=None, **attrs):
-        m = types.ModuleType(name)
-        if path is not None:
-            m.__path__ = [path]
-        m.__dict__.update(attrs)
-        sys.modules[name] = m
-
-    class DataProto:
-        def __init__(self, batch):
-            self.batch = batch
-
-        @classmethod
-        def from_dict(cls, tensors):
-            return cls(dict(tensors))
-
     try:
-        for name in _STUBBED[:7]:  # packages without their __init__ (which would import ray, tensordict, ...)
-            module(name, "/".join([root, *name.split(".")[1:]]))
-        module("verl.protocol", DataProto=DataProto)
-        module("verl.workers.config.actor", PolicyLossConfig=dict)
-        module("verl.utils.device", get_device_name=lambda: "cpu", get_torch_device=lambda: torch.cpu)
-        module("verl.utils.import_utils", deprecated=lambda *a, **k: (lambda f: f))
-        module("tensordict", TensorDict=dict)
-        module("transformers", PreTrainedTokenizer=object)
-        module("omegaconf", DictConfig=dict)
-        sys.modules["verl.utils"].__dict__.update(as_torch_index=None, group_mean_std=None)
-        algorithm = importlib.import_module("verl.trainer.config.algorithm")
-        sys.modules["verl.trainer.config"].AlgoConfig = algorithm.AlgoConfig
-        sys.modules["verl.workers.config"].ActorConfig = object
-        helper = importlib.import_module("verl.trainer.ppo.rollout_corr_helper")
-        core = importlib.import_module("verl.trainer.ppo.core_algos")
-        yield types.SimpleNamespace(helper=helper, core=core, algorithm=algorithm)
-    except ImportError as e:  # a verl release whose imports moved: say so rather than fail
-        pytest.skip(f"verl's helper could not be loaded with stubs: {e}")
-    finally:
-        for name in [n for n in sys.modules if n.startswith("verl")] + ["tensordict", "transformers", "omegaconf"]:
-            sys.modules.pop(name, None)
-        sys.modules.update({k: v for k, v in saved.items() if v is not None})
+        with check_verl.stubbed(Path(spec.submodule_search_locations[0]).parent) as modules:
+            yield modules
+    except MissingCode as why:  # a verl release whose imports moved: say so rather than fail
+        pytest.skip(str(why))
 
 
 def ragged_batch(seed: int, B: int = 8, T: int = 14, scale: float = 0.05) -> Batch:
@@ -110,47 +66,11 @@ def ragged_batch(seed: int, B: int = 8, T: int = 14, scale: float = 0.05) -> Bat
     return Batch(trainer_logprobs=trainer, inference_logprobs=inference, advantages=adv, loss_mask=mask)
 
 
-def verl_gradient(verl, rc: dict, batch: Batch) -> torch.Tensor:
-    """d loss / d trainer_logprobs of verl's actor loss for rollout-correction settings `rc` (the keys of
-    algorithm.rollout_correction, plus the actor's clip_ratio_low/high/c), at pi_theta = pi_old = the trainer."""
-    mask = batch.loss_mask.to(torch.float64)
-    adv = batch.advantages[:, None].expand_as(mask)
-    log_prob = batch.trainer_logprobs.detach().clone().requires_grad_(True)
-    actor = _Cfg(clip_ratio=0.2, clip_ratio_low=rc.get("clip_ratio_low", 0.2),
-                 clip_ratio_high=rc.get("clip_ratio_high", 0.2), clip_ratio_c=rc.get("clip_ratio_c", 3.0),
-                 global_batch_info=dict(batch_num_tokens=mask.sum()), policy_loss=_Cfg(rollout_correction=_Cfg(rc)))
-    if rc["bypass_mode"]:
-        loss, _ = verl.core.compute_policy_loss_bypass_mode(batch.inference_logprobs, log_prob, adv, mask,
-                                                            "token-mean", actor)
-    else:  # decoupled: IS weights and the rejected mask from (pi_old, mu), then PPO on pi_theta / pi_old
-        weights, rejected, _ = verl.helper.compute_rollout_correction_and_rejection_mask(
-            batch.trainer_logprobs, batch.inference_logprobs, mask, rollout_is=rc["rollout_is"],
-            rollout_is_threshold=rc["rollout_is_threshold"],
-            rollout_is_batch_normalize=rc["rollout_is_batch_normalize"], rollout_rs=rc["rollout_rs"],
-            rollout_rs_threshold=rc["rollout_rs_threshold"])
-        w = None if weights is None else weights.batch["rollout_is_weights"]
-        loss, _ = verl.core.compute_policy_loss_vanilla(batch.trainer_logprobs, log_prob, adv, rejected, "token-mean",
-                                                        actor, rollout_is_weights=w)
-    (grad,) = torch.autograd.grad(loss, log_prob)
-    return grad
-
-
 def seqis_gradient(x, batch: Batch, cfg=None) -> torch.Tensor:
     b = Batch(trainer_logprobs=batch.trainer_logprobs.detach().clone().requires_grad_(True),
               inference_logprobs=batch.inference_logprobs, advantages=batch.advantages, loss_mask=batch.loss_mask)
     run(x, b, cfg).loss.backward()
     return b.trainer_logprobs.grad
-
-
-def rollout_correction(cfg) -> dict:
-    """A VerlConfig as verl's keys ('lower_upper' strings where verl takes them)."""
-    lo, hi = cfg.rollout_is_threshold_lower, cfg.rollout_is_threshold
-    rs_lo, rs_hi = cfg.rollout_rs_threshold_lower, cfg.rollout_rs_threshold
-    return dict(rollout_is=cfg.rollout_is, rollout_is_threshold=hi if lo is None else f"{lo}_{hi}",
-                rollout_is_batch_normalize=cfg.rollout_is_batch_normalize, rollout_rs=cfg.rollout_rs,
-                rollout_rs_threshold=rs_hi if rs_lo is None else f"{rs_lo}_{rs_hi}", bypass_mode=cfg.bypass_mode,
-                loss_type=cfg.loss_type, clip_ratio_low=cfg.clip_ratio, clip_ratio_high=cfg.clip_ratio,
-                clip_ratio_c=cfg.clip_ratio_c)
 
 
 def test_the_factories_give_the_presets_configs(verl):

@@ -114,7 +114,8 @@ def check(framework: str, source: str | Path, *, seeds: int = 3, keys: list[str]
             detail = ""
             if bad.any():
                 r, t = (int(i) for i in bad.nonzero()[0])
-                detail = f"first at rollout {r}, token {t}: seqis {float(ours[r, t]):.6g}, theirs {float(theirs[r, t]):.6g}"
+                detail = (f"first at rollout {r}, token {t}: seqis {float(ours[r, t]):.6g}, "
+                          f"theirs {float(theirs[r, t]):.6g}")
             rows.append(Row(key, seed, "differs" if bad.any() else "ok", worst, detail))
     return rows
 

@@ -8,8 +8,8 @@ the middle of a 400-line method) is found by its `if` test and run as code with 
 """
 
 from __future__ import annotations
-
 import __future__
+
 import ast
 import math
 import types
@@ -95,14 +95,15 @@ def definitions(path: Path, names: list[str], ns: dict, *, optional: tuple[str, 
 
 
 def block(path: Path, function: str, test: str, ns: dict, local: dict) -> dict:
-    """Run the body of the `if <test>:` inside `function` (a method: "Class.method") with `local` as its
+    """Run the body of the first `if <test>:` inside `function` (a method: "Class.method") with `local` as its
     variables; returns the variables afterwards."""
     tree = ast.parse(Path(path).read_text())
     owner, _, method = function.partition(".")
     scope = next((n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == (method or owner)), None)
     if scope is None:
         raise MissingCode(f"{path.name} has no {function}")
-    node = next((n for n in ast.walk(scope) if isinstance(n, ast.If) and ast.unparse(n.test) == test), None)
+    found = [n for n in ast.walk(scope) if isinstance(n, ast.If) and ast.unparse(n.test) == test]
+    node = min(found, key=lambda n: n.lineno, default=None)  # the first such `if` in the source
     if node is None:
         raise MissingCode(f"{path.name}: {function} has no `if {test}:`")
     env = {**ns, **local}
