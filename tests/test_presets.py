@@ -325,3 +325,57 @@ def test_openrlhf_tis_clamps_both_sides():
 def test_openrlhf_seq_mask_tis_keeps_raw_ratios():
     # geo = sqrt(6 * 0.5) = 1.73 in [0.5, 5]: raw 6 and 0.5 (not clamped at 5 as the code comment says)
     check("openrlhf/seq-mask-tis", [[math.log(6.0), math.log(0.5)]], [1.0], [[6.0, 0.5]], [[True, True]])
+
+
+# ---------------------------------------------------------------------------------------------------------
+# the third wave's keys (each also against its framework's code where a wheel has it: test_presets_frameworks.py)
+
+
+def test_nemo_rl_sequence_level_weights_clamp_or_band_the_product():
+    # loss_functions.py (sequence_level_importance_ratios): w_j = exp(sum_t l_t) on every token, then tis clamps
+    # it to [0, 2] and icepop keeps it only inside [0.5, 5]
+    rows = [[math.log(1.5), math.log(2.0)], [math.log(0.5)], [math.log(2.0), math.log(0.2)], [math.log(1.5)]]
+    check("nemo-rl/seq-tis", rows, [1.0] * 4, [[2.0, 2.0], [0.5], [0.4, 0.4], [1.5]], [[True] * 2, [True]] * 2)
+    check("nemo-rl/seq-icepop", rows, [1.0] * 4, [[3.0, 3.0], [0.5], [0.0, 0.0], [1.5]],
+          [[True] * 2, [True], [False] * 2, [True]])  # 0.4 is outside [0.5, 5]; 0.5 on the edge is kept
+
+
+def test_skyrl_cispo_on_the_rollout_clamps_every_tokens_ratio_into_zero_to_five():
+    # ppo_utils.py compute_policy_loss_cispo (cispo_anchor rollout): clamp(exp(clamp(l, +-20)), 1 - 1.0, 1 + 4.0)
+    rows = [[math.log(7.0), math.log(0.01), 25.0, 0.2]]
+    check("skyrl/cispo_rollout", rows, [1.0], [[5.0, 0.01, 5.0, math.exp(0.2)]], [[True] * 4])
+
+
+def test_skyrl_dppo_drops_the_probability_jumps_on_the_advantages_side_and_tokens_beyond_20():
+    # ppo_utils.py dppo_policy_loss, mu = 0.5: pi = 0.75 (pd 0.25) dropped when A > 0, kept (weight 1.5) when A < 0;
+    # pi = 0.25 (pd -0.25) dropped when A < 0; a token with l = -25 keeps pd in the band but its ratio's clamp has
+    # no gradient: dropped
+    up, down = math.log(1.5), math.log(0.5)
+    check("skyrl/dppo_tv", [[up, down], [up, down, -25.0]], [1.0, -1.0], [[0.0, 0.5], [1.5, 0.0, 0.0]],
+          [[False, True], [True, False, False]])
+
+
+def test_openrlhf_gspo_clips_the_geometric_ratio_on_the_advantages_side():
+    # loss.py PolicyLoss (policy_loss_type gspo, correction on): r_j = exp(mean l) against the rollout; A > 0 keeps
+    # r <= 1.2, A < 0 keeps r >= 0.8; the weight is r_j on every token
+    g13, g11, g07 = math.log(1.3), math.log(1.1), math.log(0.7)
+    rows = [[g13, g13], [g11, g11], [g07], [g13, g13]]
+    check("openrlhf/gspo-is", rows, [1.0, 1.0, -1.0, -1.0], [[0.0, 0.0], [1.1, 1.1], [0.0], [1.3, 1.3]],
+          [[False, False], [True, True], [False], [True, True]])
+
+
+def test_miles_opsm_drops_tokens_beyond_20_where_slime_keeps_them():
+    # Miles math_utils.py compute_policy_loss (#1363): exp(clamp(l, +-20)), no gradient beyond; slime's
+    # compute_policy_loss has no clamp. A < 0 keeps r >= 0.8, so a token at l = 21 keeps weight e^21 in slime
+    rows = [[21.0, 0.0]]  # mean(-l) = -10.5 <= 1e-4: OPSM keeps the rollout
+    check("slime/opsm", rows, [-1.0], [[math.exp(21.0), 1.0]], [[True, True]])
+    check("miles/opsm", rows, [-1.0], [[0.0, 1.0]], [[False, True]])
+    for name in ("tis", "icepop", "mis"):  # the other three are slime's own compositions
+        assert PRESETS[f"miles/{name}"].estimator is PRESETS[f"slime/{name}"].estimator
+
+
+def test_areal_icepop_keeps_the_inclusive_band_and_the_decoupled_loss_alone_weighs_one():
+    rows = [[math.log(0.5), math.log(5.0), math.log(0.49), math.log(5.1)]]
+    check("areal/icepop", rows, [1.0], [[0.5, 5.0, 0.0, 0.0]], [[True, True, False, False]])
+    cfg = PRESETS["areal/default"].config.replace(use_decoupled_loss=True)  # no rejection_sampling: weight 1
+    check("areal/default", rows, [1.0], [[1.0] * 4], [[True] * 4], cfg)
