@@ -93,7 +93,7 @@ def test_every_preset_names_a_page_and_keys_of_that_page():
     assert pages == {"ex", "lt", "bv", "tr"}  # every fact's page has at least one preset
 
 
-def test_presets_are_listed_by_framework_with_their_source_and_quirks():
+def test_presets_are_listed_by_framework_with_when_they_shipped_their_source_and_quirks():
     from seqis.presets import FRAMEWORKS, PRESETS
 
     at = learn()
@@ -102,7 +102,7 @@ def test_presets_are_listed_by_framework_with_their_source_and_quirks():
         assert any(t.startswith(f"**{framework}**") for t in titles), framework
     tables = " ".join(m.value for m in at.markdown)
     for p in PRESETS.values():
-        assert f"`{p.name}`" in tables and p.source in tables
+        assert f"`{p.name}`" in tables and p.source in tables and p.versions.replace("|", "/") in tables
     assert "ZeroDivisionError" in tables  # verl's IcePop quirk, named in its row
     assert any("rollout_corr_helper.py" in c.value for c in at.code)  # verl's module docstring: the formulas
 

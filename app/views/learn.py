@@ -29,13 +29,14 @@ def _default(v) -> str:
 
 def framework_presets(framework: str) -> None:
     """One framework's shipped corrections: what its code computes (its module docstring), then one row per
-    preset with its quirks and the file it reproduces."""
+    preset with when the framework shipped it, its quirks and the code read (repository@commit: file)."""
     presets = presets_of(framework)
     with st.expander(f"**{framework}** · {len(presets)} preset{'s' * (len(presets) > 1)}"):
         st.code(FRAMEWORKS[framework].__doc__.strip(), language=None, wrap_lines=True)
-        rows = [f"| `{p.name}` | {p.summary.replace('|', '/')} | `{p.source.replace('|', '/')}` |"
-                for p in presets.values()]
-        st.markdown("\n".join(["| preset | what the code computes (quirks) | source |", "|---|---|---|", *rows]))
+        rows = [f"| `{p.name}` | *{p.versions.replace('|', '/')}.* {p.summary.replace('|', '/')} | "
+                f"`{p.source.replace('|', '/')}` |" for p in presets.values()]
+        st.markdown("\n".join(["| preset | shipped; what the code computes (quirks) | source |", "|---|---|---|",
+                                *rows]))
         pick, go = st.columns([3, 1], vertical_alignment="bottom")
         key = pick.selectbox("Open in Explore", list(presets), format_func=lambda k: k.split("/", 1)[1],
                              key=f"learn.fw.{framework}")

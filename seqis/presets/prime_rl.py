@@ -138,8 +138,8 @@ _MARCH = framework_estimator("prime-rl/ipo_2026_03", compose_march_ipo, MarchIPO
 _MASKED = framework_estimator("prime-rl/masked_is_2025_12", compose_masked_is, MaskedISConfig,
                               "prime-rl v0.2 - v0.4's masked IS.")
 _TODAY = "since 2026-09-18 (prime-rl #3586: eps 0.3, kl_tau 0; IPO the default since #3418, 2026-08-27)"
-_IPO_SUMMARY = ("rho_t, dropping tokens whose probability moved more than 0.3 either way (|exp(trainer) - "
-                "exp(inference)| > 0.3), no KL term")
+_IPO_SUMMARY = ("rho_t, dropping tokens whose probability moved more than 0.3 either way (abs(exp(trainer) - "
+                "exp(inference)) > 0.3), no KL term")
 
 PRESETS = [
     Preset("prime-rl/default", f"IPO (the default: no [trainer.loss]): {_IPO_SUMMARY}.",
