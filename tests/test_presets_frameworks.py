@@ -114,3 +114,12 @@ def test_areal_default_is_ppo_clip_on_the_sampler_and_zero_advantages_give_nothi
     torch.testing.assert_close(seqis_gradient("areal/default", batch, None, "token-mean"), theirs)
     out = run("areal/default", batch)
     assert out.masks["kept"].tolist() == [[False, True], [False, True], [True, True]]
+
+
+def test_the_command_line_exits_by_what_it_found(tmp_path, capsys):
+    from seqis.presets.__main__ import main
+
+    assert main(["check", "trl", str(source("trl")), "--seeds", "1", "--key", "trl/opsm"]) == 0
+    assert "trl/opsm" in capsys.readouterr().out
+    assert main(["check", "trl", str(tmp_path)]) == 2  # no TRL there: one line saying so
+    assert "trl/trainer/grpo_trainer.py is not under" in capsys.readouterr().err

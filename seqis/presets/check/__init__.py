@@ -76,7 +76,7 @@ def ragged_batch(seed: int, B: int = 12, T: int = 16) -> Batch:
 
 
 def seqis_gradient(key: str, batch: Batch, cfg: Config | None, agg: str) -> torch.Tensor:
-    from ...estimators.dispatch import run  # the registry lookup (seqis.registry once it lands)
+    from ... import run  # at call time: seqis's top level imports the presets
 
     b = Batch(trainer_logprobs=batch.trainer_logprobs.detach().clone().requires_grad_(True),
               inference_logprobs=batch.inference_logprobs, advantages=batch.advantages, loss_mask=batch.loss_mask)
