@@ -6,7 +6,8 @@
     OPSM        keep a rollout when A >= 0 or mean_t(mu_t - pi_t) in log space, i.e. mean(-l), is <= delta
 
 Defaults in the code: correction on, mode "sequence_mask", clip_max 3.0, clip_min None (the config docstring calls
-token_truncate the default: the code says sequence_mask). OPSM has no default threshold; TRL's docs
+token_truncate the default: the code says sequence_mask). Before #4530 (2025-11-30) the default was token TIS at
+vllm_importance_sampling_cap 2.0 (trl/tis_2025_09). OPSM has no default threshold; TRL's docs
 (paper_index.md) and tests use 0.5. The default loss ("dapo") normalises by every completion token (token-mean),
 and pi_theta / pi_old is 1 at the first minibatch, so the IS ratio is the correction.
 Source: huggingface/trl, trl/trainer/grpo_trainer.py (_generate_and_score_completions, get_off_policy_mask),
@@ -89,4 +90,8 @@ PRESETS = [
            "rollouts with A < 0 and mean(-l) > 0.5, on top of the default sequence_mask IS.",
            f"{SOURCE} (get_off_policy_mask)", ESTIMATOR, TRLConfig(off_policy_mask_threshold=0.5),
            versions=_OPSM),
+    Preset("trl/tis_2025_09", "TRL's first default (vllm_importance_sampling_cap 2.0): token TIS min(rho_t, 2) "
+           f"({_NO_CLAMP}).", "huggingface/trl@12fc85f: trl/trainer/grpo_trainer.py (_generate_and_score_completions)",
+           ESTIMATOR, TRLConfig(vllm_importance_sampling_mode="token_truncate", vllm_importance_sampling_clip_max=2.0),
+           versions="the default 2025-09-03 .. 2025-11-30 (TRL #3867 .. #4530; releases v0.23.0 - v0.25)"),
 ]
