@@ -16,17 +16,19 @@ import torch
 
 from ...types import Batch
 from . import Reference
-from ._load import attrs, definitions, find, namespace
+from ._load import MissingCode, attrs, definitions, find, namespace
 
 
 def load(root: Path, framework: str) -> Reference:
     ns = namespace(RejectionSamplingConfig=object)
     data, functional = find(root, "areal/utils/data.py"), find(root, "areal/utils/functional/functional.py")
+    actor = find(root, "areal/trainer/ppo/actor.py")
     definitions(data, ["KLEstimator"], ns)
+    definitions(actor, [], ns, optional=("_apply_m2po_masking", "_get_m2po_loss_mask"))  # M2PO (#480)
     definitions(functional, ["_compute_sequence_level_ratio_and_advantages", "RejectionSamplingResult",
                              "_check_bounds", "apply_rejection_sampling", "ppo_actor_loss_fn"], ns,
                 optional=("compute_binary_kl_divergence",))
-    return Reference(framework, (str(data), str(functional)), lambda cfg, batch: _gradient(ns, cfg, batch),
+    return Reference(framework, (str(data), str(functional), str(actor)), lambda cfg, batch: _gradient(ns, cfg, batch),
                      rtol=1e-6)
 
 
@@ -36,6 +38,11 @@ def _gradient(ns: dict, cfg, batch: Batch) -> torch.Tensor:
     logp = batch.trainer_logprobs.detach().clone().requires_grad_(True)
     mu = batch.inference_logprobs
     proximal = batch.trainer_logprobs.detach() if cfg.use_decoupled_loss else mu
+    m2 = getattr(cfg, "m2_threshold", None)
+    if m2 is not None:  # grpo_loss_fn narrows the loss mask first; ppo_actor_loss_fn then divides by what is left
+        if "_apply_m2po_masking" not in ns:
+            raise MissingCode("this AReaL has no M2PO (_apply_m2po_masking)")
+        mask = ns["_apply_m2po_masking"](mu, proximal, mask, m2)
     rs = None
     if cfg.rejection_sampling:
         lower = 0.0 if cfg.action == "clamp" and cfg.lower is None else cfg.lower

@@ -42,8 +42,8 @@ def _gradient(ns: dict, cfg, batch: Batch) -> torch.Tensor:
     logp = batch.trainer_logprobs.detach().clone().requires_grad_(True)
     old, rollout = batch.trainer_logprobs.detach(), batch.inference_logprobs
     algo = attrs(off_policy_correction=attrs(**{k: getattr(cfg, k) for k in _OPC}), eps_clip_low=0.2,
-                 eps_clip_high=0.2, dppo=attrs(dppo_type="binary_tv", delta_low=cfg.delta_low,
-                                               delta_high=cfg.delta_high),
+                 eps_clip_high=0.2, dppo=attrs(dppo_type=getattr(cfg, "dppo_type", "binary_tv"),
+                                               delta_low=cfg.delta_low, delta_high=cfg.delta_high),
                  cispo=attrs(cispo_eps_clip_low=cfg.cispo_eps_clip_low, cispo_eps_clip_high=cfg.cispo_eps_clip_high,
                              cispo_anchor=cfg.cispo_anchor))
     if cfg.policy_loss_type == "regular":
@@ -52,7 +52,8 @@ def _gradient(ns: dict, cfg, batch: Batch) -> torch.Tensor:
                                                                 algo.off_policy_correction)
         loss = ns["reduce_loss"](loss, mask_after)
     else:
-        fn = {"dppo": "dppo_policy_loss", "cispo": "compute_policy_loss_cispo"}[cfg.policy_loss_type]
+        fn = {"dppo": "dppo_policy_loss", "cispo": "compute_policy_loss_cispo",
+              "rollout_is": "rollout_is_policy_loss"}[cfg.policy_loss_type]
         if fn not in ns or (cfg.policy_loss_type == "cispo" and "cispo_anchor" not in ns[fn].__code__.co_names):
             raise MissingCode(f"this SkyRL has no {fn}" + (" with cispo_anchor" if fn in ns else ""))
         loss, _ = ns[fn](logp, old, adv, algo, loss_mask=mask, rollout_logprobs=rollout)
