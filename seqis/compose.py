@@ -14,7 +14,21 @@ A composition says, as plain data, what happens to each loss token's gradient:
               normaliser; it adds coef * f'(l_t) * s_t to d loss / d log pi_t, beside -weights * adv_tau * A * s_t
     clamp     verl's, SkyRL's and slime's SAFETY_BOUND (20), as their code applies it: the weight's exponent is
               clamped to [-c, c] after aggregating the raw l (token l_t, sequence S_j, geometric S_j / T_j,
-              prefix sum), the criteria see each token's clamped l (prob_diff excepted: probabilities are raw)
+              prefix sum), the criteria see each token's clamped l (prob_diff and the binary KLs excepted:
+              probabilities are raw); clamp_order "aggregate" (SkyRL, slime) makes a rollout's sum or mean ratio
+              rule see its raw aggregate clamped instead
+    batch     a rule over the batch's loss tokens at once (AReaL's M2PO): drop the largest l_t^2 until the rest's
+              mean is below a threshold; its dropped tokens leave the loss's normaliser
+
+Statistics beyond the four KL estimators: exp_abs_log_ratio e^|l| (NeMo-RL's mult_prob_error),
+abs_ratio_minus_one |rho - 1|, binary_kl max(KL_B(pi || mu), KL_B(mu || pi)) with probabilities clamped to
+[1e-8, 1 - 1e-8] (AReaL's KPop), binary_kl_mu sign(pi - mu) * KL_B(mu || pi), KL_B(mu || pi) = mu log(mu / pi) + (1 - mu) log((1 - mu + 1e-8) /
+(1 - pi + 1e-8)) (SkyRL's one-sided DPPO: its sign says which way the probability moved), KL_B of the
+two-outcome split "this token or any other". A criterion's band is
+inclusive unless strict (SkyRL's rollout_is: lo < r < hi); a rule that leaves_normaliser (NeMo-RL's
+seq_logprob_error) takes the tokens it drops out of the loss's token count N, so the kept weights scale by
+N / N_after. A sequence weight with gamma (k+, lambda+, k-, lambda-) is TRL's VESPO phi(W) = exp(lambda + k log W -
+lambda W), (k, lambda) by the advantage's sign, W the product of the token ratios each truncated at token_clip.
 
 Bands are inclusive; a geometric or product ratio within the rounding of S_j / T_j of an edge is on it.
 
@@ -29,7 +43,9 @@ import math
 from dataclasses import dataclass, field
 
 WEIGHT_LEVELS = ("none", "token", "sequence", "geometric", "prefix")
-STATISTICS = ("ratio", "k1", "k2", "k3", "prob_diff")
+STATISTICS = ("ratio", "k1", "k2", "k3", "prob_diff", "exp_abs_log_ratio", "abs_ratio_minus_one", "binary_kl",
+              "binary_kl_mu")
+CLAMP_ORDERS = ("token", "aggregate")  # the criteria's clamp: each l_t first (verl), or a rollout's aggregate
 AGGREGATES = ("token", "sum", "mean", "max", "min")
 ADVANTAGE_SIGNS = ("positive", "negative", "non-negative", "non-positive")
 PENALTIES = ("squared_log_ratio", "k3")
@@ -60,9 +76,22 @@ class Weight:
     clip_low: float = 0.0  # lower clamp max(w, clip_low); 0: none
     band: tuple[float, float] | None = None  # w * 1[lo <= w <= hi], inclusive; outside it the gradient is dropped
     self_normalize: bool = False  # divide by the batch mean of the weight (token: over loss tokens; rollout: valid)
+    token_clip: float | None = None  # sequence level: each token's ratio truncated at this before the product
+    gamma: tuple[float, float, float, float] | None = None  # sequence: VESPO's (k+, lambda+, k-, lambda-) of exp S
 
     def __post_init__(self):
         _choice("Weight", "level", self.level, WEIGHT_LEVELS)
+        if self.token_clip is not None:
+            _number("Weight", "token_clip", self.token_clip, low=0.0, open_low=True)
+        if self.gamma is not None:
+            if not isinstance(self.gamma, tuple) or len(self.gamma) != 4:
+                raise ValueError(f"Weight.gamma must be (k+, lambda+, k-, lambda-), got {self.gamma!r}")
+            for i, v in enumerate(self.gamma):
+                _number("Weight", f"gamma[{i}]", v, low=0.0, allow_inf=False)
+        if (self.token_clip is not None or self.gamma is not None) and (
+                self.level != "sequence" or self.truncated or self.band is not None or self.self_normalize):
+            raise ValueError("Weight.token_clip and Weight.gamma take a sequence weight without clip, band or "
+                             "self_normalize")
         if self.clip is not None:
             _number("Weight", "clip", self.clip, low=0.0, open_low=True)
         _number("Weight", "clip_low", self.clip_low, low=0.0, allow_inf=False)
@@ -98,7 +127,7 @@ class Weight:
     def plain(self, level: str | None = None) -> bool:
         """The ratio at its level (or at `level`) untouched: no clip, lower clamp, band or normalisation."""
         return ((level is None or self.level == level) and math.isinf(self.upper) and self.clip_low == 0.0
-                and self.band is None and not self.self_normalize)
+                and self.band is None and not self.self_normalize and self.token_clip is None and self.gamma is None)
 
 
 @dataclass(frozen=True)
@@ -110,9 +139,14 @@ class Criterion:
     low: float | None = None
     high: float | None = None
     advantage: str | None = None  # None, or only drop where A is "positive" | "negative" | "non-negative" | ...
+    strict: bool = False  # open edges: keep where low < statistic < high
+    leaves_normaliser: bool = False  # the tokens it drops leave the loss's token count N too
 
     def __post_init__(self):
         _choice("Criterion", "statistic", self.statistic, STATISTICS)
+        for flag in ("strict", "leaves_normaliser"):
+            if not isinstance(getattr(self, flag), bool):
+                raise ValueError(f"Criterion.{flag} must be True or False, got {getattr(self, flag)!r}")
         _choice("Criterion", "agg", self.agg, AGGREGATES)
         if self.advantage is not None:
             _choice("Criterion", "advantage", self.advantage, ADVANTAGE_SIGNS)
@@ -187,6 +221,19 @@ def ppo_clip_criteria(eps_low: float, eps_high: float, clip_c: float | None = No
 
 
 @dataclass(frozen=True)
+class BatchRule:
+    """AReaL's M2PO: over all the batch's loss tokens, sorted by l_t^2 from the largest, drop the first k, k the
+    first count whose remaining tokens' mean l^2 is below `threshold` (strictly; none such: all but the smallest);
+    ties keep their order in the batch. The dropped tokens leave the loss's token count N (AReaL divides by the
+    survivors)."""
+
+    threshold: float
+
+    def __post_init__(self):
+        _number("BatchRule", "threshold", self.threshold, low=0.0, open_low=True, allow_inf=False)
+
+
+@dataclass(frozen=True)
 class Composition:
     """One correction: a weight, chained rejection criteria, an optional penalty and log-ratio clamp."""
 
@@ -195,6 +242,8 @@ class Composition:
     penalty: Penalty | None = None
     log_ratio_clamp: float | None = None  # c: weight exponents and criteria's l clamped to [-c, c] (verl: 20)
     adv_tau: float = 1.0
+    clamp_order: str = "token"  # "aggregate": a rollout's sum / mean ratio rule sees clamp(aggregate of raw l)
+    batch_rule: BatchRule | None = None  # M2PO
 
     def __post_init__(self):
         if not isinstance(self.weight, Weight):
@@ -206,20 +255,22 @@ class Composition:
         if self.log_ratio_clamp is not None:
             _number("Composition", "log_ratio_clamp", self.log_ratio_clamp, low=0.0, open_low=True)
         _number("Composition", "adv_tau", self.adv_tau, low=0.0, open_low=True, allow_inf=False)
+        _choice("Composition", "clamp_order", self.clamp_order, CLAMP_ORDERS)
+        if self.batch_rule is not None and not isinstance(self.batch_rule, BatchRule):
+            raise ValueError(f"Composition.batch_rule must be a BatchRule or None, got {self.batch_rule!r}")
 
     @property
     def unbiased(self) -> bool:
         """Plain sequence-level IS: the product weight untouched (no truncation, band, clamp or self-normalisation)
         and nothing rejected or added, so the gradient is unbiased under valid IS (up to the e^40 weight cap)."""
         w = self.weight
-        return (w.level == "sequence" and (w.clip is None or w.clip == math.inf) and w.clip_low == 0.0
-                and w.band is None and not w.self_normalize and not self.criteria and self.penalty is None
-                and self.log_ratio_clamp is None)
+        return (w.level == "sequence" and w.plain() and not self.criteria and self.penalty is None
+                and self.log_ratio_clamp is None and self.batch_rule is None)
 
     @property
     def plain(self) -> bool:
         """Nothing but the weight: no rejection rule, penalty or clamp."""
-        return not self.criteria and self.penalty is None and self.log_ratio_clamp is None
+        return not self.criteria and self.penalty is None and self.log_ratio_clamp is None and self.batch_rule is None
 
     @property
     def token_rules(self) -> tuple[Criterion, ...]:
@@ -303,16 +354,27 @@ class Composition:
                 s += f" masked to [{_fmt(w.band[0])}, {_fmt(w.band[1])}]"
             if w.self_normalize:
                 s += ", self-normalised"
+            if w.token_clip is not None:
+                s += f" of token ratios truncated at {_fmt(w.token_clip)}"
+            if w.gamma is not None:
+                s += " through VESPO's gamma (k, lambda) = ({}, {}) for A >= 0, ({}, {}) below".format(
+                    *map(_fmt, w.gamma))
             parts.append(s)
         for c in self.criteria:
             where = "tokens" if c.agg == "token" else f"rollouts by {c.agg}"
             band = f"[{_fmt(c.low) if c.low is not None else '-inf'}, {_fmt(c.high) if c.high is not None else 'inf'}]"
             cond = f" when A is {c.advantage}" if c.advantage else ""
-            parts.append(f"drop {where} with {c.statistic} outside {band}{cond}")
+            if c.strict:
+                band = "(" + band[1:-1] + ")"
+            left = ", leaving the token count" if c.leaves_normaliser else ""
+            parts.append(f"drop {where} with {c.statistic} outside {band}{cond}{left}")
+        if self.batch_rule is not None:
+            parts.append(f"drop the batch's largest l^2 until their mean is below {_fmt(self.batch_rule.threshold)}")
         if self.penalty is not None:
             parts.append(f"plus {_fmt(self.penalty.coef)} * {self.penalty.statistic} penalty")
         if self.log_ratio_clamp is not None:
-            parts.append(f"log-ratios clamped to +-{_fmt(self.log_ratio_clamp)}")
+            after = ", a rollout's sum or mean after aggregating" if self.clamp_order == "aggregate" else ""
+            parts.append(f"log-ratios clamped to +-{_fmt(self.log_ratio_clamp)}{after}")
         return "; ".join(parts)
 
 

@@ -83,17 +83,24 @@ def evaluate(comp: Composition, batch: Batch, agg: str = "token-mean") -> Estima
     has_gate = False
     token_masked = torch.zeros_like(m)  # (B, T) tokens outside a token rule's band, or tripping a max / min rule
     has_token_rule = has_tripped = False
+    left = torch.zeros_like(m)  # (B, T) tokens dropped by a rule that also takes them out of the token count N
     for rule in comp.criteria:
         x = statistic(rule.statistic, lc, logp, l)  # (B, T)
         lo, hi = edges(rule)
         cond = None if rule.advantage is None else _SIGN[rule.advantage](adv, 0)  # (B,) or (B, T)
-        outside = m & ~within(x, rule.statistic, lo, hi)  # (B, T) tokens whose own statistic is outside
+        outside = m & ~within(x, rule.statistic, lo, hi, rule.strict)  # (B, T) tokens whose statistic is outside
         if rule.agg == "token":
             drop = outside
         else:
-            x_j = aggregate(x, m, T, rule.agg)  # (B,)
-            if rule.statistic == "ratio" and rule.agg in ("sum", "mean"):  # a product or geometric band, tolerant
-                tol = tol_c if rule.agg == "mean" else tol_c * T
+            raw_aggregate = (comp.clamp_order == "aggregate" and rule.statistic == "ratio"
+                             and rule.agg in ("sum", "mean"))
+            x_j = aggregate(l if raw_aggregate else x, m, T, rule.agg)  # (B,)
+            if raw_aggregate and c is not None:  # SkyRL, slime: the rollout's raw sum or mean, then clamped
+                x_j = x_j.clamp(-c, c)
+            if rule.strict:
+                fails = ~within(x_j, rule.statistic, lo, hi, True)  # (B,) open edges: no rounding tolerance
+            elif rule.statistic == "ratio" and rule.agg in ("sum", "mean"):  # a product or geometric band, tolerant
+                tol = (tol_geo if raw_aggregate else tol_c) * (1 if rule.agg == "mean" else T)
                 fails = (x_j < log_of(lo) - tol) | (x_j > log_of(hi) + tol)
             else:
                 fails = ~within(x_j, rule.statistic, lo, hi)  # (B,)
@@ -103,6 +110,8 @@ def evaluate(comp: Composition, batch: Batch, agg: str = "token-mean") -> Estima
                 has_tripped = True
         if cond is not None:  # the rule drops only where A has the sign
             drop = drop & (cond if cond.dim() == 2 else cond[:, None])
+        if rule.leaves_normaliser:
+            left |= drop
         if rule.agg == "token" or (cond is not None and cond.dim() == 2):  # a per-token verdict
             keep &= ~drop
             token_masked |= outside
@@ -110,6 +119,13 @@ def evaluate(comp: Composition, batch: Batch, agg: str = "token-mean") -> Estima
         else:  # a per-rollout verdict
             gate &= ~drop.any(-1)
             has_gate = True
+
+    if comp.batch_rule is not None:  # M2PO: the batch's largest l^2 dropped until the rest's mean is below
+        dropped = m2po_dropped(l, m, comp.batch_rule.threshold)  # (B, T)
+        keep &= ~dropped
+        left |= dropped
+        token_masked |= dropped
+        has_token_rule = has_tripped = True
 
     # 2. the IS weight at its level; its exponent is the raw log-ratios aggregated, then clamped
     w = comp.weight
@@ -119,9 +135,17 @@ def evaluate(comp: Composition, batch: Batch, agg: str = "token-mean") -> Estima
         weight = torch.ones_like(l)  # (B, T)
     else:
         x = {"token": l, "prefix": l.cumsum(-1), "sequence": S, "geometric": G}[w.level]  # (B, T) or (B,)
+        if w.token_clip is not None:  # the product of token ratios each truncated (TRL's token TIS inside VESPO)
+            x = torch.where(m, lc.clamp(max=log_of(w.token_clip)), zero).sum(-1)  # (B,)
         x = x if c is None else x.clamp(-c, c)
         raised = x.clamp(min=log_of(w.clip_low)) if w.clip_low > 0 else x
         weight = torch.exp(raised.clamp(max=min(log_of(w.upper), MAX_LOG_WEIGHT)))  # min(max(e^x, lo), hi, e^40)
+        if w.gamma is not None:  # VESPO: phi(W) = exp(lambda + k log W - lambda W), (k, lambda) by A's sign
+            k_pos, lam_pos, k_neg, lam_neg = w.gamma
+            up = adv >= 0  # (B,) or (B, T)
+            x_a = x if up.dim() == 1 else x[:, None]
+            k, lam = torch.where(up, k_pos, k_neg).to(dtype), torch.where(up, lam_pos, lam_neg).to(dtype)
+            weight = torch.exp((lam + k * x_a - lam * torch.exp(x_a)).clamp(max=MAX_LOG_WEIGHT))
         if w.truncated:
             beyond = x > log_of(w.upper)
             if w.clip_low > 0:
@@ -153,7 +177,7 @@ def evaluate(comp: Composition, batch: Batch, agg: str = "token-mean") -> Estima
             if band_ok is not None:
                 gate &= band_ok
                 has_gate = True
-            weight = weight[:, None].expand_as(l)  # (B, T)
+            weight = (weight[:, None] if weight.dim() == 1 else weight).expand_as(l)  # (B, T)
     if clipped_rows is not None and has_gate:
         clipped_rows &= gate
 
@@ -161,6 +185,8 @@ def evaluate(comp: Composition, batch: Batch, agg: str = "token-mean") -> Estima
     gate &= valid
     kept = keep & gate[:, None]  # (B, T)
     weights = torch.where(kept, weight, zero)  # (B, T) the gradient coefficient before adv_tau * A
+    if left.any():  # tokens out of the count N (NeMo-RL's sample_mask, M2PO): the rest weigh N / N_after more
+        weights = weights * (N / (N - (left & m).sum()).clamp(min=1))
     if clipped_tokens is not None:
         clipped_tokens &= gate[:, None]
         clipped_rows = clipped_tokens.any(-1)
@@ -224,8 +250,8 @@ def evaluate(comp: Composition, batch: Batch, agg: str = "token-mean") -> Estima
 
 def statistic(name: str, lc: torch.Tensor, logp: torch.Tensor, l: torch.Tensor) -> torch.Tensor:
     """(B, T) a criterion's statistic per token, from the clamped log-ratios lc: the log-ratio itself for "ratio"
-    (its bands compare in log space), k1 = -l, k2 = l^2 / 2, k3 = rho - 1 - l, or prob_diff = pi_t - mu_t from
-    the unclamped log-probs."""
+    (its bands compare in log space), k1 = -l, k2 = l^2 / 2, k3 = rho - 1 - l, e^|l|, |rho - 1|; from the
+    unclamped log-probs: prob_diff = pi_t - mu_t, and the binary KLs of the split "this token or another"."""
     if name == "ratio":
         return lc
     if name == "k1":
@@ -234,7 +260,42 @@ def statistic(name: str, lc: torch.Tensor, logp: torch.Tensor, l: torch.Tensor) 
         return lc.square() / 2
     if name == "k3":
         return torch.expm1(lc) - lc
-    return torch.exp(logp) - torch.exp(logp - l)  # prob_diff
+    if name == "exp_abs_log_ratio":
+        return torch.exp(lc.abs())
+    if name == "abs_ratio_minus_one":
+        return torch.expm1(lc).abs()
+    logq = logp - l
+    if name == "binary_kl":  # AReaL's KPop: both directions, probabilities clamped to [1e-8, 1 - 1e-8]
+        p, q = torch.exp(logp).clamp(1e-8, 1 - 1e-8), torch.exp(logq).clamp(1e-8, 1 - 1e-8)
+        return torch.maximum(binary_kl(p, q), binary_kl(q, p))
+    if name == "binary_kl_mu":  # SkyRL's DPPO: KL_B(mu || pi), 1e-8 inside the complement's log, signed by pi - mu
+        mu, pi = torch.exp(logq), torch.exp(logp)
+        kl = mu * (logq - logp) + (1 - mu) * torch.log((1 - mu + 1e-8) / (1 - pi + 1e-8))
+        return kl * torch.sign(pi - mu)
+    return torch.exp(logp) - torch.exp(logq)  # prob_diff
+
+
+def binary_kl(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """KL(Bernoulli(p) || Bernoulli(q)) = p log(p / q) + (1 - p) log((1 - p) / (1 - q))."""
+    return p * torch.log(p / q) + (1 - p) * torch.log((1 - p) / (1 - q))
+
+
+def m2po_dropped(l: torch.Tensor, m: torch.Tensor, threshold: float) -> torch.Tensor:
+    """(B, T) bool: the loss tokens M2PO drops. Their l^2, largest first (ties in batch order), are dropped until
+    the mean of the rest is below the threshold; if no count gets there, all but the smallest go."""
+    m2 = l[m].square()  # (n,) the loss tokens, row by row
+    n = m2.numel()
+    if n == 0:
+        return torch.zeros_like(m)
+    order = torch.sort(m2, descending=True, stable=True).indices  # (n,)
+    suffix = m2[order].flip(0).cumsum(0).flip(0) / torch.arange(n, 0, -1, dtype=m2.dtype, device=m2.device)
+    below = (suffix < threshold).nonzero()
+    k = int(below[0]) if len(below) else n - 1
+    flat = torch.zeros(n, dtype=torch.bool, device=m.device)
+    flat[order[:k]] = True
+    out = torch.zeros_like(m)
+    out[m] = flat
+    return out
 
 
 def edges(c: Criterion) -> tuple[float, float]:
@@ -243,11 +304,11 @@ def edges(c: Criterion) -> tuple[float, float]:
     return low, c.high if c.high is not None else math.inf
 
 
-def within(x: torch.Tensor, name: str, lo: float, hi: float) -> torch.Tensor:
-    """lo <= statistic <= hi, inclusive; a ratio's x is its log, compared with log lo and log hi."""
+def within(x: torch.Tensor, name: str, lo: float, hi: float, strict: bool = False) -> torch.Tensor:
+    """lo <= statistic <= hi (strict: lo < statistic < hi); a ratio's x is its log, compared with log lo, log hi."""
     if name == "ratio":
         lo, hi = log_of(lo), log_of(hi)
-    return (x >= lo) & (x <= hi)
+    return ((x > lo) & (x < hi)) if strict else ((x >= lo) & (x <= hi))
 
 
 def aggregate(x: torch.Tensor, m: torch.Tensor, T: torch.Tensor, agg: str) -> torch.Tensor:

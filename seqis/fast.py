@@ -932,6 +932,9 @@ PENALTIES = ("squared_log_ratio", "k3")
 
 def supports(comp: Composition) -> bool:
     """Whether this module evaluates the composition (every part one it knows), or the plain evaluator does."""
-    return (comp.weight.level in WEIGHT_LEVELS
-            and all(c.statistic in STATISTICS and c.agg in AGGREGATES for c in comp.criteria)
-            and (comp.penalty is None or comp.penalty.statistic in PENALTIES))
+    w = comp.weight
+    return (w.level in WEIGHT_LEVELS and w.token_clip is None and w.gamma is None
+            and all(c.statistic in STATISTICS and c.agg in AGGREGATES and not c.strict and not c.leaves_normaliser
+                    for c in comp.criteria)
+            and (comp.penalty is None or comp.penalty.statistic in PENALTIES)
+            and comp.clamp_order == "token" and comp.batch_rule is None)

@@ -22,7 +22,8 @@ from seqis.presets.check import check, load, ragged_batch, seqis_gradient
 ROOT = Path(os.environ.get("SEQIS_FRAMEWORKS", Path(__file__).resolve().parents[1] / ".venv" / "frameworks"))
 WHEELS = {"trl": "trl", "openrlhf": "openrlhf", "skyrl": "skyrl", "areal": "areal"}  # framework -> unzipped wheel
 # what a wheel lacks (its release predates the code read): the row says "not in this checkout"
-OLDER = {"skyrl/cispo_rollout": "skyrl 0.3.0 predates cispo_anchor (#1859)"}
+OLDER = {"skyrl/cispo_rollout": "skyrl 0.3.0 predates cispo_anchor (#1859)",
+         "areal/kpop": "areal 1.0.4 predates the binary_kl metric (#1405)"}
 
 
 def source(framework: str) -> Path:
@@ -67,11 +68,9 @@ def _batch(rows: list[list[float]], adv: list[float], dtype=torch.float64, mu: f
                  advantages=torch.tensor(adv, dtype=dtype), loss_mask=mask)
 
 
-@pytest.mark.xfail(strict=True, reason="needs the clamp-order part: SkyRL clamps the summed log-ratio, seqis each "
-                                       "token (docs/presets.md, SkyRL)")
 def test_skyrl_product_mask_clamps_the_sum_at_20_not_each_token():
     # off_policy_correction_utils.py compute_sequence_mask: exp(clamp(sum l, +-20)). l = (+25, -20): SkyRL's sum is
-    # 5, exp 148 > 2: the rollout is dropped; seqis clamps 25 to 20 first: sum 0, ratio 1, kept
+    # 5, exp 148 > 2: the rollout is dropped (clamping 25 to 20 first would give a sum of 0, ratio 1, kept)
     batch = _batch([[25.0, -20.0], [0.1, 0.2]], [1.0, 1.0])
     theirs = load("skyrl", source("skyrl")).gradient(PRESETS["skyrl/product_mask"].config, batch)
     assert torch.all(theirs[0] == 0) and torch.all(theirs[1] != 0)

@@ -24,7 +24,8 @@ from hypothesis import strategies as st
 from strategies import configs, examples
 
 from seqis import AGGREGATIONS, ESTIMATORS, Batch, fast, run
-from seqis.compose import Composition, Criterion, Penalty, Weight
+from seqis.compose import BatchRule, Composition, Criterion, Penalty, Weight
+from seqis.evaluate import evaluate
 from seqis.fast import Ratios
 from seqis.registry import entry, resolve
 
@@ -141,22 +142,52 @@ SIGN = {None: lambda a: True, "positive": lambda a: a > 0, "negative": lambda a:
         "non-negative": lambda a: a >= 0, "non-positive": lambda a: a <= 0}
 
 
+def log_(x: float) -> float:
+    """log, nan outside its domain (as torch's): a log-prob above 0 makes a probability above 1"""
+    return math.log(x) if x > 0 else (-math.inf if x == 0 else math.nan)
+
+
+def binary_kl(p: float, q: float) -> float:
+    return p * log_(p / q) + (1 - p) * log_((1 - p) / (1 - q))
+
+
 def stat(name: str, l: float, logp: float, logq: float) -> float:
+    pi, mu = math.exp(logp), math.exp(logq)
+    clip = lambda x: min(max(x, 1e-8), 1 - 1e-8)  # noqa: E731  (AReaL's clamp of the probabilities)
     return {"ratio": lambda: l, "k1": lambda: -l, "k2": lambda: l * l / 2, "k3": lambda: math.expm1(l) - l,
-            "prob_diff": lambda: math.exp(logp) - math.exp(logq)}[name]()
+            "prob_diff": lambda: pi - mu, "exp_abs_log_ratio": lambda: math.exp(abs(l)),
+            "abs_ratio_minus_one": lambda: abs(math.expm1(l)),
+            "binary_kl": lambda: max(binary_kl(clip(pi), clip(mu)), binary_kl(clip(mu), clip(pi))),
+            "binary_kl_mu": lambda: (mu * (logq - logp) + (1 - mu) * log_((1 - mu + 1e-8) / (1 - pi + 1e-8)))
+            * ((pi > mu) - (pi < mu))}[name]()
 
 
 def passes(c: Criterion, x: float) -> bool:
+    lo, hi = c.low, c.high
     if c.statistic == "ratio":  # x is a log-ratio
-        return in_band(x, c.low or 0.0, math.inf if c.high is None else c.high)
-    return (c.low is None or x >= c.low) and (c.high is None or x <= c.high)
+        lo = None if lo in (None, 0.0) else math.log(lo)
+        hi = None if hi in (None, math.inf) else math.log(hi)
+    if c.strict:
+        return (lo is None or x > lo) and (hi is None or x < hi)
+    return (lo is None or x >= lo) and (hi is None or x <= hi)
 
 
-def composed(comp: Composition, r: Rollout, per_token_adv: bool):
+def m2po(rollouts: list, threshold: float) -> set:
+    """(rollout, token index) of the loss tokens M2PO drops: by l^2 from the largest (ties in batch order) until
+    the rest's mean is below the threshold; if none gets there, all but the last."""
+    tokens = [(r.l[i] ** 2, j, i) for j, r in enumerate(rollouts) for i in range(r.T)]
+    order = sorted(range(len(tokens)), key=lambda n: -tokens[n][0])  # sorted() is stable
+    n = len(order)
+    k = next((k for k in range(n) if sum(tokens[o][0] for o in order[k:]) / (n - k) < threshold), n - 1)
+    return {tokens[o][1:] for o in order[:k]}
+
+
+def composed(comp: Composition, r: Rollout, per_token_adv: bool, batch_dropped: list | None = None):
     c_ = comp.log_ratio_clamp
     clamp = (lambda x: x) if c_ is None else (lambda x: max(-c_, min(c_, x)))
     T, w = r.T, comp.weight
-    token_drop, rollout_out = [False] * T, False
+    token_drop, rollout_out = list(batch_dropped or [False] * T), False
+    left = list(token_drop)  # the tokens out of the loss's count N: the batch rule's, and leaves_normaliser rules'
     # criteria on the clamped per-token log-ratios
     lc = [clamp(x) for x in r.l]
     for c in comp.criteria:
@@ -164,19 +195,33 @@ def composed(comp: Composition, r: Rollout, per_token_adv: bool):
         if c.agg == "token":
             fails = [not passes(c, x) for x in s]
         else:
-            agg = {"sum": sum, "mean": lambda v: sum(v) / len(v), "max": max, "min": min}[c.agg](s) if T else 0.0
+            if comp.clamp_order == "aggregate" and c.statistic == "ratio" and c.agg in ("sum", "mean"):
+                s = r.l  # the raw log-ratios aggregated, the aggregate clamped
+                agg = clamp(sum(s) if c.agg == "sum" else sum(s) / T) if T else 0.0
+            else:
+                agg = {"sum": sum, "mean": lambda v: sum(v) / len(v), "max": max, "min": min}[c.agg](s) if T else 0.0
             fails = [not passes(c, agg)] * T
         if c.agg == "token" or (c.advantage is not None and per_token_adv):
-            token_drop = [d or (f and SIGN[c.advantage](a)) for d, f, a in zip(token_drop, fails, r.A)]
+            dropped = [f and SIGN[c.advantage](a) for f, a in zip(fails, r.A)]
+            token_drop = [d or x for d, x in zip(token_drop, dropped)]
+            if c.leaves_normaliser:
+                left = [d or x for d, x in zip(left, dropped)]
         elif T and fails[0] and SIGN[c.advantage](r.A[0]):
             rollout_out = True
+            if c.leaves_normaliser:
+                left = [True] * T
     # the weight, its exponent clamped after aggregating the raw log-ratios
     x = {"none": None, "token": r.l, "sequence": [r.S] * T, "geometric": [r.G] * T, "prefix": prefix_sums(r.l)}[w.level]
     if x is None:
-        return [1.0] * T, token_drop, rollout_out, False, [True] * T
+        return [1.0] * T, token_drop, rollout_out, False, [True] * T, left
+    if w.token_clip is not None:  # the product of the token ratios, each clamped then truncated
+        x = [sum(min(v, math.log(w.token_clip)) for v in lc)] * T
     x = [clamp(v) for v in x]
     hi = math.inf if w.clip is None else w.clip
     weights = [min(max(w_of(v), w.clip_low), hi) for v in x]
+    if w.gamma is not None:  # VESPO's phi(W) = exp(lambda + k log W - lambda W), (k, lambda) by A's sign
+        kl = [(w.gamma[0], w.gamma[1]) if a >= 0 else (w.gamma[2], w.gamma[3]) for a in r.A]
+        weights = [w_of(lam + k * v - lam * math.exp(v)) for v, (k, lam) in zip(x, kl)]
     clipped = w.truncated and any(v > math.log(hi) or (w.clip_low > 0 and v < math.log(w.clip_low)) for v in x)
     band_ok = [True] * T
     if w.band is not None:
@@ -185,7 +230,7 @@ def composed(comp: Composition, r: Rollout, per_token_adv: bool):
             rollout_out |= T > 0 and not band_ok[0]
         else:
             token_drop = [d or not ok for d, ok in zip(token_drop, band_ok)]
-    return weights, token_drop, rollout_out, clipped and not rollout_out, band_ok
+    return weights, token_drop, rollout_out, clipped and not rollout_out, band_ok, left
 
 
 # ------------------------------------------------------------------------------------------------------
@@ -225,6 +270,10 @@ def reference(batch: Batch, rows: list, agg: str, adv_tau: float = 1.0, penalty:
         if r.T and kept[j].any():
             applied[j] = float(weights[j].sum()) / r.T
     n_kept = int(kept.sum())
+    n_left = sum(sum(row[5]) for row in rows if len(row) > 5)
+    if n_left:  # those tokens left the loss's count N: the kept ones weigh N / N_after more
+        weights = weights * (n_tok / max(n_tok - n_left, 1))
+        applied = {j: v * n_tok / max(n_tok - n_left, 1) for j, v in applied.items()}
     grad = torch.zeros(B, T, dtype=D)
     pen = 0.0
     for j, r in enumerate(rollouts):
@@ -287,7 +336,9 @@ def test_every_estimator_matches_its_formula(name, batch, data):
 
 def check_composition(comp: Composition, batch: Batch, agg: str, out=None):
     per_token_adv = batch.advantages.dim() == 2
-    rows = [composed(comp, Rollout(batch, j), per_token_adv) for j in range(batch.shape[0])]
+    rollouts = [Rollout(batch, j) for j in range(batch.shape[0])]
+    gone = set() if comp.batch_rule is None else m2po(rollouts, comp.batch_rule.threshold)
+    rows = [composed(comp, r, per_token_adv, [(j, i) in gone for i in range(r.T)]) for j, r in enumerate(rollouts)]
     norm = None
     if comp.weight.self_normalize:
         norm = "rollout" if comp.weight.per_rollout else "token"
@@ -303,6 +354,8 @@ PATHS = [dict(), dict(shortcuts=False), dict(sparse_share=1.0, profiles=True)]
 def fast_output(x, cfg, batch: Batch, agg: str, paths: dict):
     """The fast evaluator's output for a name or composition, along one of PATHS."""
     comp = resolve(x, cfg)
+    if not fast.supports(comp):  # a part the fast evaluator does not know: the registry runs the plain one
+        return evaluate(comp, batch, agg)
     r = Ratios.of(batch, **{k: v for k, v in paths.items() if k != "profiles"})
     return fast.evaluate_many({comp: 1}, batch, agg, r, profiles=paths.get("profiles"))[comp][0]
 
@@ -324,7 +377,9 @@ def test_every_preset_matches_its_composition(key, batch, agg, paths):
 
 RATIO_EDGES = [0.5, 0.9, 0.999, 1.0, 1.001, 1.2, 2.0, 5.0]
 STAT_BANDS = {"ratio": None, "k1": [-0.5, -0.05, 0.01, 0.3], "k2": [0.001, 0.05, 0.5], "k3": [0.001, 0.05, 0.5],
-              "prob_diff": [-0.2, -0.01, 0.05, 0.2]}
+              "prob_diff": [-0.2, -0.01, 0.05, 0.2], "exp_abs_log_ratio": [1.001, 1.05, 1.5, 3.0],
+              "abs_ratio_minus_one": [0.001, 0.05, 0.5], "binary_kl": [1e-4, 0.01, 0.2, 2.0],
+              "binary_kl_mu": [-0.2, -0.01, 1e-4, 0.05]}
 
 
 @st.composite
@@ -335,14 +390,19 @@ def criteria(draw):
     side = draw(st.sampled_from(["both", "low", "high"]))
     return Criterion(statistic, draw(st.sampled_from(["token", "sum", "mean", "max", "min"])),
                      None if side == "high" else lo, None if side == "low" else hi,
-                     draw(st.sampled_from([None, None, "positive", "negative", "non-negative", "non-positive"])))
+                     draw(st.sampled_from([None, None, "positive", "negative", "non-negative", "non-positive"])),
+                     strict=draw(st.sampled_from([False, False, True])),
+                     leaves_normaliser=draw(st.sampled_from([False, False, False, True])))
 
 
 @st.composite
 def compositions(draw):
-    level = draw(st.sampled_from(["none", "token", "sequence", "geometric", "prefix"]))
+    level = draw(st.sampled_from(["none", "token", "sequence", "geometric", "prefix", "gamma"]))
     weight = Weight()
-    if level != "none":
+    if level == "gamma":  # VESPO's: a sequence weight of token ratios truncated, through phi
+        weight = Weight("sequence", token_clip=draw(st.sampled_from([None, 3.0, math.inf])),
+                        gamma=draw(st.sampled_from([(2.0, 3.0, 3.0, 2.0), (1.0, 0.5, 0.0, 1.0)])))
+    elif level != "none":
         clip = draw(st.sampled_from([None, None, 1.5, 3.0, math.inf]))
         clip_low = draw(st.sampled_from([0.0, 0.0, 0.5]))
         band = draw(st.sampled_from([None, None, (0.0, 3.0), (0.5, 2.0), (0.8, math.inf)]))
@@ -350,7 +410,9 @@ def compositions(draw):
         weight = Weight(level, clip, clip_low, band, draw(st.booleans()))
     penalty = draw(st.sampled_from([None, Penalty(1e-3), Penalty(0.1, "k3")]))
     return Composition(weight, tuple(draw(st.lists(criteria(), max_size=3))), penalty,
-                       draw(st.sampled_from([None, None, 1.0, 20.0])), draw(st.sampled_from([1.0, 0.7])))
+                       draw(st.sampled_from([None, None, 1.0, 20.0])), draw(st.sampled_from([1.0, 0.7])),
+                       clamp_order=draw(st.sampled_from(["token", "token", "aggregate"])),
+                       batch_rule=draw(st.sampled_from([None, None, None, BatchRule(0.04), BatchRule(1.0)])))
 
 
 @settings(max_examples=examples(300), deadline=None)

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..compose import Composition, Criterion, Weight, ppo_clip_criteria
+from ..compose import BatchRule, Composition, Criterion, Weight, ppo_clip_criteria
 from ..spec import Preset
 from ..types import Config, knob
 from ._preset import framework_estimator
@@ -47,13 +47,18 @@ class ArealConfig(Config):
                                     choices=(False, True))
     level: str = knob("token", "Filter per token or per rollout.", choices=("token", "sequence"))
     action: str = knob("mask", "mask (drop) or clamp (bound the weight).", choices=("mask", "clamp"))
-    metric: str = knob("ratio", "ratio, kl_k1 (+l) or kl_k2 (l^2 / 2).", choices=("ratio", "kl_k1", "kl_k2"))
+    metric: str = knob("ratio", "ratio, kl_k1 (+l), kl_k2 (l^2 / 2) or binary_kl (KPop: the larger KL of the "
+                       "two-outcome split, both directions).", choices=("ratio", "kl_k1", "kl_k2", "binary_kl"))
     agg: str = knob("mean", "Rollout aggregation (level sequence).", choices=("sum", "mean", "max"))
     upper: float = knob(5.0, "Upper bound on the metric.", gt=0.0, ui=(1.0, 10.0), log=True)
     lower: float | None = knob(None, "Lower bound on the metric; None = open.", optional=True, ui=(0.0, 1.0))
+    m2_threshold: float | None = knob(None, "M2PO (decoupled loss): drop the batch's largest l^2 until their mean "
+                                      "is below this; None = off.", optional=True, gt=0.0, ui=(0.001, 1.0), log=True)
 
     def __post_init__(self):
         super().__post_init__()
+        if self.action == "clamp" and self.metric != "ratio":
+            raise ValueError("action=clamp only supports metric=ratio (AReaL raises too)")
         if self.level == "sequence" and self.action == "clamp" and not (self.metric == "ratio" and self.agg == "mean"):
             raise ValueError("level=sequence with action=clamp clamps only the rollouts outside the bounds: "
                              "expressible for metric=ratio, agg=mean only")
@@ -65,6 +70,8 @@ def _criterion(metric: str, agg: str, lower: float | None, upper: float) -> Crit
         return Criterion("ratio", agg, low=lower, high=upper)
     if metric == "kl_k2":
         return Criterion("k2", agg, low=lower, high=upper)
+    if metric == "binary_kl":  # the larger of KL_B(pi || mu), KL_B(mu || pi), probabilities clamped to 1e-8
+        return Criterion("binary_kl", agg, low=lower, high=upper)
     flipped = {"token": "token", "sum": "sum", "mean": "mean", "max": "min"}[agg]  # max of l = -min of -l
     return Criterion("k1", flipped, low=-upper, high=None if lower is None else -lower)
 
@@ -73,14 +80,17 @@ def compose(cfg: ArealConfig) -> Composition:
     if not cfg.use_decoupled_loss:  # pi_old = mu: PPO-clip on pi/mu, the rejection block sees ratio 1 (inert)
         high = cfg.eps_clip if cfg.eps_clip_higher is None else cfg.eps_clip_higher
         return Composition(Weight("token"), ppo_clip_criteria(cfg.eps_clip, high, cfg.c_clip), adv_tau=cfg.adv_tau)
+    m2po = None if cfg.m2_threshold is None else BatchRule(cfg.m2_threshold)  # before the rejection (grpo_loss_fn)
     if not cfg.rejection_sampling:
-        return Composition(Weight("none"), adv_tau=cfg.adv_tau)
+        return Composition(Weight("none"), adv_tau=cfg.adv_tau, batch_rule=m2po)
     geometric = cfg.level == "sequence" and cfg.metric == "ratio"
     level = "geometric" if geometric else "token"
     if cfg.action == "clamp":
-        return Composition(Weight(level, clip=cfg.upper, clip_low=cfg.lower or 0.0), adv_tau=cfg.adv_tau)
+        return Composition(Weight(level, clip=cfg.upper, clip_low=cfg.lower or 0.0), adv_tau=cfg.adv_tau,
+                           batch_rule=m2po)
     agg = cfg.agg if cfg.level == "sequence" else "token"
-    return Composition(Weight(level), (_criterion(cfg.metric, agg, cfg.lower, cfg.upper),), adv_tau=cfg.adv_tau)
+    return Composition(Weight(level), (_criterion(cfg.metric, agg, cfg.lower, cfg.upper),), adv_tau=cfg.adv_tau,
+                       batch_rule=m2po)
 
 
 ESTIMATOR = framework_estimator("areal", compose, ArealConfig, "AReaL's PPO actor and its rejection sampling.")
@@ -106,6 +116,16 @@ PRESETS = [
     Preset("areal/sequence_truncate", "min(exp(S/T), 5) on every token (level sequence, action clamp).", SOURCE,
            ESTIMATOR, ArealConfig(**_RS, level="sequence", action="clamp"),
            versions="since 2026-03-03 (AReaL #930, sequence_truncate), rejection_sampling since 2026-04-20 (#1088)"),
+    Preset("areal/kpop", "KPop (examples/math/gsm8k_kpop.yaml): rho_t on tokens whose larger binary KL, "
+           "max(KL_B(pi || mu), KL_B(mu || pi)) with probabilities clamped to [1e-8, 1 - 1e-8], is <= 2; AReaL's "
+           "own config validation (_VALID_METRICS) refuses metric binary_kl at cbff54d, its function computes it.",
+           SOURCE, ESTIMATOR, ArealConfig(**_RS, metric="binary_kl", upper=2.0),
+           versions="since 2026-06-15 (AReaL #1405)"),
+    Preset("areal/m2po", "M2PO (examples/math/gsm8k_m2po.yaml): drop the batch's largest l^2 until the rest's mean is "
+           "below 0.04, the rest weigh rho_t with rho_t > 5 dropped; the loss divides by M2PO's survivors (their "
+           "weights scale by N / N_kept).", "areal-project/AReaL@cbff54d: areal/trainer/ppo/actor.py "
+           "(_apply_m2po_masking, grpo_loss_fn)", ESTIMATOR, ArealConfig(**_RS, m2_threshold=0.04),
+           versions="since 2025-10-31 (AReaL #480); with rejection_sampling since 2026-04-20 (#1088)"),
     Preset("areal/icepop", "IcePop (examples/math/gsm8k_icepop.yaml): rho_t on tokens with 0.5 <= rho_t <= 5 "
            "(inclusive), others dropped.", SOURCE, ESTIMATOR, ArealConfig(**_RS, lower=0.5),
            versions="since 2026-06-15 (AReaL #1405, as rejection_sampling with lower 0.5)"),

@@ -42,6 +42,9 @@ class NemoRLConfig(Config):
                                                                  optional=True, ge=0.0, ui=(0.0, 1.0))
     sequence_level_importance_ratios: bool = knob(False, "Weigh every token of a rollout by its product ratio "
                                                   "exp(S) (GSPO's setting).", choices=(False, True))
+    seq_logprob_error_threshold: float | None = knob(None, "grpo.seq_logprob_error_threshold: drop a rollout whose "
+                                                     "mean e^|l| exceeds this (out of the loss's token count too); "
+                                                     "None = off.", optional=True, gt=0.0, ui=(1.0, 10.0), log=True)
 
     def __post_init__(self):
         super().__post_init__()
@@ -76,6 +79,9 @@ def compose(cfg: NemoRLConfig) -> Composition:
         weight = Weight(level, band=(lo, hi))
     else:  # seq-mask-tis: geometric-mean gate, raw token weights
         weight, criteria = Weight("token"), (Criterion("ratio", "mean", low=lo, high=hi),)
+    if cfg.seq_logprob_error_threshold is not None:  # grpo.py: sample_mask zeroed, so N loses the rollout too
+        criteria = (*criteria, Criterion("exp_abs_log_ratio", "mean", high=cfg.seq_logprob_error_threshold,
+                                         leaves_normaliser=True))
     return Composition(weight, criteria, adv_tau=cfg.adv_tau)
 
 
@@ -97,6 +103,12 @@ PRESETS = [
     Preset("nemo-rl/seq-mask-tis", "rho_t (untruncated, despite the name) on rollouts with 0.999 <= exp(S/T) <= "
            "1.002, else 0; bounds from NeMo-RL's prorlv2 guide.", SOURCE, ESTIMATOR, NemoRLConfig(**_SEQ),
            versions="since 2026-02-15 (NeMo-RL #1899)"),
+    Preset("nemo-rl/seq-logprob-error", "The Nemotron recipes' setting: rollouts whose mean e^|l| (mult_prob_error) "
+           "exceeds 2 dropped, out of the loss's token count too (the rest weigh N / N_kept more), on token TIS "
+           "clamp(rho_t, 0, 5).", "NVIDIA-NeMo/RL@7ea279a: nemo_rl/algorithms/grpo.py "
+           "(compute_and_apply_seq_logprob_error_masking)", ESTIMATOR,
+           NemoRLConfig(truncated_importance_sampling_type="tis", truncated_importance_sampling_ratio=5.0,
+                        seq_logprob_error_threshold=2.0), versions="since 2026-02-13 (NeMo-RL #1838)"),
     Preset("nemo-rl/seq-tis", "Sequence TIS clamp(exp(S), 0, 2) on every token (sequence_level_importance_ratios "
            "with tis; no code default: the token preset's 2; an exp(S) overflowing float32 weighs 0 there).",
            SOURCE, ESTIMATOR, NemoRLConfig(**_TIS, **_SEQ_LEVEL),

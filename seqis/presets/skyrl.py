@@ -14,10 +14,9 @@ policy losses anchored on the sampler (trainer.algorithm.policy_loss_type dppo, 
                1 + cispo_eps_clip_high), every token keeps it (1.0 and 4.0: [0, 5])
 
 Every ratio is exp in float32 (safe_exp_delta), cast back to the log-probs' dtype. The masks multiply loss_mask but
-the token-mean normaliser was fixed from the original mask: token-mean. Clamp order (a quirk kept only in part):
-the sequence TIS weight and both sequence masks clamp the SUMMED (or mean) raw log-ratio at +-20; seqis's criteria
-clamp each l_t first, so a rollout with a token beyond +-20 can land on the other side of a sequence mask's band
-(l = (+25, -20): SkyRL's product ratio is e^5, dropped; seqis's e^0, kept).
+the token-mean normaliser was fixed from the original mask: token-mean. Clamp order (kept: clamp_order
+"aggregate"): the sequence TIS weight and both sequence masks clamp the SUMMED (or mean) raw log-ratio at +-20,
+not each l_t (l = (+25, -20): the product ratio is e^5, dropped; clamping each token first would give e^0, kept).
 Presets: one per option at its config default; the outlier thresholds are the config docstrings' suggestions
 (1e-4, 100). token_mask_is_threshold_* has no default or suggestion, so it is a knob, not a preset.
 Source: NovaSky-AI/SkyRL, skyrl/backends/skyrl_train/utils/off_policy_correction_utils.py,
@@ -35,16 +34,22 @@ from ..spec import Preset
 from ..types import Config, knob
 from ._preset import SAFETY_BOUND, framework_estimator
 
-LOSSES = ("regular", "dppo", "cispo")  # the policy losses expressible here (rollout_is needs an open band)
+LOSSES = ("regular", "rollout_is", "dppo", "cispo")
 
 
 @dataclass(frozen=True)
 class SkyRLConfig(Config):
     """AlgorithmConfig's policy_loss_type, DPPOConfig, CISPOConfig and OffPolicyCorrectionConfig; SkyRL's names."""
 
-    policy_loss_type: str = knob("regular", "regular (PPO on pi/pi_old: 1 at the first minibatch), dppo (the "
-                                 "probability-difference mask on pi/mu) or cispo (its clamped ratio).",
-                                 choices=LOSSES)
+    policy_loss_type: str = knob("regular", "regular (PPO on pi/pi_old: 1 at the first minibatch), rollout_is "
+                                 "(pi/mu zeroed outside an open band), dppo (a divergence mask on pi/mu) or cispo "
+                                 "(its clamped ratio).", choices=LOSSES)
+    eps_clip_low: float = knob(0.2, "rollout_is: zero the ratio at or below 1 - this.", gt=0.0, ui=(0.01, 1.0),
+                               band=False)
+    eps_clip_high: float = knob(0.2, "rollout_is: zero the ratio at or above 1 + this.", gt=0.0, ui=(0.01, 1.0))
+    dppo_type: str = knob("binary_tv", "DPPO's divergence: binary_tv (the probability difference) or binary_kl "
+                          "(KL(mu || pi) of the two-outcome split, on the side the probability moved).",
+                          choices=("binary_tv", "binary_kl"))
     delta_low: float = knob(0.2, "DPPO: drop an A < 0 token whose probability fell by more than this.", ge=0.0,
                             ui=(0.01, 1.0), band=False)
     delta_high: float = knob(0.2, "DPPO: drop an A > 0 token whose probability rose by more than this.", ge=0.0,
@@ -77,17 +82,21 @@ class SkyRLConfig(Config):
 
     def __post_init__(self):
         super().__post_init__()
-        if self.policy_loss_type != "regular" and self.tis_ratio_type is not None:
+        if self.policy_loss_type in ("dppo", "cispo") and self.tis_ratio_type is not None:
             raise ValueError(f"tis_ratio_type with policy_loss_type={self.policy_loss_type}: SkyRL multiplies the "
                              "loss's own ratio by the TIS weight (cispo rollout refuses it); not expressible")
 
 
 def _loss_weight(cfg: SkyRLConfig) -> tuple[Weight, list[Criterion], float | None] | None:
     """The weight (and criteria, clamp) of a policy loss anchored on the sampler; None for one anchored on pi_old."""
-    if cfg.policy_loss_type == "dppo":  # the clamp's zero gradient beyond +-20, then the sign-conditioned pd mask
+    if cfg.policy_loss_type == "dppo":  # the clamp's zero gradient beyond +-20, then the sign-conditioned mask
+        stat = "prob_diff" if cfg.dppo_type == "binary_tv" else "binary_kl_mu"  # KL signed by the move's side
         return Weight("token"), [Criterion("ratio", "token", low=math.exp(-SAFETY_BOUND), high=math.exp(SAFETY_BOUND)),
-                                 Criterion("prob_diff", "token", high=cfg.delta_high, advantage="positive"),
-                                 Criterion("prob_diff", "token", low=-cfg.delta_low, advantage="negative")], None
+                                 Criterion(stat, "token", high=cfg.delta_high, advantage="positive"),
+                                 Criterion(stat, "token", low=-cfg.delta_low, advantage="negative")], None
+    if cfg.policy_loss_type == "rollout_is":  # exp(clamp(l)) kept on the open band (1 - eps_low, 1 + eps_high)
+        band = Criterion("ratio", "token", low=1.0 - cfg.eps_clip_low, high=1.0 + cfg.eps_clip_high, strict=True)
+        return Weight("token"), [band], SAFETY_BOUND
     if cfg.policy_loss_type == "cispo" and cfg.cispo_anchor == "rollout":
         low = max(1.0 - cfg.cispo_eps_clip_low, 0.0)
         return Weight("token", clip=1.0 + cfg.cispo_eps_clip_high, clip_low=low), [], SAFETY_BOUND
@@ -118,14 +127,20 @@ def compose(cfg: SkyRLConfig) -> Composition:
         criteria.append(Criterion("ratio", "mean", low=cfg.geo_mask_low, high=cfg.geo_mask_high))
     elif cfg.sequence_mask_metric == "product":
         criteria.append(Criterion("ratio", "sum", low=cfg.product_mask_low, high=cfg.product_mask_high))
-    return Composition(weight, tuple(criteria), log_ratio_clamp=clamp, adv_tau=cfg.adv_tau)
+    return Composition(weight, tuple(criteria), log_ratio_clamp=clamp, adv_tau=cfg.adv_tau,
+                       clamp_order=_clamp_order(criteria))
+
+
+def _clamp_order(criteria) -> str:
+    """SkyRL's and slime's rollout masks clamp the raw sum (mean) at +-20; with no such rule the order is moot."""
+    return "aggregate" if any(c.statistic == "ratio" and c.agg in ("sum", "mean") for c in criteria) else "token"
 
 
 ESTIMATOR = framework_estimator("skyrl", compose, SkyRLConfig, "SkyRL's off_policy_correction and policy losses.")
 SOURCE = "NovaSky-AI/SkyRL@a956457: skyrl/backends/skyrl_train/utils/off_policy_correction_utils.py"
 LOSSES_AT = "NovaSky-AI/SkyRL@a956457: skyrl/backends/skyrl_train/utils/ppo_utils.py"
 _SINCE = "since 2026-03-02 or before (SkyRL #1249 moved it to skyrl/; the copy read keeps no older history)"
-_CLAMP_NOTE = "SkyRL clamps the summed log-ratio at +-20, seqis each token (differs when a token has |l| > 20)"
+_CLAMP_NOTE = "the summed log-ratio is clamped at +-20, not each token (l = (+25, -20): e^5, dropped)"
 
 PRESETS = [
     Preset("skyrl/token_tis", "Token TIS min(rho_t, 2) (log-ratio clamped at +-20).", f"{SOURCE} (compute_tis_ratio)",
@@ -146,6 +161,14 @@ PRESETS = [
            "> 0.2 (A > 0) or fell > 0.2 (A < 0); a token with |l| > 20 has no gradient (the clamp's).",
            f"{LOSSES_AT} (dppo_policy_loss)", ESTIMATOR, SkyRLConfig(policy_loss_type="dppo"),
            versions="since 2026-06-17 (SkyRL #1037)"),
+    Preset("skyrl/rollout_is", "rollout_is (the loss on pi/mu): rho_t = exp(clamp(l_t, +-20)) kept on the OPEN band "
+           "0.8 < rho_t < 1.2 (strict), else 0.", f"{LOSSES_AT} (rollout_is_policy_loss)", ESTIMATOR,
+           SkyRLConfig(policy_loss_type="rollout_is"), versions="since 2026-03-12 (SkyRL #1314)"),
+    Preset("skyrl/dppo_kl", "DPPO binary KL (dppo_type binary_kl, delta 0.2 at the config default; its docstring "
+           "recommends 0.05): rho_t, dropping A > 0 tokens whose probability rose with KL(mu || pi) > 0.2 and A < 0 "
+           "tokens whose probability fell with it > 0.2 (1e-8 inside the complement's log); no gradient beyond "
+           "abs(l) > 20.", f"{LOSSES_AT} (dppo_policy_loss)", ESTIMATOR,
+           SkyRLConfig(policy_loss_type="dppo", dppo_type="binary_kl"), versions="since 2026-06-17 (SkyRL #1037)"),
     Preset("skyrl/cispo_rollout", "CISPO on the sampler (cispo_anchor rollout): every token keeps "
            "clamp(rho_t, 0, 5) (1 - 1.0, 1 + 4.0: the ScaleRL bounds).", f"{LOSSES_AT} (compute_policy_loss_cispo)",
            ESTIMATOR, SkyRLConfig(policy_loss_type="cispo"), versions="since 2026-07-28 (SkyRL #1859)"),

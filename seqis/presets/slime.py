@@ -12,8 +12,8 @@
 slime reduces the loss per rollout (mean over its tokens, then over rollouts: agg="seq-mean-token-mean");
 rejected tokens leave the numerator only. The IcePop preset uses slime's defaults (tis_clip_low 0, tis_clip 2);
 slime's own end-to-end test runs it with --tis-clip-low 0.5. Quirks: at sequence and geometric level the MIS
-example clamps the summed (or mean) raw log-ratio at +-20, for its weight and for its RS band alike; seqis's
-criteria clamp each l_t first, so a rollout with a token beyond +-20 can fall the other way of the RS band.
+example clamps the summed (or mean) raw log-ratio at +-20, for its weight and for its RS band alike (kept:
+clamp_order "aggregate").
 tis_batch_normalize at tis_level sequence divides by the mean over every rollout, empty ones (weight 0) included;
 seqis's mean is over non-empty rollouts (the two differ only in a batch with an empty rollout).
 Source: THUDM/slime, slime/backends/megatron_utils/loss.py, slime/utils/ppo_utils.py (compute_opsm_mask),
@@ -94,7 +94,8 @@ def compose_mis(cfg: MISConfig) -> Composition:
         criteria.append(Criterion("ratio", _LEVEL_AGG[cfg.rs_level], low=rs_low, high=rs_high))
         if cfg.rs_veto_threshold is not None:
             criteria.append(Criterion("ratio", "min", low=cfg.rs_veto_threshold))
-    return Composition(weight, tuple(criteria), log_ratio_clamp=SAFETY_BOUND, adv_tau=cfg.adv_tau)
+    order = "aggregate" if any(c.statistic == "ratio" and c.agg in ("sum", "mean") for c in criteria) else "token"
+    return Composition(weight, tuple(criteria), log_ratio_clamp=SAFETY_BOUND, adv_tau=cfg.adv_tau, clamp_order=order)
 
 
 @dataclass(frozen=True)

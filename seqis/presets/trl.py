@@ -43,6 +43,12 @@ class TRLConfig(Config):
     off_policy_mask_threshold: float | None = knob(None, "OPSM delta: drop a rollout with A < 0 whose mean "
                                                    "log(mu/pi) exceeds it; None = off.", optional=True, gt=0.0,
                                                    ui=(0.01, 2.0), log=True)
+    loss_type: str = knob("dapo", "dapo (the default: the IS ratio times -A, token-mean) or vespo (a gamma weight "
+                          "of the sequence ratio).", choices=("dapo", "vespo"))
+    vespo_k_pos: float = knob(2.0, "VESPO's power for A >= 0.", ge=0.0, ui=(0.0, 6.0))
+    vespo_lambda_pos: float = knob(3.0, "VESPO's decay for A >= 0.", ge=0.0, ui=(0.0, 6.0))
+    vespo_k_neg: float = knob(3.0, "VESPO's power for A < 0.", ge=0.0, ui=(0.0, 6.0))
+    vespo_lambda_neg: float = knob(2.0, "VESPO's decay for A < 0.", ge=0.0, ui=(0.0, 6.0))
 
     def __post_init__(self):
         super().__post_init__()
@@ -52,6 +58,10 @@ class TRLConfig(Config):
                              f"vllm_importance_sampling_clip_max ({hi})")
         if self.vllm_importance_sampling_mode.endswith("truncate") and lo is None and hi is None:
             raise ValueError("set vllm_importance_sampling_clip_min or _clip_max for a *_truncate mode")
+        if self.loss_type == "vespo" and (self.vllm_importance_sampling_mode != "token_truncate" or lo is not None
+                                          or not self.vllm_importance_sampling_correction):
+            raise ValueError("loss_type=vespo is expressible with vllm_importance_sampling_mode token_truncate and no "
+                             "clip_min (TRL refuses the sequence modes; token_mask's zeros enter log W as log 1e-8)")
 
 
 def compose(cfg: TRLConfig) -> Composition:
@@ -63,10 +73,14 @@ def compose(cfg: TRLConfig) -> Composition:
         weight = Weight(level, clip=math.inf if hi is None else hi, clip_low=lo or 0.0)
     else:
         weight = Weight(level, band=(lo or 0.0, math.inf if hi is None else hi))
+    if cfg.loss_type == "vespo":  # phi(W), W = prod_t min(rho_t, C), log-ratios clamped to +-20 (TRL's bounds)
+        weight = Weight("sequence", token_clip=math.inf if hi is None else hi,
+                        gamma=(cfg.vespo_k_pos, cfg.vespo_lambda_pos, cfg.vespo_k_neg, cfg.vespo_lambda_neg))
     criteria = ()
     if cfg.off_policy_mask_threshold is not None:  # kept when A >= 0 or mean(-l) <= delta
         criteria = (Criterion("k1", "mean", high=cfg.off_policy_mask_threshold, advantage="negative"),)
-    return Composition(weight, criteria, adv_tau=cfg.adv_tau)
+    clamp = 20.0 if cfg.loss_type == "vespo" else None
+    return Composition(weight, criteria, log_ratio_clamp=clamp, adv_tau=cfg.adv_tau)
 
 
 ESTIMATOR = framework_estimator("trl", compose, TRLConfig, "TRL GRPOTrainer's vLLM IS correction and OPSM.")
@@ -90,6 +104,12 @@ PRESETS = [
            "rollouts with A < 0 and mean(-l) > 0.5, on top of the default sequence_mask IS.",
            f"{SOURCE} (get_off_policy_mask)", ESTIMATOR, TRLConfig(off_policy_mask_threshold=0.5),
            versions=_OPSM),
+    Preset("trl/vespo", "VESPO (loss_type vespo, token_truncate at 3): phi(W) = exp(lambda + k log W - lambda W) on "
+           "every token, W = prod_t min(rho_t, 3) with log-ratios clamped to +-20 (TRL's lower bound is log 1e-8: "
+           "phi there is below 1e-15 either way), (k, lambda) = (2, 3) for A >= 0, (3, 2) below.",
+           f"{SOURCE} (get_gamma_weights)", ESTIMATOR,
+           TRLConfig(vllm_importance_sampling_mode="token_truncate", loss_type="vespo"),
+           versions="since 2026-03-13 (TRL #5199, release v1.0.0)"),
     Preset("trl/tis_2025_09", "TRL's first default (vllm_importance_sampling_cap 2.0): token TIS min(rho_t, 2) "
            f"({_NO_CLAMP}).", "huggingface/trl@12fc85f: trl/trainer/grpo_trainer.py (_generate_and_score_completions)",
            ESTIMATOR, TRLConfig(vllm_importance_sampling_mode="token_truncate", vllm_importance_sampling_clip_max=2.0),

@@ -44,6 +44,8 @@ def _gradient(ns: dict, cfg, batch: Batch) -> torch.Tensor:
             raise MissingCode("this AReaL has no M2PO (_apply_m2po_masking)")
         mask = ns["_apply_m2po_masking"](mu, proximal, mask, m2)
     rs = None
+    if cfg.rejection_sampling and cfg.metric == "binary_kl" and "compute_binary_kl_divergence" not in ns:
+        raise MissingCode("this AReaL has no binary_kl metric (KPop, #1405)")
     if cfg.rejection_sampling:
         lower = 0.0 if cfg.action == "clamp" and cfg.lower is None else cfg.lower
         rs = attrs(level=cfg.level, action=cfg.action, metric=cfg.metric, agg=cfg.agg, upper=cfg.upper, lower=lower)

@@ -41,8 +41,8 @@ def _gradient(ns: dict, cfg, batch: Batch) -> torch.Tensor:
     adv = batch.advantages[:, None] * mask / mask.sum().clamp(min=1)  # token_mean: A / N, summed by reduce_loss
     logp = batch.trainer_logprobs.detach().clone().requires_grad_(True)
     old, rollout = batch.trainer_logprobs.detach(), batch.inference_logprobs
-    algo = attrs(off_policy_correction=attrs(**{k: getattr(cfg, k) for k in _OPC}), eps_clip_low=0.2,
-                 eps_clip_high=0.2, dppo=attrs(dppo_type=getattr(cfg, "dppo_type", "binary_tv"),
+    algo = attrs(off_policy_correction=attrs(**{k: getattr(cfg, k) for k in _OPC}), eps_clip_low=cfg.eps_clip_low,
+                 eps_clip_high=cfg.eps_clip_high, dppo=attrs(dppo_type=getattr(cfg, "dppo_type", "binary_tv"),
                                                delta_low=cfg.delta_low, delta_high=cfg.delta_high),
                  cispo=attrs(cispo_eps_clip_low=cfg.cispo_eps_clip_low, cispo_eps_clip_high=cfg.cispo_eps_clip_high,
                              cispo_anchor=cfg.cispo_anchor))
