@@ -22,9 +22,9 @@ A composition says, as plain data, what happens to each loss token's gradient:
 
 Statistics beyond the four KL estimators: exp_abs_log_ratio e^|l| (NeMo-RL's mult_prob_error),
 abs_ratio_minus_one |rho - 1|, binary_kl max(KL_B(pi || mu), KL_B(mu || pi)) with probabilities clamped to
-[1e-8, 1 - 1e-8] (AReaL's KPop), binary_kl_mu sign(pi - mu) * KL_B(mu || pi), KL_B(mu || pi) = mu log(mu / pi) + (1 - mu) log((1 - mu + 1e-8) /
-(1 - pi + 1e-8)) (SkyRL's one-sided DPPO: its sign says which way the probability moved), KL_B of the
-two-outcome split "this token or any other". A criterion's band is
+[1e-8, 1 - 1e-8] (AReaL's KPop), binary_kl_mu sign(pi - mu) * KL_B(mu || pi), with KL_B(mu || pi) =
+mu log(mu / pi) + (1 - mu) log((1 - mu + 1e-8) / (1 - pi + 1e-8)) (SkyRL's one-sided DPPO: the sign says which way
+the probability moved); KL_B is the KL of the two-outcome split "this token or any other". A criterion's band is
 inclusive unless strict (SkyRL's rollout_is: lo < r < hi); a rule that leaves_normaliser (NeMo-RL's
 seq_logprob_error) takes the tokens it drops out of the loss's token count N, so the kept weights scale by
 N / N_after. A sequence weight with gamma (k+, lambda+, k-, lambda-) is TRL's VESPO phi(W) = exp(lambda + k log W -
