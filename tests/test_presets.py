@@ -379,3 +379,52 @@ def test_areal_icepop_keeps_the_inclusive_band_and_the_decoupled_loss_alone_weig
     check("areal/icepop", rows, [1.0], [[0.5, 5.0, 0.0, 0.0]], [[True, True, False, False]])
     cfg = PRESETS["areal/default"].config.replace(use_decoupled_loss=True)  # no rejection_sampling: weight 1
     check("areal/default", rows, [1.0], [[1.0] * 4], [[True] * 4], cfg)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# the keys that need the later parts (strict edges, binary KLs, e^|l|, M2PO, VESPO, the clamp order)
+
+
+def test_skyrl_rollout_is_drops_the_open_bands_edges():
+    # ppo_utils.py rollout_is_policy_loss: in_range = (ratio > 1 - 0.2) & (ratio < 1 + 0.2): 0.8 itself is out
+    # (an inclusive band would keep it), so is anything past 1.2
+    rows = [[math.log(0.8), math.log(0.81), math.log(1.19), math.log(1.2) + 1e-9]]
+    check("skyrl/rollout_is", rows, [1.0], [[0.0, 0.81, 1.19, 0.0]], [[False, True, True, False]])
+
+
+def test_skyrl_dppo_kl_drops_only_on_the_side_the_probability_moved():
+    # ppo_utils.py dppo_policy_loss (binary_kl), mu = 0.5: pi = 0.95 moved up, KL(mu || pi) = 0.5 log(0.5 / 0.95)
+    # + 0.5 log(0.5 / 0.05) = 0.83 > 0.2: dropped when A > 0, kept (weight 1.9) when A < 0
+    up = math.log(1.9)
+    check("skyrl/dppo_kl", [[up], [up]], [1.0, -1.0], [[0.0], [1.9]], [[False], [True]])
+
+
+def test_areal_kpop_bounds_the_larger_binary_kl_by_two():
+    # functional.py compute_binary_kl_divergence, mu = 0.5: pi = 0.999 -> KL_B(pi || mu) = 0.999 log(1.998)
+    # + 0.001 log(0.002) = 0.685, KL_B(mu || pi) = 0.5 log(0.5 / 0.999) + 0.5 log(0.5 / 0.001) = 2.76 > 2: dropped;
+    # pi = 0.9: 0.368 and 0.511, both <= 2: kept with weight 1.8
+    check("areal/kpop", [[math.log(1.998), math.log(1.8)]], [1.0], [[0.0, 1.8]], [[False, True]])
+
+
+def test_areal_m2po_drops_the_largest_squares_and_divides_by_the_survivors():
+    # actor.py _get_m2po_loss_mask: l^2 = 1, 0.01, 0.01, 0.09, 0: dropping the 1 leaves mean 0.0275 < 0.04; the
+    # four survivors keep rho (all <= 5) and the loss divides by 4, so under token-mean (N = 5) they weigh 5/4 more
+    l = [1.0, 0.1, -0.1, 0.3, 0.0]
+    w = [0.0] + [math.exp(x) * 5 / 4 for x in l[1:]]
+    check("areal/m2po", [l], [1.0], [w], [[False, True, True, True, True]])
+
+
+def test_nemo_rl_seq_logprob_error_drops_the_rollout_and_its_tokens_from_the_count():
+    # grpo.py compute_and_apply_seq_logprob_error_masking: mean e^|l| = (e^1.2 + e^0.6) / 2 = 2.57 > 2: the rollout
+    # leaves sample_mask, so the loss divides by the other rollout's 2 tokens, not 4: its weights (TIS at 5) double
+    rows = [[1.2, -0.6], [0.1, -0.2]]
+    check("nemo-rl/seq-logprob-error", rows, [1.0, 1.0], [[0.0, 0.0], [2 * math.exp(0.1), 2 * math.exp(-0.2)]],
+          [[False, False], [True, True]])
+
+
+def test_trl_vespo_weighs_every_token_by_phi_of_the_truncated_product():
+    # grpo_trainer.py get_gamma_weights: W = min(e^0.5, 3) * min(e^1.5, 3) = e^0.5 * 3; A >= 0: phi = e^3 W^2
+    # e^(-3 W); A < 0: (k, lambda) = (3, 2)
+    W = math.exp(0.5) * 3.0
+    pos, neg = math.exp(3 + 2 * math.log(W) - 3 * W), math.exp(2 + 3 * math.log(W) - 2 * W)
+    check("trl/vespo", [[0.5, 1.5], [0.5, 1.5]], [1.0, -1.0], [[pos, pos], [neg, neg]], [[True] * 2] * 2)

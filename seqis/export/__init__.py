@@ -37,6 +37,7 @@ from . import (
     verl,
 )
 from ._format import CannotExpress, Settings
+from ._parts import later_parts
 
 EXPORTERS = {
     "prime-rl": prime_rl, "prime-rl-legacy": prime_rl_legacy, "verl": verl,
@@ -75,6 +76,8 @@ def export(x: str | Composition, framework: str, cfg: Config | None = None) -> S
     exporter = EXPORTERS[framework]
     stem = "custom" if isinstance(x, Composition) else x.replace("/", "_")
     try:
+        if missing := later_parts(comp) - getattr(exporter, "PARTS", frozenset()):
+            raise CannotExpress(f"{framework} has no setting for {', '.join(sorted(missing))}")
         s: Settings = exporter.settings(comp)
     except CannotExpress as why:
         text = f"# seqis {describe(x, cfg)}\n# cannot express in {framework}: {why}\n"

@@ -45,3 +45,21 @@ def token_is_mode(comp: Composition, no: str) -> tuple[str | None, float, float]
     if not math.isinf(w.upper) or w.clip_low > 0:
         return "tis", w.clip_low, w.upper
     return None, w.clip_low, w.upper
+
+
+# the composition's later parts (issue 23): an exporter writes one only if its module's PARTS names it, so a
+# framework without the setting refuses the correction instead of dropping the part unnoticed
+LATER_STATISTICS = ("exp_abs_log_ratio", "abs_ratio_minus_one", "binary_kl", "binary_kl_mu")
+
+
+def later_parts(comp: Composition) -> set[str]:
+    """The later parts a composition uses: 'strict', 'leaves_normaliser', 'batch_rule', 'clamp_order',
+    'gamma', 'token_clip' and each later statistic by its name."""
+    used = {c.statistic for c in comp.criteria if c.statistic in LATER_STATISTICS}
+    used |= {flag for c in comp.criteria for flag in ("strict", "leaves_normaliser") if getattr(c, flag)}
+    if comp.batch_rule is not None:
+        used.add("batch_rule")
+    if comp.clamp_order != "token" and comp.log_ratio_clamp is not None:
+        used.add("clamp_order")
+    used |= {name for name in ("gamma", "token_clip") if getattr(comp.weight, name) is not None}
+    return used

@@ -14,6 +14,7 @@ from ._format import CannotExpress, Settings, adv_tau_note, yaml
 
 HEADER = ["AReaL actor rejection sampling (decoupled loss)"]
 SUFFIX = "areal.yaml"
+PARTS = frozenset({"binary_kl", "batch_rule"})  # the later parts it writes (_parts.later_parts)
 _NO = "AReaL's rejection sampling is one bound on one metric with a token or geometric weight"
 
 
@@ -35,6 +36,8 @@ def _rule(comp: Composition) -> dict:
         raise CannotExpress(f"{_NO} (its weight is the geometric ratio exactly when a rollout's ratio is bounded)")
     if c.statistic == "ratio" and c.agg in ("token", "sum", "mean", "max"):
         return dict(level=level, action="mask", metric="ratio", agg=agg, upper=c.high, lower=c.low)
+    if c.statistic == "binary_kl" and c.agg in ("token", "sum", "mean", "max"):
+        return dict(level=level, action="mask", metric="binary_kl", agg=agg, upper=c.high, lower=c.low)
     if c.statistic == "k2" and c.agg in ("token", "sum", "mean", "max"):
         return dict(level=level, action="mask", metric="kl_k2", agg=agg, upper=c.high, lower=c.low)
     if c.statistic == "k1" and c.agg in ("token", "sum", "mean", "min") and c.low is not None:  # AReaL's k1 is +l
@@ -46,6 +49,8 @@ def _rule(comp: Composition) -> dict:
 def settings(comp: Composition) -> Settings:
     if comp.penalty is not None:
         raise CannotExpress("AReaL's KL term is to a reference model, not the sampler")
+    if any(c.strict or c.leaves_normaliser for c in comp.criteria):
+        raise CannotExpress("AReaL's bounds are inclusive and its rejections keep the normaliser")
     notes: list[str] = []
     if comp.log_ratio_clamp is not None:
         notes.append(f"AReaL clamps no log-ratio (this correction: +-{comp.log_ratio_clamp})")
@@ -58,7 +63,11 @@ def settings(comp: Composition) -> Settings:
         return Settings(keys, notes)
     if comp.weight.level == "none" and not comp.criteria:
         return Settings({"actor.use_decoupled_loss": True, "actor.rejection_sampling": None}, notes)
-    keys = {"actor.use_decoupled_loss": True, **{f"actor.rejection_sampling.{k}": v for k, v in _rule(comp).items()}}
+    m2 = {} if comp.batch_rule is None else {"actor.m2_threshold": comp.batch_rule.threshold}  # M2PO
+    if comp.weight.level == "none" and not comp.criteria:
+        return Settings({"actor.use_decoupled_loss": True, **m2, "actor.rejection_sampling": None}, notes)
+    rule = _rule(comp)
+    keys = {"actor.use_decoupled_loss": True, **m2, **{f"actor.rejection_sampling.{k}": v for k, v in rule.items()}}
     return Settings(keys, notes)
 
 

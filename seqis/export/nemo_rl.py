@@ -8,6 +8,7 @@ or banded, is sequence_level_importance_ratios: true (with token_level_loss: fal
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 from ..compose import Composition
 from ._format import CannotExpress, Settings, adv_tau_note, yaml
@@ -15,10 +16,27 @@ from ._parts import token_is_mode
 
 HEADER = ["NeMo-RL GRPO loss_fn (ClippedPGLossFn)"]
 SUFFIX = "nemo-rl.yaml"
+PARTS = frozenset({"exp_abs_log_ratio", "leaves_normaliser"})  # the later parts it writes (_parts.later_parts)
 _NO = "NeMo-RL's truncated IS is a token weight clamped (tis), banded (icepop) or gated by the geometric ratio"
 
 
+def _seq_logprob_error(comp: Composition) -> tuple[Composition, float | None]:
+    """grpo.seq_logprob_error_threshold: the rule dropping rollouts whose mean e^|l| exceeds it (out of N too)."""
+    rule = [c for c in comp.criteria if (c.statistic, c.agg, c.low, c.advantage, c.strict, c.leaves_normaliser)
+            == ("exp_abs_log_ratio", "mean", None, None, False, True) and c.high is not None]
+    if not rule:
+        return comp, None
+    return replace(comp, criteria=tuple(c for c in comp.criteria if c is not rule[0])), rule[0].high
+
+
 def settings(comp: Composition) -> Settings:
+    comp, seq_error = _seq_logprob_error(comp)
+    extra = {} if seq_error is None else {"grpo.seq_logprob_error_threshold": seq_error}
+    s = _settings(comp)
+    return Settings({**extra, **s.keys}, s.notes)
+
+
+def _settings(comp: Composition) -> Settings:
     w, crit, notes = comp.weight, comp.criteria, []
     if comp.penalty is not None:
         raise CannotExpress("NeMo-RL's KL penalty is to a reference policy, not the sampler")

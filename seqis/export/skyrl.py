@@ -15,6 +15,7 @@ from ._format import CannotExpress, Settings, adv_tau_note, yaml
 
 HEADER = ["SkyRL off-policy correction"]
 SUFFIX = "skyrl.yaml"
+PARTS = frozenset({"strict", "binary_kl_mu", "clamp_order"})  # the later parts it writes (_parts.later_parts)
 BLOCK = "trainer.algorithm.off_policy_correction"
 _SEQ_MASK = {"mean": ("geometric", "geo_mask"), "sum": ("product", "product_mask")}  # agg -> metric, key prefix
 
@@ -23,19 +24,28 @@ ALGO = "trainer.algorithm"
 _GRADIENT_BAND = (math.exp(-20.0), math.exp(20.0))  # DPPO's clamp: no gradient where |l| > 20
 
 
+_DPPO_TYPE = {"prob_diff": "binary_tv", "binary_kl_mu": "binary_kl"}  # the pair's statistic -> dppo_type
+
+
 def _dppo(comp: Composition) -> tuple[dict, tuple[Criterion, ...], list[str]] | None:
-    """DPPO binary_tv's keys and the other criteria, when the composition has its probability-difference pair."""
-    up = [c for c in comp.criteria if (c.statistic, c.agg, c.advantage, c.low) == ("prob_diff", "token", "positive",
-                                                                                  None)]
-    down = [c for c in comp.criteria if (c.statistic, c.agg, c.advantage, c.high) == ("prob_diff", "token",
-                                                                                     "negative", None)]
-    if len(up) != 1 or len(down) != 1 or not comp.weight.plain("token"):
+    """DPPO's keys and the other criteria, when the composition has its sign-conditioned pair (the probability
+    difference: binary_tv; the signed binary KL: binary_kl)."""
+    pair = None
+    for stat, kind in _DPPO_TYPE.items():
+        up = [c for c in comp.criteria if (c.statistic, c.agg, c.advantage, c.low) == (stat, "token", "positive", None)]
+        down = [c for c in comp.criteria if (c.statistic, c.agg, c.advantage, c.high) == (stat, "token", "negative",
+                                                                                         None)]
+        if len(up) == 1 and len(down) == 1:
+            pair = kind, up, down
+            break
+    if pair is None or not comp.weight.plain("token"):
         return None
+    kind, up, down = pair
     band = [c for c in comp.criteria if c.statistic == "ratio" and c.agg == "token" and c.advantage is None
             and (c.low, c.high) == _GRADIENT_BAND]
     rest = tuple(c for c in comp.criteria if c is not up[0] and c is not down[0] and c not in band)
     notes = [] if band else ["SkyRL's DPPO ratio is exp(clamp(l, +-20)): a token with |l| > 20 has no gradient"]
-    keys = {f"{ALGO}.policy_loss_type": "dppo", f"{ALGO}.dppo.dppo_type": "binary_tv",
+    keys = {f"{ALGO}.policy_loss_type": "dppo", f"{ALGO}.dppo.dppo_type": kind,
             f"{ALGO}.dppo.delta_low": -down[0].low, f"{ALGO}.dppo.delta_high": up[0].high}
     return keys, rest, notes
 
@@ -46,7 +56,18 @@ def settings(comp: Composition) -> Settings:
         raise CannotExpress("SkyRL's KL loss is to a reference model, not the sampler")
     own: dict = {}
     criteria = comp.criteria
-    if (dppo := _dppo(comp)) is not None:
+    strict = [c for c in criteria if c.strict]
+    if any(c.leaves_normaliser for c in criteria):
+        raise CannotExpress("SkyRL's masks keep the token-mean normaliser of the original loss mask")
+    if strict:  # rollout_is: the token ratio zeroed outside an open band, the only open band SkyRL has
+        c = strict[0]
+        if (len(strict) > 1 or len(criteria) > 1 or not comp.weight.plain("token")
+                or (c.statistic, c.agg, c.advantage) != ("ratio", "token", None) or c.low is None or c.high is None):
+            raise CannotExpress("SkyRL's only open band is rollout_is's, on the token ratio alone")
+        own = {f"{ALGO}.policy_loss_type": "rollout_is", f"{ALGO}.eps_clip_low": float(f"{1.0 - c.low:.15g}"),
+               f"{ALGO}.eps_clip_high": float(f"{c.high - 1.0:.15g}")}
+        criteria, w = (), Weight()
+    elif (dppo := _dppo(comp)) is not None:
         own, criteria, notes = dppo
         w = Weight()  # the loss's own ratio is the weight: no TIS on top
     elif w.level == "token" and w.clip_low > 0 and w.band is None and not w.self_normalize:
@@ -76,6 +97,8 @@ def settings(comp: Composition) -> Settings:
             raise CannotExpress(f"SkyRL has no ratio criterion '{c.agg}' with these sides, or needs it twice")
     if comp.log_ratio_clamp != 20.0 and not (own and "dppo" in own.values()):
         notes.append(f"SkyRL clamps log-ratios at +-20 (this correction: {comp.log_ratio_clamp})")
+    elif comp.clamp_order != "aggregate" and any(c.statistic == "ratio" and c.agg in ("sum", "mean") for c in criteria):
+        notes.append("SkyRL clamps a rollout's summed (mean) log-ratio at +-20, not each token's")
     adv_tau_note(comp.adv_tau, notes)
     return Settings({**own, **{f"{BLOCK}.{k}": v for k, v in keys.items()}}, notes)
 

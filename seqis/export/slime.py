@@ -11,6 +11,7 @@ from ._format import CannotExpress, Settings, adv_tau_note, flags, yaml
 
 HEADER = ["slime training flags"]
 SUFFIX = "slime.sh"
+PARTS = frozenset({"clamp_order"})  # the later parts it writes (_parts.later_parts)
 _ICEPOP = "slime.backends.megatron_utils.loss.icepop_function"
 _MIS = "examples.train_infer_mismatch_helper.mis.compute_mis_weights_with_cp"
 _AGG_LEVEL = {"token": "token", "sum": "sequence", "mean": "geometric"}  # a ratio criterion's agg -> slime level
@@ -69,6 +70,9 @@ def settings(comp: Composition, icepop: str = _ICEPOP, mis: str = _MIS) -> Setti
     else:
         raise CannotExpress("slime's --use-tis bounds the token ratio (clamp or IcePop band)")
     uses_mis = "--custom-config-path" in s.keys
+    if uses_mis and comp.clamp_order != "aggregate" and comp.log_ratio_clamp is not None and any(
+            c.statistic == "ratio" and c.agg in ("sum", "mean") for c in comp.criteria):
+        notes.append("slime's MIS clamps a rollout's summed (mean) log-ratio at +-20, not each token's")
     if comp.log_ratio_clamp != (20.0 if uses_mis else None):
         notes.append(f"slime {'clamps at +-20' if uses_mis else 'clamps no log-ratio'} here (this correction: "
                      f"{comp.log_ratio_clamp})")

@@ -13,6 +13,7 @@ from ._format import CannotExpress, Settings, adv_tau_note, python_kwargs
 
 HEADER = ["TRL GRPOConfig arguments (use_vllm=True)"]
 SUFFIX = "trl.py"
+PARTS = frozenset({"gamma", "token_clip"})  # the later parts it writes (_parts.later_parts)
 
 
 def settings(comp: Composition) -> Settings:
@@ -24,7 +25,17 @@ def settings(comp: Composition) -> Settings:
     if w.self_normalize:
         raise CannotExpress("TRL does not normalise the IS ratio by its batch mean")
     keys: dict = dict(vllm_importance_sampling_correction=w.level != "none")
-    if w.level != "none":
+    vespo = w.gamma is not None
+    if vespo:  # VESPO: phi of prod_t min(rho_t, C), TRL's log-ratios clamped at 20
+        if comp.log_ratio_clamp != 20.0:
+            notes.append(f"TRL's VESPO clamps its log-ratios at 20 (this correction: {comp.log_ratio_clamp})")
+        C = math.inf if w.token_clip is None else w.token_clip
+        keys.update(loss_type="vespo", vllm_importance_sampling_mode="token_truncate",
+                    vllm_importance_sampling_clip_max=None if math.isinf(C) else C,
+                    **dict(zip(("vespo_k_pos", "vespo_lambda_pos", "vespo_k_neg", "vespo_lambda_neg"), w.gamma)))
+    elif w.token_clip is not None:
+        raise CannotExpress("TRL truncates token ratios inside a sequence weight only in VESPO")
+    elif w.level != "none":
         if w.band is not None and (not math.isinf(w.upper) or w.clip_low > 0):
             raise CannotExpress("TRL's IS ratio is truncated or masked, not both")
         lo, hi = w.band if w.band is not None else (w.clip_low, w.upper)
@@ -35,7 +46,7 @@ def settings(comp: Composition) -> Settings:
         if (c.statistic, c.agg, c.advantage, c.low) != ("k1", "mean", "negative", None) or c.high is None:
             raise CannotExpress("TRL's only rejection is OPSM (A < 0 and mean(-l) above a threshold)")
         keys["off_policy_mask_threshold"] = c.high
-    if comp.log_ratio_clamp is not None:
+    if comp.log_ratio_clamp is not None and not vespo:
         notes.append(f"TRL clamps no log-ratio (this correction: +-{comp.log_ratio_clamp})")
     adv_tau_note(comp.adv_tau, notes)
     return Settings(keys, notes)

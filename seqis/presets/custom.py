@@ -2,8 +2,10 @@
 
     weight      level (none / token / sequence / geometric / prefix), truncated at clip (and raised to clip_low),
                 or masked to [band_low, band_high]; optionally divided by its batch mean
-    rule 1, 2   a rejection criterion each: statistic (ratio / k1 / k2 / k3 / prob_diff), aggregation over the
-                rollout (token / sum / mean / max / min), an inclusive band, an optional advantage sign
+    rule 1, 2   a rejection criterion each: statistic (ratio / k1 / k2 / k3 / prob_diff / e^|l| / |rho - 1| /
+                the binary KLs), aggregation over the rollout (token / sum / mean / max / min), a band (inclusive
+                or open), an optional advantage sign, and whether its dropped tokens leave the token count
+    batch       M2PO's batch rule (its threshold); clamp order: each token's log-ratio or a rollout's aggregate
     penalty     coef * f(l_t) on every loss token (f = l^2 or k3);  clamp: log-ratios clamped to +-clamp first
 
 The default is a geometric gate [0.5, 2] with token weights truncated at 2 (verl's geo RS + token TIS, wider).
@@ -19,9 +21,11 @@ from dataclasses import dataclass
 from ..compose import (
     ADVANTAGE_SIGNS,
     AGGREGATES,
+    CLAMP_ORDERS,
     PENALTIES,
     STATISTICS,
     WEIGHT_LEVELS,
+    BatchRule,
     Composition,
     Criterion,
     Penalty,
@@ -56,16 +60,26 @@ class CustomConfig(Config):
     rule1_low: float | None = knob(0.5, "Rule 1: keep when the statistic is >= this (None = open).", **_EDGE)
     rule1_high: float | None = knob(2.0, "Rule 1: keep when the statistic is <= this (None = open).", **_EDGE)
     rule1_advantage: str | None = knob(None, f"Rule 1: {_SIGN}.", optional=True, choices=SIGNS)
+    rule1_strict: bool = knob(False, "Rule 1: open edges (keep low < statistic < high).", choices=(False, True))
+    rule1_leaves_normaliser: bool = knob(False, "Rule 1: its dropped tokens leave the loss's token count.",
+                                          choices=(False, True))
     rule2_statistic: str | None = knob(None, f"Rule 2: {_STAT}.", optional=True, choices=RULES)
     rule2_agg: str = knob("token", f"Rule 2: {_AGG}.", choices=AGGREGATES)
     rule2_low: float | None = knob(None, "Rule 2: keep when the statistic is >= this (None = open).", **_EDGE)
     rule2_high: float | None = knob(None, "Rule 2: keep when the statistic is <= this (None = open).", **_EDGE)
     rule2_advantage: str | None = knob(None, f"Rule 2: {_SIGN}.", optional=True, choices=SIGNS)
+    rule2_strict: bool = knob(False, "Rule 2: open edges (keep low < statistic < high).", choices=(False, True))
+    rule2_leaves_normaliser: bool = knob(False, "Rule 2: its dropped tokens leave the loss's token count.",
+                                          choices=(False, True))
     penalty_coef: float = knob(0.0, "Add coef * f(l_t) on every loss token (0 = none).", ge=0.0, ui=(0.0, 0.1))
     penalty_statistic: str = knob("squared_log_ratio", "f: l^2 (prime-rl's KL) or k3 = rho - 1 - l.",
                                   choices=PENALTIES)
     log_ratio_clamp: float | None = knob(None, "Clamp log-ratios to [-c, c] first (verl: 20).", optional=True,
                                          gt=0.0, ui=(1.0, 40.0))
+    clamp_order: str = knob("token", "The clamp on a rollout's sum / mean: each token's first (verl) or the "
+                            "aggregate's (SkyRL, slime).", choices=CLAMP_ORDERS)
+    batch_rule_threshold: float | None = knob(None, "M2PO: drop the batch's largest l^2 until their mean is below "
+                                              "this (None = off).", optional=True, gt=0.0, ui=(0.001, 1.0), log=True)
 
     def __post_init__(self):
         super().__post_init__()
@@ -76,7 +90,9 @@ def _criterion(cfg: CustomConfig, n: int) -> Criterion | None:
     if statistic is None:
         return None
     return Criterion(statistic, getattr(cfg, f"rule{n}_agg"), low=getattr(cfg, f"rule{n}_low"),
-                     high=getattr(cfg, f"rule{n}_high"), advantage=getattr(cfg, f"rule{n}_advantage"))
+                     high=getattr(cfg, f"rule{n}_high"), advantage=getattr(cfg, f"rule{n}_advantage"),
+                     strict=getattr(cfg, f"rule{n}_strict"),
+                     leaves_normaliser=getattr(cfg, f"rule{n}_leaves_normaliser"))
 
 
 def compose(cfg: CustomConfig) -> Composition:
@@ -87,7 +103,9 @@ def compose(cfg: CustomConfig) -> Composition:
         self_normalize=cfg.weight_self_normalize)
     criteria = tuple(c for c in (_criterion(cfg, 1), _criterion(cfg, 2)) if c is not None)
     penalty = Penalty(cfg.penalty_coef, cfg.penalty_statistic) if cfg.penalty_coef > 0 else None
-    return Composition(weight, criteria, penalty=penalty, log_ratio_clamp=cfg.log_ratio_clamp, adv_tau=cfg.adv_tau)
+    batch_rule = None if cfg.batch_rule_threshold is None else BatchRule(cfg.batch_rule_threshold)
+    return Composition(weight, criteria, penalty=penalty, log_ratio_clamp=cfg.log_ratio_clamp, adv_tau=cfg.adv_tau,
+                       clamp_order=cfg.clamp_order, batch_rule=batch_rule)
 
 
 CUSTOM = Preset("custom/composition", "A correction built from the mechanism's parts: a weight, two rules, a "
