@@ -76,6 +76,7 @@ class Weight:
     clip_low: float = 0.0  # lower clamp max(w, clip_low); 0: none
     band: tuple[float, float] | None = None  # w * 1[lo <= w <= hi], inclusive; outside it the gradient is dropped
     self_normalize: bool = False  # divide by the batch mean of the weight (token: over loss tokens; rollout: valid)
+    normalize_all: bool = False  # self_normalize of a rollout weight: the mean over every rollout, empty ones (0)
     token_clip: float | None = None  # sequence level: each token's ratio truncated at this before the product
     gamma: tuple[float, float, float, float] | None = None  # sequence: VESPO's (k+, lambda+, k-, lambda-) of exp S
 
@@ -88,6 +89,8 @@ class Weight:
                 raise ValueError(f"Weight.gamma must be (k+, lambda+, k-, lambda-), got {self.gamma!r}")
             for i, v in enumerate(self.gamma):
                 _number("Weight", f"gamma[{i}]", v, low=0.0, allow_inf=False)
+        if self.normalize_all and not (self.self_normalize and self.per_rollout):
+            raise ValueError("Weight.normalize_all takes a self-normalised sequence or geometric weight")
         if (self.token_clip is not None or self.gamma is not None) and (
                 self.level != "sequence" or self.truncated or self.band is not None or self.self_normalize):
             raise ValueError("Weight.token_clip and Weight.gamma take a sequence weight without clip, band or "
@@ -353,7 +356,7 @@ class Composition:
             if w.band is not None:
                 s += f" masked to [{_fmt(w.band[0])}, {_fmt(w.band[1])}]"
             if w.self_normalize:
-                s += ", self-normalised"
+                s += ", self-normalised" + (" over every rollout, empty ones included" if w.normalize_all else "")
             if w.token_clip is not None:
                 s += f" of token ratios truncated at {_fmt(w.token_clip)}"
             if w.gamma is not None:

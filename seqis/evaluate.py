@@ -168,7 +168,8 @@ def evaluate(comp: Composition, batch: Batch, agg: str = "token-mean") -> Estima
         if w.self_normalize:  # divided by its mean over the batch, before the rules reject anything
             if w.per_rollout:
                 applied = torch.where(valid if band_ok is None else band_ok, weight, zero)
-                mean = applied.sum() / valid.sum().clamp(min=1)
+                count = torch.tensor(len(valid), dtype=dtype) if w.normalize_all else valid.sum()  # slime: every one
+                mean = applied.sum() / count.clamp(min=1)
             else:
                 applied = torch.where(m if band_ok is None else band_ok, weight, zero)
                 mean = applied.sum() / N.clamp(min=1)

@@ -933,7 +933,7 @@ PENALTIES = ("squared_log_ratio", "k3")
 def supports(comp: Composition) -> bool:
     """Whether this module evaluates the composition (every part one it knows), or the plain evaluator does."""
     w = comp.weight
-    return (w.level in WEIGHT_LEVELS and w.token_clip is None and w.gamma is None
+    return (w.level in WEIGHT_LEVELS and w.token_clip is None and w.gamma is None and not w.normalize_all
             and all(c.statistic in STATISTICS and c.agg in AGGREGATES and not c.strict and not c.leaves_normaliser
                     for c in comp.criteria)
             and (comp.penalty is None or comp.penalty.statistic in PENALTIES)

@@ -247,6 +247,8 @@ def reference(batch: Batch, rows: list, agg: str, adv_tau: float = 1.0, penalty:
             vals = [w * ok for row in rows for w, ok in zip(row[0], row[4])]
         else:
             vals = [row[0][0] * (row[4][0] and True) for row, r in zip(rows, rollouts) if r.T]
+            if self_normalize == "all":  # slime: the empty rollouts count, with weight 0
+                vals += [0.0] * sum(r.T == 0 for r in rollouts)
         mean = sum(vals) / max(len(vals), 1)
         if mean > 1e-8:
             rows = [([w / mean for w in row[0]], *row[1:]) for row in rows]
@@ -341,7 +343,7 @@ def check_composition(comp: Composition, batch: Batch, agg: str, out=None):
     rows = [composed(comp, r, per_token_adv, [(j, i) in gone for i in range(r.T)]) for j, r in enumerate(rollouts)]
     norm = None
     if comp.weight.self_normalize:
-        norm = "rollout" if comp.weight.per_rollout else "token"
+        norm = ("all" if comp.weight.normalize_all else "rollout") if comp.weight.per_rollout else "token"
     out = run(comp, batch, agg=agg) if out is None else out
     check(out, batch, reference(batch, rows, agg, comp.adv_tau, comp.penalty, norm))
 
@@ -407,7 +409,9 @@ def compositions(draw):
         clip_low = draw(st.sampled_from([0.0, 0.0, 0.5]))
         band = draw(st.sampled_from([None, None, (0.0, 3.0), (0.5, 2.0), (0.8, math.inf)]))
         assume(clip_low < (math.inf if clip is None else clip))
-        weight = Weight(level, clip, clip_low, band, draw(st.booleans()))
+        normalize = draw(st.booleans())
+        every = normalize and level in ("sequence", "geometric") and draw(st.booleans())
+        weight = Weight(level, clip, clip_low, band, normalize, normalize_all=every)
     penalty = draw(st.sampled_from([None, Penalty(1e-3), Penalty(0.1, "k3")]))
     return Composition(weight, tuple(draw(st.lists(criteria(), max_size=3))), penalty,
                        draw(st.sampled_from([None, None, 1.0, 20.0])), draw(st.sampled_from([1.0, 0.7])),

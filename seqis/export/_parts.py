@@ -54,7 +54,7 @@ LATER_STATISTICS = ("exp_abs_log_ratio", "abs_ratio_minus_one", "binary_kl", "bi
 
 def later_parts(comp: Composition) -> set[str]:
     """The later parts a composition uses: 'strict', 'leaves_normaliser', 'batch_rule', 'clamp_order',
-    'gamma', 'token_clip' and each later statistic by its name."""
+    'gamma', 'token_clip', 'normalize_all' and each later statistic by its name."""
     used = {c.statistic for c in comp.criteria if c.statistic in LATER_STATISTICS}
     used |= {flag for c in comp.criteria for flag in ("strict", "leaves_normaliser") if getattr(c, flag)}
     if comp.batch_rule is not None:
@@ -62,4 +62,6 @@ def later_parts(comp: Composition) -> set[str]:
     if comp.clamp_order != "token" and comp.log_ratio_clamp is not None:
         used.add("clamp_order")
     used |= {name for name in ("gamma", "token_clip") if getattr(comp.weight, name) is not None}
+    if comp.weight.normalize_all:
+        used.add("normalize_all")
     return used

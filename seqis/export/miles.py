@@ -15,7 +15,7 @@ from ._format import Settings
 
 HEADER = ["Miles training flags (slime's, same code)"]
 SUFFIX = "miles.sh"
-PARTS = frozenset({"clamp_order"})  # the later parts it writes (_parts.later_parts)
+PARTS = frozenset({"clamp_order", "normalize_all"})  # the later parts it writes (_parts.later_parts)
 _ICEPOP = "miles.backends.training_utils.loss_hub.corrections.icepop_function"
 _MIS = "examples.infra_features.train_infer_mismatch_helper.mis.compute_mis_weights_with_cp"
 

@@ -11,7 +11,7 @@ from ._format import CannotExpress, Settings, adv_tau_note, flags, yaml
 
 HEADER = ["slime training flags"]
 SUFFIX = "slime.sh"
-PARTS = frozenset({"clamp_order"})  # the later parts it writes (_parts.later_parts)
+PARTS = frozenset({"clamp_order", "normalize_all"})  # the later parts it writes (_parts.later_parts)
 _ICEPOP = "slime.backends.megatron_utils.loss.icepop_function"
 _MIS = "examples.train_infer_mismatch_helper.mis.compute_mis_weights_with_cp"
 _AGG_LEVEL = {"token": "token", "sum": "sequence", "mean": "geometric"}  # a ratio criterion's agg -> slime level

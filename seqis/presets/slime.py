@@ -14,8 +14,8 @@ rejected tokens leave the numerator only. The IcePop preset uses slime's default
 slime's own end-to-end test runs it with --tis-clip-low 0.5. Quirks: at sequence and geometric level the MIS
 example clamps the summed (or mean) raw log-ratio at +-20, for its weight and for its RS band alike (kept:
 clamp_order "aggregate").
-tis_batch_normalize at tis_level sequence divides by the mean over every rollout, empty ones (weight 0) included;
-seqis's mean is over non-empty rollouts (the two differ only in a batch with an empty rollout).
+tis_batch_normalize at tis_level sequence divides by the mean over every rollout, empty ones (weight 0) included
+(kept: Weight.normalize_all).
 Source: THUDM/slime, slime/backends/megatron_utils/loss.py, slime/utils/ppo_utils.py (compute_opsm_mask),
 examples/train_infer_mismatch_helper/mis.py and mis.yaml. Read at 624b824 (2026-08-21). Miles (radixark/miles)
 ships the same code (miles/backends/training_utils/loss_hub/, examples/infra_features/...): presets miles/*.
@@ -81,12 +81,14 @@ def compose_mis(cfg: MISConfig) -> Composition:
     lower = cfg.tis_lower_bound if cfg.tis_lower_bound is not None else 1.0 / cfg.tis_upper_bound
     level = cfg.tis_level
     criteria: list[Criterion] = []
+    every = cfg.tis_batch_normalize and level == "sequence"  # slime's mean over every rollout, empty ones too
+    norm = dict(self_normalize=cfg.tis_batch_normalize, normalize_all=every)
     if cfg.tis_mode == "truncate":
-        weight = Weight(level, clip=cfg.tis_upper_bound, self_normalize=cfg.tis_batch_normalize)
+        weight = Weight(level, clip=cfg.tis_upper_bound, **norm)
     elif cfg.tis_mode == "clip":
-        weight = Weight(level, clip=cfg.tis_upper_bound, clip_low=lower, self_normalize=cfg.tis_batch_normalize)
+        weight = Weight(level, clip=cfg.tis_upper_bound, clip_low=lower, **norm)
     else:  # mask: the weight stays raw (and normalised raw), the band rejects
-        weight = Weight(level, self_normalize=cfg.tis_batch_normalize)
+        weight = Weight(level, **norm)
         criteria.append(Criterion("ratio", _LEVEL_AGG[level], low=lower, high=cfg.tis_upper_bound))
     if cfg.use_rs:
         rs_low = cfg.rs_lower_bound if cfg.rs_lower_bound is not None else lower
