@@ -47,7 +47,8 @@ def stubbed(root: Path):
         m = types.ModuleType(name)
         if path is not None:
             m.__path__ = [str(path)]
-        m.__dict__.update(attrs)
+        for key, value in attrs.items():
+            setattr(m, key, value)
         sys.modules[name] = m
 
     class DataProto:
@@ -70,7 +71,8 @@ def stubbed(root: Path):
         module("tensordict", TensorDict=dict)
         module("transformers", PreTrainedTokenizer=object)
         module("omegaconf", DictConfig=dict)
-        sys.modules["verl.utils"].__dict__.update(as_torch_index=None, group_mean_std=None)
+        for key in ("as_torch_index", "group_mean_std"):  # names verl.utils's __init__ would have given
+            setattr(sys.modules["verl.utils"], key, None)
         try:
             algorithm = importlib.import_module("verl.trainer.config.algorithm")
             sys.modules["verl.trainer.config"].AlgoConfig = algorithm.AlgoConfig
