@@ -20,8 +20,9 @@ from pathlib import Path
 
 import torch
 
+from ...evaluate import evaluate
 from ...types import Batch, Config
-from .. import presets_of
+from .. import PRESETS, presets_of
 from ._load import MissingCode
 
 # framework -> its module here (frameworks without one are checked by hand-computed cases in the tests)
@@ -76,11 +77,10 @@ def ragged_batch(seed: int, B: int = 12, T: int = 16) -> Batch:
 
 
 def seqis_gradient(key: str, batch: Batch, cfg: Config | None, agg: str) -> torch.Tensor:
-    from ... import run  # at call time: seqis's top level imports the presets
-
+    """The preset's gradient by the plain evaluator (the definition; the registry's fast one is held to it)."""
     b = Batch(trainer_logprobs=batch.trainer_logprobs.detach().clone().requires_grad_(True),
               inference_logprobs=batch.inference_logprobs, advantages=batch.advantages, loss_mask=batch.loss_mask)
-    run(key, b, cfg, agg=agg).loss.backward()
+    evaluate(PRESETS[key].compose(cfg), b, agg).loss.backward()
     return b.trainer_logprobs.grad
 
 
