@@ -335,7 +335,7 @@ def test_a_preset_exports_to_its_framework_and_reads_back_to_its_composition(key
     ("trl/sequence_truncate", "ms-swift", "geometric mean"),  # ms-swift's "sequence" is not TRL's product
     ("ms-swift/sequence_truncate", "trl", "not geometric"),
     ("verl/bypass_ppo_clip", "tunix", "rejects no token"),
-    ("prime-rl/default", "tinker", "no penalty"),
+    ("prime-rl/dppo", "tinker", "no penalty"),  # the DPPO + KL default of April-August 2026
     ("roll/default", "art", "always weighs"),
     ("tinker/ppo", "torchforge", "loss of your own"),
     ("tinker/ppo", "roll", "conditioned on the advantage"),
