@@ -85,7 +85,7 @@ def evaluate(comp: Composition, batch: Batch, agg: str = "token-mean") -> Estima
     has_token_rule = has_tripped = False
     left = torch.zeros_like(m)  # (B, T) tokens dropped by a rule that also takes them out of the token count N
     for rule in comp.criteria:
-        x = statistic(rule.statistic, lc, logp, l)  # (B, T)
+        x = statistic(rule.statistic, lc, logp, logq)  # (B, T)
         lo, hi = edges(rule)
         cond = None if rule.advantage is None else _SIGN[rule.advantage](adv, 0)  # (B,) or (B, T)
         outside = m & ~within(x, rule.statistic, lo, hi, rule.strict)  # (B, T) tokens whose statistic is outside
@@ -249,10 +249,11 @@ def evaluate(comp: Composition, batch: Batch, agg: str = "token-mean") -> Estima
     return EstimatorOutput(loss=loss, weights=weights, masks=masks, metrics=metrics, rollouts=rollouts)
 
 
-def statistic(name: str, lc: torch.Tensor, logp: torch.Tensor, l: torch.Tensor) -> torch.Tensor:
+def statistic(name: str, lc: torch.Tensor, logp: torch.Tensor, logq: torch.Tensor) -> torch.Tensor:
     """(B, T) a criterion's statistic per token, from the clamped log-ratios lc: the log-ratio itself for "ratio"
-    (its bands compare in log space), k1 = -l, k2 = l^2 / 2, k3 = rho - 1 - l, e^|l|, |rho - 1|; from the
-    unclamped log-probs: prob_diff = pi_t - mu_t, and the binary KLs of the split "this token or another"."""
+    (its bands compare in log space), k1 = -l, k2 = l^2 / 2, k3 = rho - 1 - l, e^|l|, |rho - 1|; from the two
+    log-probs as the frameworks take them: prob_diff = exp(log pi) - exp(log mu) (prime-rl's arithmetic, which
+    decides a token on a band edge), and the binary KLs of the split "this token or another"."""
     if name == "ratio":
         return lc
     if name == "k1":
@@ -265,7 +266,6 @@ def statistic(name: str, lc: torch.Tensor, logp: torch.Tensor, l: torch.Tensor) 
         return torch.exp(lc.abs())
     if name == "abs_ratio_minus_one":
         return torch.expm1(lc).abs()
-    logq = logp - l
     if name == "binary_kl":  # AReaL's KPop: both directions, probabilities clamped to [1e-8, 1 - 1e-8]
         p, q = torch.exp(logp).clamp(1e-8, 1 - 1e-8), torch.exp(logq).clamp(1e-8, 1 - 1e-8)
         return torch.maximum(binary_kl(p, q), binary_kl(q, p))

@@ -43,8 +43,6 @@ from ._kernels import (
     capped_exp,
     dot,
     dot_rows,
-    exp_,
-    exp_of,
     expm1,
     gated,
     in_band,
@@ -83,6 +81,7 @@ class Ratios:
     log_ratio: torch.Tensor  # (B, T) l_t (clamped to [-clamp, clamp] in a clamped copy)
     unclamped_log_ratio: torch.Tensor  # (B, T) l_t before any clamp (probabilities come from it)
     trainer_logprobs: torch.Tensor  # (B, T) log pi as given (detached; padding may hold anything)
+    inference_logprobs: torch.Tensor  # (B, T) log mu as given
     advantages: torch.Tensor  # (B,) or (B, T) the batch's advantages, as given (for sign conditions)
     length: torch.Tensor  # (B,) T_j as a float
     seq_log_ratio: torch.Tensor  # (B,) S_j
@@ -155,7 +154,7 @@ class Ratios:
             k3_sum.index_copy_(0, bad, k3_rows[1])
             if k3_tokens is not None:
                 k3_tokens.index_copy_(0, bad, k3_rows[0])
-        return cls(m, l, l, tl, batch.advantages, length, S, logp_sum, k3_sum, k3_tokens, None, shortcuts,
+        return cls(m, l, l, tl, il, batch.advantages, length, S, logp_sum, k3_sum, k3_tokens, None, shortcuts,
                    sparse_share)
 
     def clamped(self, c: float) -> Ratios:
@@ -173,9 +172,9 @@ class Ratios:
         take = lambda x: None if x is None else x.index_select(0, rows)
         adv = self.advantages if self.advantages.dim() == 0 else take(self.advantages)
         return Ratios(take(self.mask), take(self.log_ratio), take(self.unclamped_log_ratio),
-                      take(self.trainer_logprobs), adv, take(self.length), take(self.seq_log_ratio),
-                      take(self.logp_rowsum), take(self.k3_rollout), take(self.k3), self.clamp, False,
-                      self.sparse_share)
+                      take(self.trainer_logprobs), take(self.inference_logprobs), adv, take(self.length),
+                      take(self.seq_log_ratio), take(self.logp_rowsum), take(self.k3_rollout), take(self.k3),
+                      self.clamp, False, self.sparse_share)
 
     @property
     def dtype(self) -> torch.dtype:
@@ -220,8 +219,14 @@ class Cache:
 
     def logp(self, r: Ratios) -> torch.Tensor:
         """(B, T) log pi on loss tokens, 0 elsewhere (shared, not to be written to)."""
-        return self.memo("logp", lambda: r.trainer_logprobs.to(r.dtype).nan_to_num(nan=0.0, posinf=0.0, neginf=0.0)
-                         .mul_(self.mask_f(r)))
+        return self.memo("logp", lambda: self._cleaned(r, r.trainer_logprobs))
+
+    def logq(self, r: Ratios) -> torch.Tensor:
+        """(B, T) log mu on loss tokens, 0 elsewhere (shared, not to be written to)."""
+        return self.memo("logq", lambda: self._cleaned(r, r.inference_logprobs))
+
+    def _cleaned(self, r: Ratios, x: torch.Tensor) -> torch.Tensor:
+        return x.to(r.dtype).nan_to_num(nan=0.0, posinf=0.0, neginf=0.0).mul_(self.mask_f(r))
 
     def k3(self, r: Ratios) -> torch.Tensor:
         """(B, T) k3 per token of r (shared, not to be written to)."""
@@ -288,14 +293,16 @@ def edges(c: Criterion) -> tuple[float, float]:
 
 def statistic(r: Ratios, cache: Cache, name: str) -> torch.Tensor:
     """(B, T) the per-token statistic, 0 off the loss mask: log rho for "ratio" (its bands compare in log
-    space), k1 = -l, k2 = l^2 / 2, k3 = rho - 1 - l, or prob_diff = pi_t - mu_t (from the unclamped log-probs).
+    space), k1 = -l, k2 = l^2 / 2, k3 = rho - 1 - l, or prob_diff = exp(log pi) - exp(log mu) (the two log-probs,
+    as prime-rl takes them).
     Shared, not to be written to."""
     if name == "ratio":
         return r.log_ratio
     if name == "k3":
         return cache.k3(r)
     make = {"k1": lambda: r.log_ratio.neg(), "k2": lambda: r.log_ratio.square().mul_(0.5),
-            "prob_diff": lambda: exp_of(cache.logp(r)).sub_(exp_(cache.logp(r) - r.unclamped_log_ratio))}[name]
+            # torch.exp, not exp2: the decision on a band edge follows prime-rl's own arithmetic to the bit
+            "prob_diff": lambda: torch.exp(cache.logp(r)).sub_(torch.exp(cache.logq(r)))}[name]
     return cache.memo((name, r.clamp), make)
 
 

@@ -12,8 +12,9 @@ import pytest
 import torch
 
 from seqis import ESTIMATORS, PRESETS, Batch, run, run_many
+from seqis.evaluate import evaluate
 from seqis.presets import FRAMEWORKS, presets_of
-from seqis.registry import About, about
+from seqis.registry import About, about, resolve
 
 DESIGN_KEYS = [
     *(f"verl/{k}" for k in (
@@ -428,3 +429,20 @@ def test_trl_vespo_weighs_every_token_by_phi_of_the_truncated_product():
     W = math.exp(0.5) * 3.0
     pos, neg = math.exp(3 + 2 * math.log(W) - 3 * W), math.exp(2 + 3 * math.log(W) - 2 * W)
     check("trl/vespo", [[0.5, 1.5], [0.5, 1.5]], [1.0, -1.0], [[pos, pos], [neg, neg]], [[True] * 2] * 2)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_prime_rl_decides_a_band_edge_by_its_own_arithmetic(dtype):
+    # prime-rl's IPO (loss.py ipo_loss_fn) drops token t when |exp(trainer) - exp(inference)| > eps (0.3). Tokens
+    # whose probability difference lies within a few ulps of 0.3: every keep decision is the one that arithmetic
+    # takes, in the log-probs' dtype (it was exp(logp) - exp(logp - l) before, which rounds differently)
+    g = torch.Generator().manual_seed(0)
+    mu = torch.rand(4096, generator=g, dtype=torch.float64) * 0.6 + 0.05
+    pi = (mu + 0.3 * torch.sign(torch.rand(4096, generator=g, dtype=torch.float64) - 0.5)).clamp(1e-6, 1)
+    il = mu.log().to(dtype)
+    tl = (pi.log() + torch.randn(4096, generator=g, dtype=torch.float64) * 1e-7).to(dtype)
+    batch = Batch(tl[:, None].contiguous(), il[:, None].contiguous(), torch.ones(4096, dtype=dtype))
+    want = ((torch.exp(tl) - torch.exp(il)).abs() <= 0.3)[:, None]
+    assert 100 < int(want.sum()) < 4000, "both sides of the edge are drawn"
+    for out in (run("prime-rl/default", batch), evaluate(resolve("prime-rl/default"), batch)):
+        assert out.masks["kept"].equal(want)

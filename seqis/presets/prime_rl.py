@@ -14,9 +14,9 @@
                outside [0.125, 8], rollouts with exp(S/T) outside [0.1, 10] and rollouts with any rho_t > 100
 
 Penalty gradient: d loss / d trainer_logprobs = -weights * adv_tau * A / N + 2 kl_tau l_t / N on loss tokens.
-Edge arithmetic: prime-rl compares exp(trainer) - exp(inference) in the log-probs' dtype; the composition's
-prob_diff is exp(logp) - exp(logp - l), equal up to rounding (a token exactly on the band edge can fall the
-other way). Docs vs code: docs/algorithms.md wrote the DPPO term as min(rho, delta) * A; the code never truncated.
+Edge arithmetic: prime-rl compares exp(trainer) - exp(inference); the composition's prob_diff is computed the same
+way (torch.exp of each log-prob, in float32 or float64), so a token exactly on a band edge falls the same side.
+Docs vs code: docs/algorithms.md wrote the DPPO term as min(rho, delta) * A; the code never truncated.
 Source: PrimeIntellect-ai/prime-rl, src/prime_rl/trainer/rl/loss.py; defaults in
 packages/prime-rl-configs/src/prime_rl/configs/trainer.py. Read at 559b447 (2026-08-21); #3418 (IPO the default,
 ipo_threshold renamed eps), #3526 (IcePop) and #3586 (eps 0.3, kl_tau 0) from their merged pull requests.
