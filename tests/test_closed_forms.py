@@ -103,7 +103,9 @@ def test_the_literature_estimators_are_covered_and_name_their_theory():
 
 def test_uncovered_compositions_get_none_or_no_field():
     T, s = [64], 0.05
-    assert closed_form("prime-rl/default", None, T, s) is None  # conditioned on the advantage's sign
+    assert closed_form("prime-rl/dppo", None, T, s) is None  # conditioned on the advantage's sign
+    ipo = closed_form("prime-rl/default", None, T, s)  # IPO: token rules on the probability difference only
+    assert ipo.accepted is None and ipo.clipped is None and ipo.weight_mean is None
     assert closed_form(Composition(criteria=(Criterion("k3", "mean", high=0.01),)), None, T, s) is None
     two_gates = Composition(criteria=(Criterion("ratio", "mean", 0.5, 2.0), Criterion("ratio", "sum", 0.5, 2.0)))
     assert closed_form(two_gates, None, T, s) is None

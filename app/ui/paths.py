@@ -287,5 +287,13 @@ def find(roots: Roots, *, depth: int = DEPTH, entries: int = ENTRIES, found: int
                         cut = True
             except OSError:
                 continue
-    folders = sorted(folders)[:found]
-    return Found(tuple(folders), tuple(sorted(files)[:max(0, found - len(folders))]), cut)
+    folders = sorted(folders, key=lambda p: _in_order(p, roots))[:found]
+    files = sorted(files, key=lambda p: _in_order(p, roots))
+    return Found(tuple(folders), tuple(files[:max(0, found - len(folders))]), cut)
+
+
+def _in_order(path: Path, roots: Roots) -> tuple[int, Path]:
+    """The picker's order: the roots as named (the shipped assets last), by path within each; not by where the
+    folders happen to lie on disk."""
+    real = _resolved(path)
+    return next((i for i, r in enumerate(roots.paths) if real.is_relative_to(r)), len(roots.paths)), path
