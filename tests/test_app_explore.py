@@ -46,7 +46,11 @@ def metric(at, estimator: str, name: str) -> float:
 
 
 def effective(at, estimator: str, name: str) -> float:
-    return float(str(at.table[1].value.loc[name, estimator]).replace(",", ""))
+    """A value of the effective-batch table, by its seqis.summaries.effective_batch name (the page's row says it in
+    words: EFFECTIVE)."""
+    from ui.explore_data import EFFECTIVE
+
+    return float(str(at.table[1].value.loc[EFFECTIVE[name], estimator]).replace(",", ""))
 
 
 def test_first_screen_tells_the_story():

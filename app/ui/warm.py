@@ -15,7 +15,6 @@ import os
 import threading
 from typing import Any
 
-from seqis.registry import entry
 from seqis.synthetic import SCENARIOS
 
 from . import explore_data as data
@@ -43,8 +42,8 @@ def estimators(names: list[str], knobs: dict[str, dict[str, Any]] | None = None)
     """(name, config) pairs as Explore's knob widgets make them: each entry's start values, then `knobs`."""
     out = []
     for name in names:
-        spec, start = entry(name)
-        out.append((name, spec.config(**{**start.as_dict(), **(knobs or {}).get(name, {})})))
+        start = data.start(name).config
+        out.append((name, type(start)(**{**start.as_dict(), **(knobs or {}).get(name, {})})))
     return tuple(out)
 
 
@@ -57,15 +56,7 @@ def scenario(name: str, knobs: dict[str, Any] | None = None, seed: int = 0) -> d
 def view(src: data.Source, ests: data.Estimators, payload: bytes | None = None) -> None:
     """Every cached piece Explore draws for this batch and these estimators at their first view (the longest
     rollout picked, the first estimator's drops shaded, rollouts coloured by status)."""
-    bv = data.batch_view(src, _payload=payload)
-    rollout = int(bv.lengths.argmax())
-    for name, cfg in ests:
-        data.rollout_map_figure(src, name, cfg, None, _payload=payload)
-    data.token_heatmap_figure(src, ests[0][0], ests[0][1], rollout, _payload=payload)
-    data.coefficient_figure(src, ests, rollout, _payload=payload)
-    data.weights_figure(src, ests, _payload=payload)
-    data.advice_view(src, ests, _payload=payload)
-    data.tables(src, ests, _payload=payload)
+    data.explore(src, ests, payload).first_screen()
 
 
 def first_view() -> None:
