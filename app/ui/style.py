@@ -7,9 +7,14 @@ import plotly.graph_objects as go
 
 from seqis import ESTIMATORS
 
+# One palette for every series: a colour per registry estimator (its row picks it: seq_tis blue, seq_mis vermilion,
+# geo_mask teal, mis_po purple, pg amber, seq_is slate, token_tis crimson, icepop green, seq_mis_product brown,
+# geo_is sky, prefix_is olive, max_mask pink), then colours for series that are not estimators (a true gradient,
+# a fit, a framework's preset); any two differ by CIE76 delta-E >= 20 (tests/test_app_style.py), so no two
+# estimators look alike on a chart.
 PALETTE = ["#3b6fd8", "#e4572e", "#17a398", "#8e44ad", "#f2a541", "#5c6f7b", "#c2185b", "#2e7d32", "#795548",
-           "#00838f", "#ad1457", "#6d4c41"]
-EXTRA = ["#111111", "#6B4C9A", "#C05A00", "#2E8B57", "#B22222", "#4682B4"]  # series that are not estimators
+           "#56b4e9", "#bcbd22", "#f781bf"]
+EXTRA = ["#111111", "#9e9e9e", "#1a237e", "#827717", "#aa00ff", "#64dd17"]  # series that are not estimators
 STATUS_COLORS = {"kept": "#3b6fd8", "clipped": "#f2a541", "dropped": "#d62728"}
 STATUS_SYMBOLS = {"kept": "circle", "clipped": "diamond", "dropped": "x"}
 DASHES = ["solid", "dash", "dot", "dashdot", "longdash", "longdashdot"]
@@ -36,18 +41,35 @@ CHART_TEMPLATE = dict(layout=dict(
 ))
 
 
+PRESET_COLOR = EXTRA[2]  # a framework's preset (Explore shows one beside the estimators): none of theirs
+
+
 def estimator_color(name: str) -> str:
-    """The estimator's colour: its row in the registry picks it."""
+    """The estimator's colour: its row in the registry picks it; a preset key gets PRESET_COLOR."""
     names = list(ESTIMATORS)
-    return PALETTE[names.index(name) % len(PALETTE)] if name in names else PALETTE[-1]
+    return PALETTE[names.index(name) % len(PALETTE)] if name in names else PRESET_COLOR
 
 
 def series_color(series: str, i: int = 0) -> str:
-    """The estimator's colour if `series` names (or starts with) a registry estimator, else a fallback."""
-    for name in ESTIMATORS:
-        if series == name or series.startswith(name + " "):
-            return estimator_color(name)
-    return EXTRA[i % len(EXTRA)]
+    """The estimator's colour if `series` names a registry estimator or starts with one ("mis_po trajectory band",
+    "seq_mis_product: w <= 2"; the longest name that fits), else EXTRA's i-th."""
+    fits = [n for n in ESTIMATORS if series == n or series.startswith((n + " ", n + ":"))]
+    return estimator_color(max(fits, key=len)) if fits else EXTRA[i % len(EXTRA)]
+
+
+def column_colors(names, runs: dict[str, str] | None = None) -> dict[str, str]:
+    """A colour per shown series, all different: the colour of the registry estimator a series runs (`runs`: series
+    -> estimator name, else the series' own name), unless an earlier series took it; every other series (a preset;
+    a second clip of one estimator) the first colour of the palette no series has (Compare shows several presets
+    side by side)."""
+    runs = runs or {}
+    own: dict[str, str] = {}
+    for n in names:
+        e = runs.get(n, n)
+        if e in ESTIMATORS and estimator_color(e) not in own.values():
+            own[n] = estimator_color(e)
+    free = iter(c for c in [*PALETTE, *EXTRA] if c not in own.values())
+    return {n: own[n] if n in own else next(free, PRESET_COLOR) for n in names}
 
 
 def dash(i: int) -> str:
