@@ -37,6 +37,7 @@ def _explore_by_name() -> None:
 PAGES = [
     st.Page("views/lessons.py", title="Lessons", icon=":material/menu_book:", url_path="lessons"),
     EXPLORE,
+    st.Page("views/compare.py", title="Compare", icon=":material/compare_arrows:", url_path="compare"),
     st.Page("views/bias_variance.py", title="Bias & variance", icon=":material/target:", url_path="bias-variance"),
     st.Page("views/length_thresholds.py", title="Length & thresholds", icon=":material/straighten:",
             url_path="length-thresholds"),
