@@ -21,7 +21,7 @@ def open_view(view: str, *, timeout: float = 120, **params) -> AppTest:
 
 
 def charts(at: AppTest) -> list[dict]:
-    """The plotly figures the page drew (ui/chart.py's component), in page order, each validated by plotly (the
+    """The plotly figures the page drew (ui/runtime/chart.py's component), in page order, each validated by plotly (the
     app sends them unvalidated: an invalid property fails here) and drawable by the cartesian bundle the browser
     may load (ui/plotly_js.py)."""
     import json

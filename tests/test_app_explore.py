@@ -135,7 +135,9 @@ def test_upload_loads_and_a_bad_one_keeps_the_previous_batch(tmp_path):
     assert not at.exception and at.title[0].value.startswith("Explore")
     captions = " ".join(c.value for c in at.sidebar.caption)
     assert "upload tiny.npz: **24 rollouts" in captions
-    assert "opened earlier in this session" in " ".join(c.value for c in at.caption)
+    shown = " ".join(c.value for c in at.caption)  # right after the upload: not "opened earlier in this session"
+    assert "Showing your upload **tiny.npz**" in shown and "earlier" not in shown
+    assert any("cannot carry an uploaded file" in c.value for c in at.sidebar.caption)  # a link loses the file
     assert list(at.table[0].value.columns) == list(SEED_ESTIMATORS)
     at.run()
     assert at.title[0].value.startswith("Explore")  # seen once: it stays on Explore now
@@ -143,6 +145,7 @@ def test_upload_loads_and_a_bad_one_keeps_the_previous_batch(tmp_path):
     at.file_uploader[0].upload("broken.parquet", b"this is not parquet").run()
     assert not at.exception
     assert any("broken.parquet" in e.value and "parquet" in e.value for e in at.error)
+    assert not any("Column mapping" in e.value for e in at.error)  # not a column problem: no mapping hint
     captions = " ".join(c.value for c in at.caption)
     assert "Showing the previous batch: upload tiny.npz" in captions
 
@@ -295,7 +298,8 @@ def test_an_upload_with_other_column_names_is_mapped_in_the_page(tmp_path):
     at = explore(**{"ex.source": "upload"})
     at.file_uploader[0].upload("odd.parquet", raw).run()
     assert not at.exception
-    assert any("no trainer logprobs column" in e.value and "policy_lp" in e.value for e in at.error)
+    assert any("no trainer logprobs column" in e.value and "policy_lp" in e.value and "Column mapping" in e.value
+               for e in at.error)  # a column problem: the hint says where to fix it
     at.selectbox(key="ex.map.trainer_logprobs").set_value("policy_lp")
     at.selectbox(key="ex.map.inference_logprobs").set_value("sampler_lp")
     at.selectbox(key="ex.map.advantages").set_value("adv").run()
@@ -311,6 +315,8 @@ def test_a_pickle_is_refused_with_a_message_where_the_user_looks():
     at.file_uploader[0].upload("batch.pkl", b"\x80\x04K\x01.").run()
     assert not at.exception
     assert any("batch.pkl" in e.value and "pickle" in e.value and "refused" in e.value for e in at.error)
+    at.file_uploader[0].upload("batch.parquet", b"\x80\x04K\x01." * 20).run()  # a pickle renamed: still a pickle
+    assert any("batch.parquet: is a Python pickle" in e.value and "Column mapping" not in e.value for e in at.error)
 
 
 def test_a_shared_link_to_an_upload_asks_for_the_file_again():

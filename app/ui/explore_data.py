@@ -57,6 +57,7 @@ Estimators = tuple[tuple[str, Config], ...]  # (name, config) pairs, in page ord
 # a 256 x 4096 batch with its ratios is ~30 MB, an estimator's view ~3 MB.
 BATCHES, VIEWS, FIGURES = 16, 128, 48
 BESIDE = ("prime-rl", "verl")  # the trainers every correction's export offers, beside a preset's own
+LANGUAGE = {"toml": "toml", "yaml": "yaml", "py": "python", "sh": "bash"}  # a snippet's file extension -> its code
 # what the page calls the effective-batch rows: a rollout is accepted or rejected, a token kept or dropped
 EFFECTIVE = {"rollouts": "rollouts (valid)", "tokens_kept": "tokens kept", "tokens_kept_frac": "tokens kept, share",
              "rollouts_kept": "rollouts accepted", "rollouts_kept_frac": "rollouts accepted, share", "ess": "ESS",
@@ -346,7 +347,9 @@ def weights_figure(src: Source, cs: tuple[Shown, ...], _payload: bytes | None = 
     noise = batch_view(src, _payload).noise_s
     survives = charts.effective_bars({n: v.effective for n, v in views.items()},
                                      {n: v.theory for n, v in views.items()}, height=340,
-                                     title="what survives: tokens kept, rollouts accepted, ESS / rollouts"
+                                     title=("what survives: T tokens kept, R rollouts accepted, E ESS / rollouts"
+                                            if len(cs) > charts.FEW_BARS else
+                                            "what survives: tokens kept, rollouts accepted, ESS / rollouts")
                                            + (" (◆ theory)" if noise else ""))
     return charts.stacked(hist, survives)
 
@@ -400,12 +403,15 @@ def disagreement(src: Source, cs: tuple[Shown, ...], _payload: bytes | None = No
     kept = np.stack([v.kept for v in views])  # (k, N) bool
     accepted = np.stack([v.rollouts["accepted"].astype(bool) & (v.rollouts["length"] > 0) for v in views])  # (k, B)
     w = np.stack([v.coefficients for v in views]).astype(np.float64)  # (k, N)
-    # (k, k): row i keeps, column j drops
-    tokens = (kept[:, None, :] & ~kept[None, :, :]).sum(-1)
-    rollouts = (accepted[:, None, :] & ~accepted[None, :, :]).sum(-1)
-    both = kept[:, None, :] & kept[None, :, :]  # (k, k, N)
-    scale = np.maximum(np.abs(w[:, None, :]), np.abs(w[None, :, :]))
-    apart = both & (np.abs(w[:, None, :] - w[None, :, :]) > 0.01 * scale)
+    # (k, k): row i keeps, column j drops (a product of 0/1 matrices over the tokens)
+    k_f, a_f = kept.astype(np.float64), accepted.astype(np.float64)  # exact counts to 2^53
+    tokens = np.rint(k_f @ (1 - k_f).T).astype(np.int64)
+    rollouts = np.rint(a_f @ (1 - a_f).T).astype(np.int64)
+    apart = np.zeros((len(names), len(names)), dtype=np.int64)
+    for i in range(len(names)):  # pairs of corrections (at most 28), each vectorised over the tokens
+        for j in range(i + 1, len(names)):
+            scale = np.maximum(np.abs(w[i]), np.abs(w[j]))  # (N,)
+            apart[i, j] = apart[j, i] = int((kept[i] & kept[j] & (np.abs(w[i] - w[j]) > 0.01 * scale)).sum())
     n = kept.shape[1]
     # which corrections keep each token: a pattern per token, counted (a k-bit code per token)
     code = (kept.astype(np.int64) << np.arange(len(names))[:, None]).sum(0)  # (N,)
@@ -417,7 +423,7 @@ def disagreement(src: Source, cs: tuple[Shown, ...], _payload: bytes | None = No
         rows.append({"kept by": ", ".join(keep) or "none", "dropped by": ", ".join(drop) or "none",
                      "tokens": count, "share of loss tokens": count / max(n, 1)})
     frame = lambda a: pd.DataFrame(a, index=names, columns=names)  # noqa: E731
-    return Disagreement(frame(tokens), frame(rollouts), frame(apart.sum(-1)), pd.DataFrame(rows), n,
+    return Disagreement(frame(tokens), frame(rollouts), frame(apart), pd.DataFrame(rows), n,
                         int(accepted.shape[1]))
 
 
@@ -453,6 +459,11 @@ def export_snippet(c: Shown, framework: str) -> Snippet:
     if framework == "prime-rl":
         return prime_rl_toml(c.name, c.config, composition=c.composition)
     return export(c.name, framework, c.config, composition=c.composition)
+
+
+def language(s: Snippet) -> str:
+    """The code language st.code highlights a snippet in, from its file name."""
+    return LANGUAGE.get(s.filename.rsplit(".", 1)[-1], "text")
 
 
 def frameworks(c: Shown) -> list[str]:

@@ -9,14 +9,12 @@ from typing import Any
 
 import streamlit as st
 
-from seqis.export import Snippet
 from seqis.presets import FRAMEWORKS, PRESETS, presets_of
 
 from .presets import PREFIX
 from .state import bound
 
 NONE = "none"
-LANGUAGE = {"toml": "toml", "yaml": "yaml", "py": "python", "sh": "bash"}  # a snippet's file extension -> its code
 KEY_FRAMEWORK = f"{PREFIX}fw"
 
 
@@ -50,8 +48,3 @@ def preset_view(key: str) -> dict[str, Any]:
 def caption(key: str) -> str:
     p = PRESETS[key]
     return f"{p.summary}  \nSource: `{p.source}`"
-
-
-def language(s: Snippet) -> str:
-    """The code language st.code highlights a snippet in, from its file name."""
-    return LANGUAGE.get(s.filename.rsplit(".", 1)[-1], "text")

@@ -29,10 +29,10 @@ CHART_CONFIG = {"displaylogo": False, "modeBarButtonsToRemove": ["lasso2d", "sel
 # told), axis titles a size over the tick labels
 _AXIS = dict(gridcolor="#e6eaf1", zerolinecolor="#d5dae5", linecolor="#d5dae5", automargin=True, ticks="",
              title=dict(standoff=8, font=dict(size=13)), tickfont=dict(color="#5f6270"))
-# what every chart in the app starts from (ui/chart.py adds it; a figure's own settings win): white, light grids,
-# axes that make room for their labels, the estimator palette for unnamed series; the page's font on every chart
+# what every chart in the app starts from (ui/runtime/chart.py adds it; a figure's own settings win): white, light
+# grids, axes that make room for their labels, the estimator palette for unnamed series; the page's font on every chart
 # (also those built without base_layout), bold titles, tick labels a few px off the plot (margin.pad: without it
-# "0" of x and "-0.2" of y meet in the corner), as Streamlit's own plotly theme drew them before ui/chart.py
+# "0" of x and "-0.2" of y meet in the corner), as Streamlit's own plotly theme drew them before ui/runtime/chart.py
 CHART_TEMPLATE = dict(layout=dict(
     colorway=PALETTE, paper_bgcolor="#ffffff", plot_bgcolor="#ffffff", font=dict(FONT, color="#31333f"),
     title=dict(font=dict(weight="bold")), margin=dict(pad=6),
@@ -95,7 +95,7 @@ def log_ticks(lo: float, hi: float) -> dict:
 
 
 def base_layout(*, height: int, title: str | None = None, legend: bool = True, **extra) -> dict:
-    """A figure's layout as a plain dict. No template: ui/chart.py adds CHART_TEMPLATE when it draws (a template
+    """A figure's layout as a plain dict. No template: ui/runtime/chart.py adds CHART_TEMPLATE when it draws (a template
     in every figure would cost ~15 ms of validation per figure and rerun); png.to_png adds it too."""
     layout = dict(
         height=height,
@@ -109,6 +109,37 @@ def base_layout(*, height: int, title: str | None = None, legend: bool = True, *
     )
     layout.update(extra)
     return layout
+
+
+LABEL_GAP = 11  # px between the centres of two labels beside a plot (9-10 px type)
+
+
+def labels_apart(labels: list[dict], y_range, plot_px: float) -> None:
+    """Give annotations that label horizontal lines beside a plot (each a dict with "y" in axis units: log10 on a
+    log axis) a yshift in px so no two centres are closer than LABEL_GAP; each keeps its order, and a crowded run
+    spreads about its mean position (the others stay on their lines)."""
+    if len(labels) < 2:
+        return
+    per = plot_px / max(y_range[1] - y_range[0], 1e-12)  # px per unit of y
+    order = sorted(range(len(labels)), key=lambda i: labels[i]["y"])
+    want = [(labels[i]["y"] - y_range[0]) * per for i in order]
+    groups = [[k] for k in range(len(want))]  # runs of labels set LABEL_GAP apart about their mean position
+
+    def spots(g: list[int]) -> list[float]:
+        mid = sum(want[k] for k in g) / len(g)
+        return [mid + (j - (len(g) - 1) / 2) * LABEL_GAP for j in range(len(g))]
+
+    merged = True
+    while merged:  # merge two neighbouring runs while they overlap
+        merged = False
+        for a in range(len(groups) - 1):
+            if spots(groups[a])[-1] + LABEL_GAP > spots(groups[a + 1])[0] + 1e-9:
+                groups[a:a + 2] = [groups[a] + groups[a + 1]]
+                merged = True
+                break
+    for g in groups:
+        for k, at in zip(g, spots(g), strict=True):
+            labels[order[k]]["yshift"] = round(at - want[k], 1)
 
 
 def two_lines(title: str) -> tuple[dict, bool]:
@@ -138,12 +169,15 @@ def titled(fig: go.Figure, title: str, *, height: int = 420, legend_below: bool 
 # does not wrap its chips, it scrolls them out of sight). A chart's toolbar (plotly's modebar, shown on hover) sits
 # in a strip above the chart (12 px of padding and the 16 px gap between elements), not over the chart's title:
 # inside the chart it hid the right half of any title longer than half the chart (14 of the 23 charts of six pages
-# at 900 px, 6 at 1600).
+# at 900 px, 6 at 1600). A plain table's headers wrap (a preset key in a header no longer sets a column's width),
+# and a table wider than its column scrolls sideways in its own box, with a scrollbar that shows.
 RESPONSIVE_CSS = """<style>
 [data-testid="stMain"] [data-testid="stHorizontalBlock"] { flex-wrap: wrap; row-gap: 1rem; }
 [data-testid="stMain"] [data-testid="stColumn"] { min-width: min(240px, 100%); }
 [data-testid="stMain"] [class*="st-key-narrow"] [data-testid="stColumn"] { min-width: min(140px, 100%); }
 [data-testid="stMain"] .st-key-narrow-ex-controls [data-testid="stColumn"]:first-child { min-width: min(400px, 100%); }
+[data-testid="stMain"] [data-testid="stTable"] th { white-space: normal; overflow-wrap: break-word; }
+[data-testid="stMain"] [data-testid="stTable"] > div { overflow-x: auto; scrollbar-width: thin; }
 .seqis-chart { padding-top: 12px; }
 .seqis-chart .modebar-container { top: -28px !important; }
 </style>"""

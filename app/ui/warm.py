@@ -10,6 +10,8 @@ SEQIS_WARM=0 in the environment turns the background part off (the tests set it:
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import os
 import threading
@@ -127,3 +129,15 @@ def start_background() -> bool:
         return False
     threading.Thread(target=_low_priority, args=(everything_else,), name=THREAD, daemon=True).start()
     return True
+
+
+@contextlib.asynccontextmanager
+async def lifespan(app):
+    """The server's start (app/streamlit_app.py's st.App, which `streamlit run app` serves): Explore's first screen
+    and the views a first click opens, computed before the server listens (in a thread: the event loop stays free),
+    then the rest in the background."""
+    await asyncio.to_thread(before_serving)
+    start_background()
+    from .runtime import chart  # noqa: F401  (plotly.js into app/static before the first page asks for it)
+
+    yield

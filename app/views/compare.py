@@ -13,10 +13,9 @@ import zipfile
 import pandas as pd
 import streamlit as st
 from ui import explore_data as data
-from ui import framework
 from ui.batch_source import batch_source
-from ui.chart import chart
 from ui.numbers import number
+from ui.runtime.chart import chart
 from ui.state import bound, first_look
 from ui.widgets import knob_widgets
 
@@ -70,7 +69,7 @@ def draw_export(view: data.ExploreView, key: str, where) -> None:
     snip = view.export(key, fw)
     note = "" if snip.exact else " (approximate: see the NOTE lines)" if snip.expressible else " (cannot express)"
     where.markdown(f"**{fw} config**{note}")
-    where.code(snip.text, language=framework.language(snip), wrap_lines=True)
+    where.code(snip.text, language=data.language(snip), wrap_lines=True)
     where.download_button(f"Download {snip.filename}", snip.text, file_name=snip.filename, mime="text/plain",
                           on_click="ignore", key=f"{P}dl.{key}")
 

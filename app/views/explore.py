@@ -17,10 +17,10 @@ import streamlit as st
 from ui import explore_data as data
 from ui import framework
 from ui.batch_source import batch_source
-from ui.chart import chart
 from ui.numbers import number
 from ui.png import to_png
 from ui.presets import FIRST_ESTIMATORS, FIRST_SCENARIO, PREFIX, arrival, key_estimators
+from ui.runtime.chart import chart
 from ui.state import ARRIVED_KEY, bound, first_look, fragment_rerun, set_view
 from ui.widgets import knob_widgets
 
@@ -119,7 +119,7 @@ def draw_export(slot, view: data.ExploreView) -> None:
         b1, b2 = st.columns(2, vertical_alignment="center")
         # in a popover, drawn when opened: the code view's highlighter is 1.5 MB of JavaScript a first load skips
         b1.popover(f"Show {snip.filename}", icon=":material/code:").code(
-            snip.text + (f"# {fw}{note}\n" if note else ""), language=framework.language(snip))
+            snip.text + (f"# {fw}{note}\n" if note else ""), language=data.language(snip))
         b2.download_button(f"Download {snip.filename}", snip.text, file_name=snip.filename, mime="text/plain",
                            on_click="ignore", key=f"{P}dl")
 
