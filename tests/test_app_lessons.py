@@ -238,7 +238,7 @@ def test_go_deeper_opens_the_full_page_with_the_same_settings():
 
 
 def test_presenter_mode_scales_chart_text_and_shows_only_the_screen():
-    from ui.chart import PRESENT_SCALE
+    from ui.runtime.chart import PRESENT_SCALE
     from ui.style import FONT
 
     at = lesson(2, present="1")

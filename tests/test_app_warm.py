@@ -65,3 +65,10 @@ def test_streamlit_run_app_serves_an_app_that_warms_before_it_listens(monkeypatc
 
     asyncio.run(serve())
     assert done == ["first screen", "background", "serving"]
+
+
+def test_compares_first_view_is_computed_by_the_warm_up(monkeypatch):
+    warm.compare_view()
+    _no_computing(monkeypatch)
+    at = open_view("views/compare.py")
+    assert not at.error and len(charts(at)) == 3

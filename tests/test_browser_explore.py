@@ -39,10 +39,12 @@ def maps(page, n: int) -> list[dict]:
     return page.evaluate(BOXES.replace("N", str(n)))
 
 
-def open_page(browser, url: str, width: int, where: str):  # noqa: F811
-    page = browser.new_page(viewport={"width": width, "height": 1000}, accept_downloads=True)
+def open_page(browser, url: str, width: int, where: str, height: int = 1000):  # noqa: F811
+    """A page at url, settled, with no exception element (a tall window draws every chart: a chart far below the
+    visible part waits to be scrolled near)."""
+    page = browser.new_page(viewport={"width": width, "height": height}, accept_downloads=True)
     page.goto(url)
-    _settle(page)
+    _settle(page, 240)  # the other tests' sessions may still hold the server's cores
     _no_exceptions(page, where)
     return page
 
@@ -74,7 +76,7 @@ def test_a_knob_moved_with_the_keyboard_reaches_the_downloads(server, browser): 
 @pytest.mark.parametrize("width", [900, 1600])
 @pytest.mark.parametrize("color", ["reward", "group_id"])  # a legend of its values; a colour bar
 def test_the_maps_colour_key_notes_and_band_labels_never_overlap(server, browser, width, color):  # noqa: F811
-    page = open_page(browser, f"{server}/?{SMALL}&{SIX}&ex.color={color}", width, "explore, coloured")
+    page = open_page(browser, f"{server}/?{SMALL}&{SIX}&ex.color={color}", width, "explore, coloured", 6000)
     for m in maps(page, 6):
         chart = m["chart"]
         assert m["title"] and m["title"][2] <= chart[2] + 1, m  # the header: whole, inside its chart
@@ -124,8 +126,10 @@ def test_numbers_print_in_the_pages_format(server, browser):  # noqa: F811
 def test_tables_fit_or_scroll_never_cut(server, browser, width):  # noqa: F811
     for url in (f"{server}/?{SMALL}&ex.est=seq_tis,seq_mis,geo_mask,mis_po,pg,token_tis,icepop,max_mask",
                 f"{server}/compare?{SMALL}&cmp.picks=verl/decoupled_token_is,trl/sequence_mask,prime-rl/default,"
-                "nemo-rl/tis,skyrl/geo_mask,areal/token_mask,slime/icepop,openrlhf/tis"):
-        page = open_page(browser, url, width, url)
+                "nemo-rl/tis,skyrl/geo_mask"):
+        page = open_page(browser, url, width, url, 4000)
+        page.wait_for_function("document.querySelectorAll('[data-testid=\"stTable\"]').length >= 3",
+                               timeout=240_000)
         boxes = page.evaluate("""() => Array.from(document.querySelectorAll('[data-testid="stTable"]')).map(t => {
             const table = t.querySelector('table'), box = table.parentElement;
             return {table: table.scrollWidth, box: box.clientWidth, overflow: getComputedStyle(box).overflowX,
@@ -171,11 +175,43 @@ def test_refused_uploads_say_what_is_wrong_with_the_file(server, browser, tmp_pa
 def test_compare_shows_three_frameworks_presets(server, browser):  # noqa: F811
     page = open_page(browser, f"{server}/compare?{SMALL}", 1600, "compare")
     main = page.locator('[data-testid="stMain"]')
+    main.get_by_text("Where they disagree on this batch", exact=True).wait_for(timeout=240_000)
     for name in ("decoupled_token_is", "sequence_mask", "default"):
         assert main.get_by_text(name, exact=False).count()
-    assert main.get_by_text("Where they disagree on this batch").count()
+    assert main.get_by_text("Where they disagree on this batch", exact=True).count()
+    page.wait_for_function("document.querySelectorAll('[data-testid=\"stCode\"]').length >= 3", timeout=240_000)
     assert page.locator('[data-testid="stCode"]').count() >= 3  # each column's exported config
     text = download(page, "Download trl_sequence_mask")
     assert "GRPOConfig(" in text
     _shot(page, "compare-wide")
+    page.close()
+
+
+@pytest.mark.parametrize("width", [900, 1600])
+def test_the_weights_legend_and_titles_never_overlap_with_eight_estimators(server, browser, width):  # noqa: F811
+    est = "seq_tis,seq_mis,geo_mask,mis_po,pg,token_tis,icepop,max_mask"
+    page = open_page(browser, f"{server}/?{SMALL}&ex.est={est}", width, "explore, eight", 9000)
+    page.wait_for_function("Array.from(document.querySelectorAll('.seqis-chart')).some(c => "
+                           "c.textContent.includes('what survives') && c._fullLayout)", timeout=240_000)
+    got = page.evaluate("""() => {
+      const c = Array.from(document.querySelectorAll('.seqis-chart'))
+        .find(c => c.textContent.includes('what survives'));
+      const box = n => { const r = n.getBoundingClientRect(); return [r.left, r.top, r.right, r.bottom]; };
+      return {chart: box(c), legend: box(c.querySelector('g.legend')),
+              texts: Array.from(c.querySelectorAll('g.annotation, g.xtick text, g.ytick text, g.x2tick text, '
+                                                    + 'g.y2tick text')).map(n => [n.textContent, box(n)]),
+              plots: Array.from(c.querySelectorAll('g.cartesianlayer > g.subplot > .bglayer rect, '
+                                                   + 'rect.nsewdrag')).map(box)};
+    }""")
+    legend = got["legend"]
+    for text, b in got["texts"]:
+        assert not overlap(legend, b), (text, width)
+    for b in got["plots"]:
+        assert not overlap(legend, b), ("a plot", width)
+    labels = [(t, b) for t, b in got["texts"] if t.strip()]
+    for i, (ta, a) in enumerate(labels):  # tick labels and titles: none on another
+        for tb, b in labels[i + 1:]:
+            assert not overlap(a, b), (ta, tb, width)
+    cut = [(t, b) for t, b in labels if b[2] > got["chart"][2] + 1]
+    assert not cut, (cut, got["chart"], width)  # nothing cut at the chart's right edge
     page.close()

@@ -183,7 +183,7 @@ def rollout_map(
     # under the plot, top to bottom: the x axis's title, the notes (room for two lines on every map, so the maps of
     # a row keep plot areas of one height), then the colour key of a metadata column (a legend, or a colour bar)
     notes_px = NOTE_LINE * max(2, off.count("<br>") + 1 if off else 0)
-    key_top = NOTE_BELOW_AXIS + notes_px + 6  # px below the plot where the colour key starts
+    key_top = NOTE_BELOW_AXIS + notes_px + 12  # px below the plot where the colour key starts (a gap over the notes)
     key_px = 0 if by is None else KEY_BAR if "colorscale" in by else KEY_ROW * _key_rows(len(by.get("key", ())))
     top = 64  # the name, and the counts under it
     margin = dict(l=10, r=40, t=top, b=key_top + key_px if key_px else NOTE_BELOW_AXIS + notes_px)
@@ -202,7 +202,8 @@ def rollout_map(
                               showscale=st_name == "kept",
                               colorbar=dict(title=dict(text=color_by, side="top", font=dict(size=10)),
                                             thickness=8, len=0.9, orientation="h", x=0.0, xanchor="left",
-                                            yanchor="top", y=-key_top / plot_px, tickfont=dict(size=9)))
+                                            yanchor="top", yref="container", y=key_px / height,
+                                            tickfont=dict(size=9)))
         traces.append(dict(type="scatter",   # SVG: a few hundred points draw faster than a WebGL context starts
             x=T[sel], y=y[sel], mode="markers", name=word, marker=marker, showlegend=False,
             text=by["text"][sel] if by is not None else None,
@@ -228,7 +229,10 @@ def rollout_map(
     )
     layout["title"] = head
     if by is not None and "key" in by:
-        layout["legend"] = dict(orientation="h", x=0.0, xanchor="left", y=-key_top / plot_px, yanchor="top",
+        # placed from the figure's bottom (yref container): key_px above it is key_top under the plot, whatever
+        # room the axes took (a paper-relative place moved with the plot's automatic margins)
+        layout["legend"] = dict(orientation="h", x=0.0, xanchor="left", yref="container", y=key_px / height,
+                                yanchor="top",
                                 font=dict(size=10), itemwidth=30, tracegroupgap=0)
     return figure(traces, layout)
 
@@ -387,46 +391,65 @@ def effective_bars(
 ) -> go.Figure:
     """What survives per estimator: tokens kept, rollouts accepted, ESS of the applied rollout weights over the
     valid rollouts; theory's expected fraction of rollouts accepted (Gaussian closed forms) as black diamonds
-    (say so in the title: the chart has no legend). Past FEW_BARS estimators the bars are named T, R, E and their
-    values are in the hover: printed, they ran into each other at 900 px."""
+    (say so in the title: the chart has no legend). Past FEW_BARS estimators the bars lie down, one row each, the
+    estimators' names on the left (standing, their names and values ran into each other at 900 px; a row needs
+    height, which a page has, not width): make the figure survival_px(n) tall."""
     names = list(effective)
-    many = len(names) > FEW_BARS  # then each bar's name is a letter and its value is in the hover, not printed
-    series = [("T" if many else "tokens", "tokens_kept_frac", 1.0), ("R" if many else "rollouts", "rollouts_kept_frac",
-              0.7), ("E" if many else "ESS", "ess_frac", 0.45)]
-    x0 = [n for n in names for _ in series]
-    x1 = [label for _ in names for label, _, _ in series]
-    y = [effective[n][key] for n in names for _, key, _ in series]
+    many = len(names) > FEW_BARS
+    series = [("tokens", "tokens_kept_frac", 1.0), ("rollouts", "rollouts_kept_frac", 0.7), ("ESS", "ess_frac", 0.45)]
+    c0 = [n for n in names for _ in series]  # the two levels of each bar's category: estimator, quantity
+    c1 = [label for _ in names for label, _, _ in series]
+    v = [effective[n][key] for n in names for _, key, _ in series]
     colors = [alpha(color(n), a) for n in names for _, _, a in series]
     expected = {(n, "rollouts"): theory[n]["rollouts_kept_frac"] for n in names
                 if "rollouts_kept_frac" in (theory or {}).get(n, {})}
-    # each value's label just above its bar, or above the theory's diamond where that sits at or above the bar's
-    # top (a diamond is ±DIAMOND in y: its half-height on this chart), so no label is drawn over a diamond
-    lift = [max(v, expected[key] + DIAMOND) if key in expected and expected[key] > v - DIAMOND else v
-            for key, v in zip(zip(x0, x1), y)]
-    traces = [dict(type="bar", x=[x0, x1], y=y, marker=dict(color=colors, line=dict(width=0)), showlegend=False,
-                   name="kept", hovertemplate="%{x}: %{y:.1%}<extra></extra>"),
-              dict(type="scatter", x=[x0, x1], y=lift, mode="text", text=["" if many else f"{v:.0%}" for v in y],
-                   textposition="top center", textfont=dict(size=10), cliponaxis=False, showlegend=False,
-                   hoverinfo="skip")]
+    # each value's label just past its bar, or past the theory's diamond where that sits at or beyond the bar's
+    # end (a diamond is ±DIAMOND along the value axis: its half-size on this chart), so no label covers a diamond
+    lift = [max(x, expected[key] + DIAMOND) if key in expected and expected[key] > x - DIAMOND else x
+            for key, x in zip(zip(c0, c1), v)]
+    across, along = ("y", "x") if many else ("x", "y")  # the category axis, the value axis
+    traces = [{"type": "bar", across: [c0, c1], along: v, "orientation": "h" if many else "v",
+               "marker": dict(color=colors, line=dict(width=0)), "showlegend": False, "name": "kept",
+               "hovertemplate": f"%{{{across}}}: %{{{along}:.1%}}<extra></extra>"},
+              {"type": "scatter", across: [c0, c1], along: lift, "mode": "text", "text": [f"{x:.0%}" for x in v],
+               "textposition": "middle right" if many else "top center", "textfont": dict(size=10),
+               "cliponaxis": False, "showlegend": False, "hoverinfo": "skip"}]
     if expected:
-        traces.append(dict(type="scatter", x=[[n for n, _ in expected], [k for _, k in expected]],
-                           y=list(expected.values()), mode="markers", name="theory: rollouts kept",
-                           marker=dict(symbol="diamond", size=10, color="black"),
-                           hovertemplate="%{x}<br>theory: %{y:.1%} of rollouts kept<extra></extra>"))
-    layout = base_layout(height=height, title=title, bargap=0.15, legend=False,
-                     yaxis=dict(range=[0, 1.12 + DIAMOND], tickformat=".0%"),
-                     xaxis=dict(tickfont=dict(size=9), tickangle=0))
+        traces.append({"type": "scatter", across: [[n for n, _ in expected], [k for _, k in expected]],
+                       along: list(expected.values()), "mode": "markers", "name": "theory: rollouts accepted",
+                       "marker": dict(symbol="diamond", size=10, color="black"),
+                       "hovertemplate": f"%{{{across}}}<br>theory: %{{{along}:.1%}} of rollouts accepted"
+                                        "<extra></extra>"})
+    values = dict(range=[0, 1.12 + DIAMOND], tickformat=".0%")
+    categories = dict(tickfont=dict(size=9), tickangle=0, **({"autorange": "reversed"} if many else {}))
+    layout = base_layout(height=survival_px(len(names)) if many else height, title=title, bargap=0.15, legend=False,
+                         **{f"{along}axis": values, f"{across}axis": categories})
     return figure(traces, layout)
+
+
+def _title_lines(text: str) -> str:
+    """"Head: the rest" as the head in bold and, under it, the rest in smaller type (plotly never wraps an
+    annotation: on one line, the effective batch's title ran past a chart half of a 900 px window)."""
+    head, _, rest = text.partition(": ")
+    return f"<b>{head}</b>" + (f"<br><span style='font-size:11px;color:#555'>{rest}</span>" if rest else "")
+
+
+def survival_px(n: int) -> int:
+    """The plot height effective_bars needs for n estimators: 200 px standing, 16 px a bar lying down."""
+    return 200 if n <= FEW_BARS else 16 * 3 * n
 
 
 def stacked(top: go.Figure, bottom: go.Figure, *, top_px: int = 240, bottom_px: int = 200,
             between_px: int = 110) -> go.Figure:
     """Two of these figures as one (one chart for the browser to build, not two), one above the other so that it
-    holds at any width: top's traces on x/y with its legend beside its plot, bottom's on x2/y2 without one; each
-    keeps its axes, and its title goes above its plot."""
+    holds at any width: top's traces on x/y with its legend above it, bottom's on x2/y2 without one; each keeps
+    its axes, and its title goes above its plot."""
     to, bo = top.to_plotly_json(), bottom.to_plotly_json()
     tl, bl = to["layout"], bo["layout"]
-    margin = dict(l=10, r=10, t=34, b=48)
+    # room over the plots for the legend's rows (about two entries a row at 900 px), so that plotly, which widens
+    # the top margin to fit them, does not take it from the plots: their rows of bars would squeeze together
+    entries = sum(1 for t in to["data"] if t.get("showlegend", True) is not False)
+    margin = dict(l=10, r=10, t=34 + 20 * -(-entries // 2), b=48)
     area = top_px + between_px + bottom_px  # the plot area's height in pixels; domains are fractions of it
     split = 1 - top_px / area  # top plot: [split, 1]; bottom plot: [0, low]
     low = bottom_px / area
@@ -435,16 +458,17 @@ def stacked(top: go.Figure, bottom: go.Figure, *, top_px: int = 240, bottom_px: 
     layout["xaxis"] = {**tl.get("xaxis", {}), "anchor": "y"}
     layout["xaxis2"] = {**bl.get("xaxis", {}), "anchor": "y2"}
     layout["yaxis2"] = {**bl.get("yaxis", {}), "domain": [0.0, low], "anchor": "x2"}
-    # top's legend beside its plot, one entry a line: under it, an entry per estimator wrapped onto the bottom chart
-    # at 900 px (its rows depend on the width, which the figure does not know)
-    layout["legend"] = {**tl.get("legend", {}), "orientation": "v", "x": 1.02, "xanchor": "left", "y": 1.0,
-                        "yanchor": "top", "font": dict(size=11)}
+    # top's legend at the figure's top, above its title, outside the plots (between the two charts, an entry per
+    # estimator wrapped onto the bottom chart at 900 px; beside them, it took half the width)
+    layout["legend"] = {**tl.get("legend", {}), "orientation": "h", "x": 0.0, "xanchor": "left", "yref": "container",
+                        "y": 1.0, "yanchor": "top", "font": dict(size=11)}
     for key in ("bargap", "barmode"):
         if key in bl:
             layout[key] = bl[key]
     titles = [(1.0, tl.get("title")), (low, bl.get("title"))]
     layout["annotations"] = [*tl.get("annotations", ()), *bl.get("annotations", ()), *(
-        dict(text=f"<b>{t['text']}</b>", x=0.0, xref="paper", xanchor="left", y=y, yref="paper", yanchor="bottom",
-             yshift=6, showarrow=False, font=t.get("font", {})) for y, t in titles if t and t.get("text"))]
+        dict(text=_title_lines(t["text"]), x=0.0, xref="paper", xanchor="left", y=y, yref="paper", yanchor="bottom",
+             yshift=6, align="left", showarrow=False, font=t.get("font", {}))
+        for y, t in titles if t and t.get("text"))]
     traces = [*to["data"], *({**t, "xaxis": "x2", "yaxis": "y2", "showlegend": False} for t in bo["data"])]
     return figure(traces, layout)

@@ -347,11 +347,9 @@ def weights_figure(src: Source, cs: tuple[Shown, ...], _payload: bytes | None = 
     noise = batch_view(src, _payload).noise_s
     survives = charts.effective_bars({n: v.effective for n, v in views.items()},
                                      {n: v.theory for n, v in views.items()}, height=340,
-                                     title=("what survives: T tokens kept, R rollouts accepted, E ESS / rollouts"
-                                            if len(cs) > charts.FEW_BARS else
-                                            "what survives: tokens kept, rollouts accepted, ESS / rollouts")
+                                     title="what survives: tokens kept, rollouts accepted, ESS / rollouts"
                                            + (" (◆ theory)" if noise else ""))
-    return charts.stacked(hist, survives)
+    return charts.stacked(hist, survives, bottom_px=charts.survival_px(len(cs)))
 
 
 @_section(FIGURES)

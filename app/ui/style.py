@@ -111,29 +111,28 @@ def base_layout(*, height: int, title: str | None = None, legend: bool = True, *
     return layout
 
 
-LABEL_GAP = 11  # px between the centres of two labels beside a plot (9-10 px type)
-
-
 def labels_apart(labels: list[dict], y_range, plot_px: float) -> None:
     """Give annotations that label horizontal lines beside a plot (each a dict with "y" in axis units: log10 on a
-    log axis) a yshift in px so no two centres are closer than LABEL_GAP; each keeps its order, and a crowded run
-    spreads about its mean position (the others stay on their lines)."""
+    log axis) a yshift in px so no two boxes touch (centres a line of their type apart: an annotation's box is
+    about 1.65 times its font size tall); each keeps its order, and a crowded run spreads about its mean position
+    (the others stay on their lines)."""
     if len(labels) < 2:
         return
+    gap = 1.7 * max(a.get("font", {}).get("size", 12) for a in labels) + 1  # px between two centres
     per = plot_px / max(y_range[1] - y_range[0], 1e-12)  # px per unit of y
     order = sorted(range(len(labels)), key=lambda i: labels[i]["y"])
     want = [(labels[i]["y"] - y_range[0]) * per for i in order]
-    groups = [[k] for k in range(len(want))]  # runs of labels set LABEL_GAP apart about their mean position
+    groups = [[k] for k in range(len(want))]  # runs of labels a gap apart about their mean position
 
     def spots(g: list[int]) -> list[float]:
         mid = sum(want[k] for k in g) / len(g)
-        return [mid + (j - (len(g) - 1) / 2) * LABEL_GAP for j in range(len(g))]
+        return [mid + (j - (len(g) - 1) / 2) * gap for j in range(len(g))]
 
     merged = True
     while merged:  # merge two neighbouring runs while they overlap
         merged = False
         for a in range(len(groups) - 1):
-            if spots(groups[a])[-1] + LABEL_GAP > spots(groups[a + 1])[0] + 1e-9:
+            if spots(groups[a])[-1] + gap > spots(groups[a + 1])[0] + 1e-9:
                 groups[a:a + 2] = [groups[a] + groups[a + 1]]
                 merged = True
                 break
@@ -183,7 +182,8 @@ RESPONSIVE_CSS = """<style>
 </style>"""
 
 
-# Presenter mode (?present=1): the page's own text a size up too (charts scale in ui/chart.py), the top toolbar gone
+# Presenter mode (?present=1): the page's own text a size up too (charts scale in ui/runtime/chart.py), the top
+# toolbar gone
 PRESENT_CSS = """<style>
 [data-testid="stMain"] { font-size: 1.1rem; }
 [data-testid="stMain"] h1 { font-size: 2.3rem; padding-top: 0.25rem; }

@@ -22,7 +22,7 @@ from seqis.synthetic import SCENARIOS
 from . import explore_data as data
 from . import lab_data, lessons_data
 from .device import device
-from .presets import FIRST_BATCH, FIRST_ESTIMATORS, FIRST_SCENARIO, PREFIX, PRESETS, key_estimators
+from .presets import COMPARE_FIRST, FIRST_BATCH, FIRST_ESTIMATORS, FIRST_SCENARIO, PREFIX, PRESETS, key_estimators
 
 _started = threading.Lock()  # held for good once the background warm-up has started
 THREAD = "seqis-warm-up"  # the warm-up's threads' names start with this
@@ -106,10 +106,22 @@ def explore_views() -> None:
             view(*explore_inputs(preset.view))
 
 
+def compare_view() -> None:
+    """Compare's first view: three frameworks' presets on Explore's first batch, their maps, configs and tables."""
+    v = data.explore(scenario(FIRST_SCENARIO), estimators(COMPARE_FIRST))
+    for c in v.corrections:
+        v.rollout_map(c.name)
+        v.export(c.name, v.frameworks(c.name)[0])
+    v.disagreement()
+    v.tables()
+    v.metrics_csv()
+
+
 def everything_else() -> None:
-    """Explore's other views (cache hits after `before_serving`), Bias & variance's first run, and every Lessons
-    screen at every setting it offers (the lag lesson's training runs included)."""
+    """Explore's other views (cache hits after `before_serving`), Compare's first view, Bias & variance's first
+    run, and every Lessons screen at every setting it offers (the lag lesson's training runs included)."""
     explore_views()
+    compare_view()
     lab_data.default_run(str(device()))
     lessons_data.warm_all(str(device()))
 

@@ -15,6 +15,7 @@ import streamlit as st
 from ui import explore_data as data
 from ui.batch_source import batch_source
 from ui.numbers import number
+from ui.presets import COMPARE_FIRST
 from ui.runtime.chart import chart
 from ui.state import bound, first_look
 from ui.widgets import knob_widgets
@@ -25,8 +26,7 @@ from seqis.presets import FRAMEWORKS
 P = "cmp."
 PER_ROW = 4
 MAX_SHOWN = 8
-# three frameworks' defaults: verl's token TIS, TRL's default (sequence mask), prime-rl's default (IPO)
-FIRST = ["verl/decoupled_token_is", "trl/sequence_mask", "prime-rl/default"]
+FIRST = COMPARE_FIRST  # three frameworks' defaults
 # the picker's options grouped by framework (in the order Learn lists them), the registry's estimators last
 OPTIONS = [*(k for fw in FRAMEWORKS for k in PRESETS if PRESETS[k].framework == fw), *ESTIMATORS]
 PATTERNS = 12  # rows of the "who keeps which tokens" table

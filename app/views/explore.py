@@ -199,6 +199,8 @@ mine = framework.pick(c_fw, c_preset)
 if mine is not None:  # my framework's correction, first, beside the estimators
     st.caption(framework.caption(mine))
     names = [mine, *[n for n in names if n != mine]]
+    st.page_link("views/compare.py", label="Several frameworks' presets side by side, with their configs and where "
+                 "they disagree: Compare", icon=":material/compare_arrows:")
 with c2:
     meta = [k for k, v in bv.metadata.items() if len(v) == B]
     color_by = bound(st.selectbox, "Colour rollouts by", f"{P}color", NO_COLOR, options=[NO_COLOR, *meta],
