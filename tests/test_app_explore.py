@@ -391,3 +391,21 @@ def test_effective_batch_labels_sit_above_the_theory_diamonds():
     assert at["d", "rollouts"] == 0.3  # a diamond well inside the bar leaves the label on the bar
     assert at["c", "rollouts"] == 0.6 + DIAMOND and at["a", "rollouts"] == 1.0 + DIAMOND
     assert fig.layout.yaxis.range[1] >= 1.0 + DIAMOND + 0.1  # room for a label above a diamond at 100%
+
+
+def test_the_mapping_hint_follows_every_column_refusal_and_no_other():
+    sys.path.insert(0, str(Path(APP).parent))
+    from ui.batch_source import is_about_columns
+
+    from seqis.io import load_batch
+
+    def refusal(data: dict) -> str:
+        with pytest.raises(ValueError) as e:
+            load_batch(json.dumps(data).encode(), format=".json")
+        return str(e.value)
+
+    lp = [[-0.1, -0.2]]
+    assert is_about_columns(refusal({"policy_lp": lp}))  # no trainer log-probs column
+    assert is_about_columns(refusal({"trainer_logprobs": lp, "inference_logprobs": lp}))  # no advantages
+    assert not is_about_columns(refusal({"trainer_logprobs": [[-0.1, float("nan")]], "inference_logprobs": lp,
+                                         "advantages": [1.0]}))  # a NaN: the file, not its column names

@@ -126,7 +126,7 @@ def _file(where, kind: str) -> tuple[data.Source, bytes] | None:
 def is_about_columns(message: str) -> bool:
     """Whether a loader's refusal is about which column holds what (the column mapping can fix it), not about the
     file itself (truncated, a pickle, a NaN on a loss token, a size limit)."""
-    return any(s in message for s in ("column: looked for", "(given for ", "is not a role"))
+    return any(s in message for s in (": looked for ", "(given for ", "is not a role"))
 
 
 def batch_source() -> tuple[data.Source, bytes | None]:

@@ -158,8 +158,17 @@ def titled(fig: go.Figure, title: str, *, height: int = 420, legend_below: bool 
                                  font=dict(size=TITLE_SIZE + 1)),
                       height=height, margin=dict(l=10, r=10, t=56, b=10), hovermode="closest", font=FONT)
     if legend_below:
-        fig.update_layout(legend=dict(orientation="h", yanchor="top", y=-0.18, xanchor="left", x=0))
+        # at the figure's bottom (yref container) with room kept for its rows (about two entries a row at 900 px)
+        # under the x axis's labels and title; placed under the plot (y=-0.18 of its height) it sat on the tick
+        # labels of a short chart
+        entries = sum(1 for t in fig.data if t.showlegend is not False and t.name)
+        rows = -(-entries // 2)
+        fig.update_layout(legend=dict(orientation="h", yref="container", y=0.0, yanchor="bottom", xanchor="left", x=0),
+                          margin_b=LEGEND_ABOVE + LEGEND_ROW * rows, height=height + LEGEND_ROW * rows)
     return fig
+
+
+LEGEND_ABOVE, LEGEND_ROW = 64, 20  # px under a plot for its x axis's labels and title; a row of a legend
 
 
 # Columns wrap instead of squeezing: each keeps at least 240 px, so four rollout maps stand side by side at 1600 px
