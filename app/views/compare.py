@@ -20,20 +20,22 @@ from ui.runtime.chart import chart
 from ui.state import bound, first_look
 from ui.widgets import knob_widgets
 
-from seqis import ESTIMATORS, PRESETS
-from seqis.presets import FRAMEWORKS
+from seqis import ESTIMATORS
+from seqis.presets import FRAMEWORKS, presets_of
 
 P = "cmp."
 PER_ROW = 4
 MAX_SHOWN = 8
 FIRST = COMPARE_FIRST  # three frameworks' defaults
 # the picker's options grouped by framework (in the order Learn lists them), the registry's estimators last
-OPTIONS = [*(k for fw in FRAMEWORKS for k in PRESETS if PRESETS[k].framework == fw), *ESTIMATORS]
+GROUP = {k: fw for fw in FRAMEWORKS for k in presets_of(fw)}  # a preset key -> its framework
+OPTIONS = [*GROUP, *ESTIMATORS]
 PATTERNS = 12  # rows of the "who keeps which tokens" table
 
 
 def group_of(key: str) -> str:
-    return PRESETS[key].framework if key in PRESETS else "seqis"
+    """The framework whose preset this is, "seqis" for a registry estimator."""
+    return GROUP.get(key, "seqis")
 
 
 def label(key: str) -> str:
