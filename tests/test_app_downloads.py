@@ -96,8 +96,18 @@ def check_registry_estimator(at: AppTest, files: dict) -> None:
 
     want = run_many([("seq_tis", ESTIMATORS["seq_tis"].config(seq_clip=6.0))], small_batch())["seq_tis"].scalars()
     cell = page_metric(at, "seq_tis", "is_clipped")
-    got = csv_metric(download(at, files, "Metrics CSV"), "seq_tis", "is_clipped")
+    csv = download(at, files, "Metrics CSV")
+    got = csv_metric(csv, "seq_tis", "is_clipped")
     assert got == pytest.approx(want["is_clipped"]) and same_on_page(cell, got)
+    # an effective-batch row: the library's name beside the page's words, the value the page shows
+    import io
+
+    import pandas as pd
+
+    df = pd.read_csv(io.StringIO(csv))
+    row = df[(df.table == "effective") & (df.estimator == "seq_tis") & (df.name == "clipped_frac")].iloc[0]
+    assert row.label == "rollouts clipped, share"
+    assert same_on_page(str(at.table[1].value.loc["rollouts clipped, share", "seq_tis"]), row.value)
     export_to(at, "seq_tis", "prime-rl")
     toml = download(at, files, "Download seq_tis.prime-rl.toml")
     assert tomllib.loads(toml)["loss"]["sequence_clip_high"] == 6.0

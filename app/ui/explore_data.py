@@ -9,7 +9,7 @@ is made when it is clicked, after the run, where the session's widget state cann
     batch_view, estimator_view          the batch, and one correction on it (numpy and floats)
     rollout_map_figure, token_heatmap_figure, coefficient_figure, weights_figure   figures (never mutate one)
     advice_view, tables, disagreement   the advice, the metric tables, where corrections disagree
-    metrics_csv, rollouts_csv, export   the downloads
+    tables_csv, rollouts_table_csv, export   the downloads (ExploreView.csv_later: made when clicked)
 
 Only `load_batch` and `_ratios` hold tensors (the batch itself and its log-ratios, once per batch). An upload's
 bytes travel beside its Source as `_payload`, which the caches leave out of the key (the sha256 digest inside the
@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -429,25 +430,25 @@ def disagreement(src: Source, cs: tuple[Shown, ...], _payload: bytes | None = No
 # what a page hands out: CSVs and trainer config, from the same corrections the page shows
 
 
-@_section(FIGURES)
-def metrics_csv(src: Source, cs: tuple[Shown, ...], _payload: bytes | None = None) -> str:
-    """Every table as one long CSV: table, estimator, name, value (the value whole; the page prints it to four
-    significant digits)."""
-    t = tables(src, cs, _payload)
+KEY_OF = {label: key for key, label in EFFECTIVE.items()}  # an effective-batch row's words -> the library's name
+
+
+def tables_csv(t: Tables) -> str:
+    """Every table as one long CSV: table, estimator, name (the library's), label (the page's words), value (whole:
+    the page prints it to four significant digits)."""
+    effective = t.effective.stack().rename_axis(["label", "estimator"]).reset_index(name="value")
     long = pd.concat([
         t.metrics.stack().rename_axis(["name", "estimator"]).reset_index(name="value").assign(table="metric"),
-        t.effective.stack().rename_axis(["name", "estimator"]).reset_index(name="value").assign(table="effective"),
+        effective.assign(table="effective", name=effective["label"].map(KEY_OF)),
         t.diagnostics.rename_axis("name").reset_index().assign(table="diagnostic", estimator=""),
-    ])[["table", "estimator", "name", "value"]]
-    return long.to_csv(index=False)
+    ])
+    long["label"] = long["label"].fillna(long["name"])
+    return long[["table", "estimator", "name", "label", "value"]].to_csv(index=False)
 
 
-@_section(FIGURES)
-def rollouts_csv(src: Source, cs: tuple[Shown, ...], _payload: bytes | None = None) -> str:
+def rollouts_table_csv(bv: BatchView, views: dict[str, EstimatorView]) -> str:
     """One row per rollout: its length, and each correction's weight, accepted and clipped."""
-    bv = batch_view(src, _payload)
-    cols = {f"{c.name}.{k}": estimator_view(src, c, _payload).rollouts[k] for c in cs
-            for k in ("weight", "accepted", "clipped")}
+    cols = {f"{name}.{k}": v.rollouts[k] for name, v in views.items() for k in ("weight", "accepted", "clipped")}
     return pd.DataFrame({"rollout": range(bv.shape[0]), "length": bv.lengths, **cols}).to_csv(index=False)
 
 
@@ -521,10 +522,17 @@ class ExploreView:
         return disagreement(self.src, self.corrections, _payload=self.payload)
 
     def metrics_csv(self) -> str:
-        return metrics_csv(self.src, self.corrections, _payload=self.payload)
+        return tables_csv(self.tables())
 
     def rollouts_csv(self) -> str:
-        return rollouts_csv(self.src, self.corrections, _payload=self.payload)
+        return rollouts_table_csv(self.batch(), {n: self.estimator(n) for n in self.names})
+
+    def csv_later(self) -> tuple[Callable[[], str], Callable[[], str]]:
+        """(Metrics CSV, Rollouts CSV) as functions a download button calls when clicked: over the tables and
+        views this run computed (no session state, no cache, after the run), so the page's moves do not write
+        CSVs nobody downloads."""
+        t, bv, views = self.tables(), self.batch(), {n: self.estimator(n) for n in self.names}
+        return (lambda: tables_csv(t)), (lambda: rollouts_table_csv(bv, views))
 
     def frameworks(self, name: str) -> list[str]:
         return frameworks(self.get(name))
@@ -557,8 +565,6 @@ class ExploreView:
         self.weights()
         self.advice()
         self.tables()
-        self.metrics_csv()
-        self.rollouts_csv()
         self.export(*self.export_pick(None, None))
 
 

@@ -114,7 +114,6 @@ def compare_view() -> None:
         v.export(c.name, v.frameworks(c.name)[0])
     v.disagreement()
     v.tables()
-    v.metrics_csv()
 
 
 def everything_else() -> None:

@@ -170,5 +170,5 @@ c1.download_button("Every config (zip)", buf.getvalue(), file_name="seqis-config
                    on_click="ignore", key=f"{P}zip")
 c2.download_button("Disagreement CSV", disagreement_csv(d), file_name="seqis-disagreement.csv", mime="text/csv",
                    on_click="ignore", key=f"{P}csv")
-c3.download_button("Metrics CSV", view.metrics_csv(), file_name="seqis-metrics.csv", mime="text/csv",
+c3.download_button("Metrics CSV", view.csv_later()[0], file_name="seqis-metrics.csv", mime="text/csv",
                    on_click="ignore", key=f"{P}metrics_csv")

@@ -97,11 +97,12 @@ def draw_dependents(view: data.ExploreView, slots: dict) -> None:
     t = view.tables()
     table(slots["metrics"], t.metrics)
     table(slots["effective"], t.effective)
+    metrics_csv, rollouts_csv = view.csv_later()  # written when clicked, from what this run shows
     with slots["downloads"].container():
         d1, d2 = st.columns(2)
-        d1.download_button("Metrics CSV", view.metrics_csv(), file_name="seqis-metrics.csv", mime="text/csv",
+        d1.download_button("Metrics CSV", metrics_csv, file_name="seqis-metrics.csv", mime="text/csv",
                            on_click="ignore", key=f"{P}csv")
-        d2.download_button("Rollouts CSV", view.rollouts_csv(), file_name="seqis-rollouts.csv", mime="text/csv",
+        d2.download_button("Rollouts CSV", rollouts_csv, file_name="seqis-rollouts.csv", mime="text/csv",
                            on_click="ignore", key=f"{P}csv_rollouts")
     draw_export(slots["export"], view)
 
