@@ -39,7 +39,7 @@ def test_three_frameworks_presets_side_by_side():
     # each column: its framework's own knob names, and its config in its framework's language
     assert at.select_slider(key="cmp.trl/sequence_mask.vllm_importance_sampling_clip_max").value == 3.0
     assert at.selectbox(key="cmp.verl/decoupled_token_is.rollout_is").value == "token"
-    assert at.select_slider(key="cmp.prime-rl/default.dppo_mask_low").value == 0.2
+    assert at.select_slider(key="cmp.prime-rl/default.eps").value == 0.3  # IPO: |pi_t - mu_t| <= eps
     codes = [c.value for c in at.code]
     assert any("rollout_correction:" in c and "verl/decoupled_token_is" in c for c in codes)
     assert any("GRPOConfig(" in c for c in codes) and any("[trainer.loss]" in c for c in codes)
