@@ -1,10 +1,8 @@
-"""The explorer with its caches warm: `python -m app [--data-root PATH ...] [streamlit run options]` (what
-`make run` and the browser benchmark start; `streamlit run app` works too). `--data-root` (repeatable) names the
-folders the pages may read server paths from (docs/serving.md); it sets SEQIS_DATA_ROOTS for them.
-
-Before the server listens it computes Explore's first screen and the views a first click opens (other scenarios
-and examples, Learn's presets) in this process, so "the server is up" means they are ready; Bias & variance's
-first run then warms in a low-priority thread (ui/warm.py).
+"""The explorer: `python -m app [--data-root PATH ...] [streamlit run options]` (what `make run` and the browser
+benchmark start), the same server as `streamlit run app`, from any folder: app/streamlit_app.py's st.App, whose
+lifespan computes Explore's first screen and the views a first click opens before the server listens (ui/warm.py).
+`--data-root` (repeatable) names the folders the pages may read server paths from (docs/serving.md); it sets
+SEQIS_DATA_ROOTS for them.
 """
 
 import os
@@ -39,18 +37,13 @@ def take_data_roots(argv: list[str]) -> tuple[list[str], list[str]]:
 def main(argv: list[str]) -> None:
     roots, argv = take_data_roots(argv)
     from streamlit.web import cli
-    from ui import warm
     from ui.paths import ENV
 
     if roots:  # the flag wins over the environment; the pages read it from there (ui/paths.py)
         os.environ[ENV] = os.pathsep.join(roots)
 
-    warm.before_serving()
-    warm.start_background()
-    import ui.chart  # noqa: F401  (plotly.js into app/static before the first page asks for it)
-
-    # what .streamlit/config.toml says, for a start from another folder: the static folder ui/chart.py serves
-    # plotly.js from, and no full garbage collection after each run (the config file says why)
+    # what .streamlit/config.toml says, for a start from another folder: the static folder ui/runtime/chart.py
+    # serves plotly.js from, and no full garbage collection after each run (the config file says why)
     sys.argv = ["streamlit", "run", str(APP), "--server.enableStaticServing", "true", "--runner.postScriptGC",
                 "false", *argv]
     cli.main()

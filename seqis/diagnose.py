@@ -365,6 +365,8 @@ def _precision(p: _Pairs, keep: torch.Tensor, stats: dict[str, float]) -> Findin
 
 
 def _threshold_clause(stats: dict[str, float]) -> str:
+    chi2 = stats["chi2_token"]  # mean of rho^2 - 1: below 0 only by sampling noise (a chi-square is at least 0)
+    said = f"{chi2:.2e}" if chi2 >= 0 else f"0 (the estimate came out at {chi2:.1e}: noise, the true value is >= 0)"
     return (f"Batch: mean exp|l| {stats['mult_prob_error']:.4f} (NeMo-RL investigates above "
             f"{NEMO_MULT_PROB_ERROR}), KL {stats['kl_k1']:.2e} (verl: significant above {VERL_KL}), chi2 "
-            f"{stats['chi2_token']:.2e} (verl: severe above {VERL_CHI2}).")
+            f"{said} (verl: severe above {VERL_CHI2}).")

@@ -21,7 +21,7 @@ def open_view(view: str, *, timeout: float = 120, **params) -> AppTest:
 
 
 def charts(at: AppTest) -> list[dict]:
-    """The plotly figures the page drew (ui/chart.py's component), in page order, each validated by plotly (the
+    """The plotly figures the page drew (ui/runtime/chart.py's component), in page order, each validated by plotly (the
     app sends them unvalidated: an invalid property fails here) and drawable by the cartesian bundle the browser
     may load (ui/plotly_js.py)."""
     import json
@@ -36,3 +36,16 @@ def charts(at: AppTest) -> list[dict]:
             assert {t.get("type", "scatter") for t in fig["data"]} <= CARTESIAN_TRACES, fig["data"]
             out.append(fig)
     return out
+
+
+SMALL = {"ex.sc.gaussian.n_rollouts": "64", "ex.sc.gaussian.max_len": "256"}  # Explore on a quick batch
+
+
+def explore(*, timeout: float = 90, **params) -> AppTest:
+    """Explore (the app's first page) on the small batch with `params` in the URL, run once, with no exception."""
+    at = AppTest.from_file(APP, default_timeout=timeout)
+    for k, v in {**SMALL, **params}.items():
+        at.query_params[k] = v
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at

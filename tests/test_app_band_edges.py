@@ -25,9 +25,9 @@ def test_explore_keeps_every_drift_rollout_at_mis_pos_edge():
     at.run()
     assert not at.exception, [e.value for e in at.exception]
     effective = at.table[1].value  # the effective-batch table, estimators as columns
-    assert float(str(effective.loc["rollouts_kept_frac", "mis_po"])) == 1.0
-    title = charts(at)[0]["layout"]["title"]["text"]
-    assert "256 kept" in title and "0 dropped" in title
+    assert float(str(effective.loc["rollouts accepted, share", "mis_po"])) == 1.0
+    counts = charts(at)[0]["layout"]["title"]["subtitle"]["text"]  # under the name: accepted, clipped, rejected
+    assert "256 accepted" in counts and "0 rejected" in counts
 
 
 def test_length_thresholds_keeps_every_drift_length_at_mis_pos_edge():

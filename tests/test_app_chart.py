@@ -1,4 +1,4 @@
-"""The explorer's chart component (app/ui/chart.py) and which plotly.js it serves (app/ui/plotly_js.py)."""
+"""The explorer's chart component (app/ui/runtime/chart.py) and which plotly.js it serves (app/ui/plotly_js.py)."""
 
 import json
 import subprocess
@@ -7,7 +7,8 @@ import numpy as np
 import plotly.graph_objects as go
 import pytest
 from pages import APP  # noqa: F401  (puts the app's `ui` package on the path)
-from ui import chart, plotly_js
+from ui import plotly_js
+from ui.runtime import chart
 from ui.style import CHART_TEMPLATE
 
 

@@ -19,11 +19,12 @@ def test_a_fault_is_named_first_with_its_chart_and_the_tables():
     first = [m.value for m in at.markdown if "**" in m.value and "background" in m.value][0]
     assert "Sampler truncation" in first and "log_offset" in first
     assert len(charts(at)) == 2  # the finding's histogram and the worst rollout
-    corrections = at.dataframe[2].value
-    worst = at.dataframe[3].value
+    tokens, rollouts = at.dataframe[2].value, at.dataframe[3].value  # the corrections: tokens, then rollouts
+    worst = at.dataframe[4].value
     assert {"position", "token_id", "trainer_logprob", "inference_logprob", "entropy"} <= set(worst.columns)
-    assert {"seq_tis", "mis_po"} <= set(corrections.index)
-    assert {"tokens_masked", "rollouts_truncated"} <= set(corrections.columns)
+    assert {"seq_tis", "mis_po"} <= set(tokens.index) and list(tokens.index) == list(rollouts.index)
+    assert {"tokens_masked", "tokens_truncated"} == set(tokens.columns)
+    assert {"rollouts_masked", "rollouts_truncated"} <= set(rollouts.columns)
     at.selectbox(key="dg.by").set_value("group_id").run()
     assert not at.exception
     groups = at.dataframe[0].value  # drawn above the ratio tables

@@ -46,7 +46,11 @@ def metric(at, estimator: str, name: str) -> float:
 
 
 def effective(at, estimator: str, name: str) -> float:
-    return float(str(at.table[1].value.loc[name, estimator]).replace(",", ""))
+    """A value of the effective-batch table, by its seqis.summaries.effective_batch name (the page's row says it in
+    words: EFFECTIVE)."""
+    from ui.explore_data import EFFECTIVE
+
+    return float(str(at.table[1].value.loc[EFFECTIVE[name], estimator]).replace(",", ""))
 
 
 def test_first_screen_tells_the_story():
@@ -131,7 +135,9 @@ def test_upload_loads_and_a_bad_one_keeps_the_previous_batch(tmp_path):
     assert not at.exception and at.title[0].value.startswith("Explore")
     captions = " ".join(c.value for c in at.sidebar.caption)
     assert "upload tiny.npz: **24 rollouts" in captions
-    assert "opened earlier in this session" in " ".join(c.value for c in at.caption)
+    shown = " ".join(c.value for c in at.caption)  # right after the upload: not "opened earlier in this session"
+    assert "Showing your upload **tiny.npz**" in shown and "earlier" not in shown
+    assert any("cannot carry an uploaded file" in c.value for c in at.sidebar.caption)  # a link loses the file
     assert list(at.table[0].value.columns) == list(SEED_ESTIMATORS)
     at.run()
     assert at.title[0].value.startswith("Explore")  # seen once: it stays on Explore now
@@ -139,6 +145,7 @@ def test_upload_loads_and_a_bad_one_keeps_the_previous_batch(tmp_path):
     at.file_uploader[0].upload("broken.parquet", b"this is not parquet").run()
     assert not at.exception
     assert any("broken.parquet" in e.value and "parquet" in e.value for e in at.error)
+    assert not any("Column mapping" in e.value for e in at.error)  # not a column problem: no mapping hint
     captions = " ".join(c.value for c in at.caption)
     assert "Showing the previous batch: upload tiny.npz" in captions
 
@@ -291,7 +298,8 @@ def test_an_upload_with_other_column_names_is_mapped_in_the_page(tmp_path):
     at = explore(**{"ex.source": "upload"})
     at.file_uploader[0].upload("odd.parquet", raw).run()
     assert not at.exception
-    assert any("no trainer logprobs column" in e.value and "policy_lp" in e.value for e in at.error)
+    assert any("no trainer logprobs column" in e.value and "policy_lp" in e.value and "Column mapping" in e.value
+               for e in at.error)  # a column problem: the hint says where to fix it
     at.selectbox(key="ex.map.trainer_logprobs").set_value("policy_lp")
     at.selectbox(key="ex.map.inference_logprobs").set_value("sampler_lp")
     at.selectbox(key="ex.map.advantages").set_value("adv").run()
@@ -307,6 +315,8 @@ def test_a_pickle_is_refused_with_a_message_where_the_user_looks():
     at.file_uploader[0].upload("batch.pkl", b"\x80\x04K\x01.").run()
     assert not at.exception
     assert any("batch.pkl" in e.value and "pickle" in e.value and "refused" in e.value for e in at.error)
+    at.file_uploader[0].upload("batch.parquet", b"\x80\x04K\x01." * 20).run()  # a pickle renamed: still a pickle
+    assert any("batch.parquet: is a Python pickle" in e.value and "Column mapping" not in e.value for e in at.error)
 
 
 def test_a_shared_link_to_an_upload_asks_for_the_file_again():
@@ -381,3 +391,21 @@ def test_effective_batch_labels_sit_above_the_theory_diamonds():
     assert at["d", "rollouts"] == 0.3  # a diamond well inside the bar leaves the label on the bar
     assert at["c", "rollouts"] == 0.6 + DIAMOND and at["a", "rollouts"] == 1.0 + DIAMOND
     assert fig.layout.yaxis.range[1] >= 1.0 + DIAMOND + 0.1  # room for a label above a diamond at 100%
+
+
+def test_the_mapping_hint_follows_every_column_refusal_and_no_other():
+    sys.path.insert(0, str(Path(APP).parent))
+    from ui.batch_source import is_about_columns
+
+    from seqis.io import load_batch
+
+    def refusal(data: dict) -> str:
+        with pytest.raises(ValueError) as e:
+            load_batch(json.dumps(data).encode(), format=".json")
+        return str(e.value)
+
+    lp = [[-0.1, -0.2]]
+    assert is_about_columns(refusal({"policy_lp": lp}))  # no trainer log-probs column
+    assert is_about_columns(refusal({"trainer_logprobs": lp, "inference_logprobs": lp}))  # no advantages
+    assert not is_about_columns(refusal({"trainer_logprobs": [[-0.1, float("nan")]], "inference_logprobs": lp,
+                                         "advantages": [1.0]}))  # a NaN: the file, not its column names

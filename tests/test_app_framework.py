@@ -81,8 +81,11 @@ def test_the_custom_composition_builds_a_correction_from_its_parts():
     want = run_many([(key, cfg)], small_batch(s=0.3))[key].scalars()
     assert metric(at, key, "is_masked") == pytest.approx(want["is_masked"], rel=1e-3, abs=1e-6)
     assert want["is_masked"] > base["is_masked"]
-    # its exports: only the frameworks that can run a geometric gate with truncated, banded token weights
-    assert "verl" in at.selectbox(key="ex.export.fw").options and "trl" not in at.selectbox(key="ex.export.fw").options
+    # its exports: every trainer is offered (the list stays put while the parts move); one that cannot run a
+    # geometric gate with truncated, banded token weights says so
+    assert {"verl", "trl"} <= set(at.selectbox(key="ex.export.fw").options)
+    at.selectbox(key="ex.export.fw").select("trl").run()
+    assert any(c.value.startswith(f"# seqis {key}") and "cannot express in trl" in c.value for c in at.code)
     at.selectbox(key="ex.export.fw").select("verl").run()
     assert any(c.value.startswith(f"# seqis {key}") and "rollout_correction:" in c.value for c in at.code)
 

@@ -118,7 +118,7 @@ def test_bv_first_screen_tells_the_story():
     assert at.title[0].value == "Bias & variance"
     assert at.multiselect(key="bv.est").value == ["seq_is", "seq_tis", "token_tis", "pg", "geo_mask"]
     assert len(charts(at)) == 4  # error bars, gradients, knob sweep, frontier
-    table = at.dataframe[0].value.set_index("estimator")
+    table = at.table[0].value.set_index("estimator")
     # Huang's chain (H = 64, k = 40, p = 0.6, q = 0.55): naive PG is far more biased than token TIS, and
     # sequence IS is unbiased (its bias² sits within a few noise floors) but has the largest variance
     assert table.loc["pg", "rel. bias"] > table.loc["token_tis", "rel. bias"] > 0.2
@@ -144,7 +144,7 @@ def test_bv_says_when_an_estimator_keeps_tokens_but_learns_nothing():
     # Huang's chain (H = 64, k = 40): mis_po's default trajectory band [0.996, 1.001] admits only rollouts with
     # 36 or 37 ones (geometric log-ratio within [-0.004, 0.001]); all have reward 0, so its gradient is 0
     at = open_page("views/bias_variance.py", **{"bv.B": "32", "bv.nb": "50", "bv.est": "mis_po,seq_tis"})
-    table = at.dataframe[0].value.set_index("estimator")
+    table = at.table[0].value.set_index("estimator")
     assert table.loc["mis_po", "variance"] == 0 and table.loc["mis_po", "dropped"] < 0.99
     warnings = [w.value for w in at.warning]
     assert any(w.startswith("mis_po keeps") and "exactly 0 in every batch" in w for w in warnings), warnings
@@ -156,19 +156,19 @@ def test_bv_query_params_restore_a_view():
     at = open_page("views/bias_variance.py", **SMALL_LAB, **{"bv.p": "0.7", "bv.sweep": "sampler lag K"})
     assert at.select_slider(key="bv.H").value == 16
     assert at.select_slider(key="bv.p").value == 0.7
-    assert list(at.dataframe[0].value["estimator"]) == ["seq_is", "seq_tis", "pg"]
+    assert list(at.table[0].value["estimator"]) == ["seq_is", "seq_tis", "pg"]
     assert "BitChain(H=16, k=10, p=0.7, q=0.55" in at.caption[0].value
     assert "bias², variance and MSE vs sampler lag K" in chart_text(at)
 
 
 def test_bv_run_button_applies_the_form():
     at = open_page("views/bias_variance.py", **SMALL_LAB)
-    before = at.dataframe[0].value["MSE"].tolist()
+    before = at.table[0].value["MSE"].tolist()
     at.select_slider(key="bv.B").set_value(64)
     at.button(key="bv_run").click().run()  # the lab's widgets live in a form: "Run" applies them
     assert not at.exception
     assert "64 rollouts per batch" in at.caption[0].value
-    after = at.dataframe[0].value["MSE"].tolist()
+    after = at.table[0].value["MSE"].tolist()
     assert all(a < b for a, b in zip(after, before, strict=True))  # twice the batch: less variance
     assert at.query_params["bv.B"] == "64"
 
@@ -220,7 +220,7 @@ def test_memo_computes_a_key_once_while_another_caller_waits():
     import time
 
     sys.path.insert(0, str(Path(APP).parent))
-    from ui.memo import memo
+    from ui.runtime.memo import memo
 
     calls = []
 

@@ -238,7 +238,7 @@ def test_go_deeper_opens_the_full_page_with_the_same_settings():
 
 
 def test_presenter_mode_scales_chart_text_and_shows_only_the_screen():
-    from ui.chart import PRESENT_SCALE
+    from ui.runtime.chart import PRESENT_SCALE
     from ui.style import FONT
 
     at = lesson(2, present="1")
@@ -314,7 +314,7 @@ def test_bias_variance_additive_reward_makes_token_is_unbiased():
     text = " ".join(c.value for c in at.caption)
     contrast = theory.bitchain_token_is_mean(16, 10, 0.6, 0.55) / theory.bitchain_true_gradient(16, 10, 0.6)
     assert f"**{contrast:.1%}** of the true one with the threshold reward and **100.0%** with the additive" in text
-    table = at.dataframe[0].value.set_index("estimator")
+    table = at.table[0].value.set_index("estimator")  # the summary: a plain table (Bias & variance at 900 px)
     # unbiased here: its bias² within a few noise floors (token_tis's clip 2 never binds: max ratio 1.09)
     assert table.loc["token_tis", "bias²"] < 4 * table.loc["token_tis", "noise floor"]
 
@@ -324,7 +324,7 @@ def test_tabular_additive_reward_says_why_token_is_stays_biased():
                                                  "bv.nb": "50", "bv.est": "seq_is,token_tis"})
     note = " ".join(i.value for i in at.info)
     assert "the sampler also shifts which states are visited" in note
-    table = at.dataframe[0].value.set_index("estimator")
+    table = at.table[0].value.set_index("estimator")
     assert table.loc["token_tis", "rel. bias"] > 0.05  # still biased: exact by enumeration in the lab tests
 
 

@@ -1,6 +1,6 @@
-"""ui.memo.cached: the section caches Explore uses instead of st.cache_resource. A key is the call's arguments
-however they are passed, without those named with a leading underscore; the LRU keeps max_entries; two threads
-asking for the same key compute it once."""
+"""ui.runtime.memo's Store, the LRU behind `memo` (the lab's long runs): a key is computed once, the LRU keeps
+max_entries and lets the least recently used go first, two threads asking for the same key compute it once, and a
+failed computation leaves the key for the next caller."""
 
 import sys
 import threading
@@ -11,24 +11,23 @@ import pytest
 
 pytest.importorskip("streamlit")
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "app"))
-from ui.memo import cached  # noqa: E402
+from ui.runtime.memo import Store  # noqa: E402
 
 
 def counted(max_entries: int):
     calls = []
+    store = Store(max_entries)
 
-    @cached(max_entries)
-    def f(a, b=1, _payload=None):
-        calls.append((a, b, _payload))
-        return (a, b)
+    def f(a, b=1):
+        return store.get((a, b), lambda: calls.append((a, b)) or (a, b))
 
     return f, calls
 
 
-def test_a_key_is_the_arguments_however_passed_without_underscored_ones():
+def test_a_key_is_computed_once():
     f, calls = counted(4)
-    assert f(1) == f(1, 1) == f(a=1, b=1) == f(1, _payload=b"x") == (1, 1)
-    assert calls == [(1, 1, None)]
+    assert f(1) == f(1, 1) == f(1) == (1, 1)
+    assert calls == [(1, 1)]
     f(1, 2)
     assert len(calls) == 2
 
@@ -44,17 +43,28 @@ def test_the_least_recently_used_key_goes_first():
 
 def test_two_threads_asking_for_one_key_compute_it_once():
     calls = []
+    store = Store(4)
 
-    @cached(4)
-    def slow(a):
-        calls.append(a)
+    def slow():
+        calls.append(7)
         time.sleep(0.2)
-        return a
+        return 7
 
     out = []
-    threads = [threading.Thread(target=lambda: out.append(slow(7))) for _ in range(3)]
+    threads = [threading.Thread(target=lambda: out.append(store.get("k", slow))) for _ in range(3)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
     assert out == [7, 7, 7] and calls == [7]
+
+
+def test_a_failed_computation_leaves_the_key_for_the_next_caller():
+    store = Store(4)
+
+    def boom():
+        raise RuntimeError("out of memory")
+
+    with pytest.raises(RuntimeError):
+        store.get("k", boom)
+    assert "k" not in store and store.get("k", lambda: 3) == 3

@@ -42,3 +42,33 @@ def test_a_learn_presets_view_is_computed_by_the_warm_up(monkeypatch):
     at = open_view("views/explore.py", **query(icepop.view))
     assert not at.error
     assert len(charts(at)) == 5
+
+
+def test_streamlit_run_app_serves_an_app_that_warms_before_it_listens(monkeypatch):
+    """`streamlit run app` looks in app/streamlit_app.py for an ASGI app and serves it: the st.App there, whose
+    lifespan computes Explore's first screen before the server answers (without it a fresh server's first visitor
+    waited for the imports, the batch and every figure)."""
+    import asyncio
+    from pathlib import Path
+
+    from streamlit.web.server.app_discovery import discover_asgi_app
+
+    found = discover_asgi_app(Path(APP))
+    assert found.is_asgi_app and found.import_string == "streamlit_app:app"
+    done = []
+    monkeypatch.setattr(warm, "before_serving", lambda: done.append("first screen"))
+    monkeypatch.setattr(warm, "start_background", lambda: done.append("background") or True)
+
+    async def serve():
+        async with warm.lifespan(None):
+            done.append("serving")
+
+    asyncio.run(serve())
+    assert done == ["first screen", "background", "serving"]
+
+
+def test_compares_first_view_is_computed_by_the_warm_up(monkeypatch):
+    warm.compare_view()
+    _no_computing(monkeypatch)
+    at = open_view("views/compare.py")
+    assert not at.error and len(charts(at)) == 3

@@ -21,9 +21,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-PAGES = {"explore": "", "lessons": "lessons?step=0",
-         "bias-variance": "bias-variance", "length-thresholds": "length-thresholds", "learn": "learn",
-         "training": "training"}
+PAGES = {"explore": "", "compare": "compare", "lessons": "lessons?step=0", "bias-variance": "bias-variance",
+         "length-thresholds": "length-thresholds", "learn": "learn", "training": "training"}
 CHROMIUM_ARGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync",
                  "--no-first-run"]

@@ -375,13 +375,39 @@ def test_truncated_and_unreadable_files(tmp_path, fmt):
     refuse(Upload(b"\x00\x01garbage" * 50, f"junk{fmt}"), f"junk{fmt}: ")
 
 
-def test_truncated_messages(tmp_path):
-    save_batch(example(), tmp_path / "b.parquet")
-    data = (tmp_path / "b.parquet").read_bytes()
-    refuse(Upload(data[: len(data) // 2], "b.parquet"), "b.parquet: is not a readable parquet file")
+@pytest.mark.parametrize("fmt", [".parquet", ".npz", ".safetensors", ".pt", ".jsonl", ".json"])
+def test_a_truncated_file_is_called_truncated(tmp_path, fmt):
+    save_batch(example(), tmp_path / f"b{fmt}")
+    data = (tmp_path / f"b{fmt}").read_bytes()
+    for cut in (len(data) // 2, len(data) - 7):
+        msg = refuse(Upload(data[:cut], f"b{fmt}"), f"b{fmt}: is truncated")
+        assert "pickle" not in msg and "column" not in msg.lower()
+
+
+def test_a_malformed_line_is_not_called_truncated(tmp_path):
     save_batch(example(), tmp_path / "b.jsonl")
     text = (tmp_path / "b.jsonl").read_text()
-    refuse(Upload(text[: len(text) // 2].encode(), "b.jsonl"), "b.jsonl: line ", "not valid JSON")
+    refuse(Upload(text.replace(":", ";", 1).encode(), "b.jsonl"), "b.jsonl: line 1: not valid JSON")
+
+
+@pytest.mark.parametrize("fmt", [".parquet", ".npz", ".safetensors", ".jsonl", ".json"])
+def test_a_pickle_under_any_name_is_called_a_pickle(tmp_path, fmt):
+    import pickle
+
+    msg = refuse(Upload(pickle.dumps({"trainer_logprobs": [[-0.1]]}), f"p{fmt}"), f"p{fmt}: is a Python pickle")
+    assert "refused" in msg and "can run code" in msg
+
+
+def test_a_nan_in_a_list_column_names_its_row_and_token(tmp_path):
+    import pandas as pd
+
+    save_batch(example(), tmp_path / "b.parquet")
+    df = pd.read_parquet(tmp_path / "b.parquet")
+    values = [list(v) for v in df["trainer_logprobs"]]
+    values[2][5] = float("nan")
+    df["trainer_logprobs"] = values
+    df.to_parquet(tmp_path / "n.parquet")
+    refuse(tmp_path / "n.parquet", "row 2, token 5: column 'trainer_logprobs' is null or NaN")
 
 
 def test_size_limit(tmp_path):

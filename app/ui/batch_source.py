@@ -113,13 +113,20 @@ def _file(where, kind: str) -> tuple[data.Source, bytes] | None:
         src, err = data.source_of_file(raw, name, kind=kind, columns=columns), None
     except (ValueError, OSError, ImportError) as e:  # BatchFormatError is a ValueError
         src, err = None, str(e) if name in str(e) else f"{name}: {e}"
+    mapping = err is not None and kind == "upload" and is_about_columns(err)
     if kind == "upload":
-        _mapping(where, names, expanded=err is not None)
-    if err is not None:
-        where.error(err + ("" if kind != "upload" else "  \nOpen **Column mapping** above to point at the file's "
-                                                         "own column names."))
+        _mapping(where, names, expanded=mapping)
+    if err is not None:  # the loader's words; the mapping's hint only where a column was not found
+        where.error(err + ("  \nOpen **Column mapping** above to point at the file's own column names."
+                           if mapping else ""))
         return None
     return src, raw
+
+
+def is_about_columns(message: str) -> bool:
+    """Whether a loader's refusal is about which column holds what (the column mapping can fix it), not about the
+    file itself (truncated, a pickle, a NaN on a loss token, a size limit)."""
+    return any(s in message for s in (": looked for ", "(given for ", "is not a role"))
 
 
 def batch_source() -> tuple[data.Source, bytes | None]:
@@ -138,8 +145,7 @@ def batch_source() -> tuple[data.Source, bytes | None]:
     if got is None:
         held = current_batch() or (_first_batch(), None)
         if kind == "upload" and held[0].kind == "upload" and st.session_state.get(f"{P}upload") is None:
-            box.caption(f"Showing **{held[0].label}**, opened earlier in this session; drop a file above to "
-                        "replace it.")
+            box.caption(f"Showing your upload **{held[0].name}**. Drop another file above to replace it.")
         else:
             (box if kind != "synthetic" else st.sidebar).caption(f"Showing the previous batch: {held[0].label}")
         got = held

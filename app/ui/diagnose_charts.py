@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from .style import EXTRA, PALETTE, STATUS_COLORS, base_layout, two_lines
+from .style import EXTRA, PALETTE, STATUS_COLORS, base_layout, labels_apart, two_lines
 
 SEVERITY_COLORS = {"bad": STATUS_COLORS["dropped"], "warn": STATUS_COLORS["clipped"], "ok": "#2e7d32"}
 UNIT_ROUNDOFF = {"bf16": 2.0**-8, "fp16": 2.0**-11}
@@ -79,21 +79,30 @@ def misalignment_figure(evidence: dict) -> go.Figure:
 
 def precision_figure(points: pd.DataFrame, evidence: dict) -> go.Figure:
     """|l| against the trainer's probability: rounding noise falls as the token gets likely; the formats'
-    unit roundoffs drawn for scale."""
+    unit roundoffs and the fitted noise floor drawn for scale, each labelled beside its line (right of the plot,
+    set apart where lines are close)."""
     p = np.exp(points["trainer_logprob"].to_numpy())
+    y = np.abs(points["log_ratio"].to_numpy()) + 1e-12
     fig = go.Figure()
-    _tokens(fig, points, 1 - p + 1e-12, np.abs(points["log_ratio"].to_numpy()) + 1e-12, "loss tokens (a sample)",
-            PALETTE[0])
-    for i, (name, u) in enumerate(UNIT_ROUNDOFF.items()):
-        fig.add_hline(y=u, line=dict(color=EXTRA[2 + i], dash="dot"), annotation_text=f"{name} unit roundoff",
-                      annotation_position=("top right", "bottom right")[i],  # apart: the lines are close
-                      annotation=dict(bgcolor="rgba(255,255,255,0.8)", font=dict(size=10)))
-    fig.add_hline(y=max(evidence["noise_floor"], 1e-12), line=dict(color=EXTRA[4], width=2, dash="dash"),
-                  annotation_text=f"noise floor ({evidence['dtype']})", annotation_position="top left")
+    _tokens(fig, points, 1 - p + 1e-12, y, "loss tokens (a sample)", PALETTE[0])
+    floor = max(evidence["noise_floor"], 1e-12)
+    lines = [(f"{name} unit roundoff", u, EXTRA[2 + i], "dot") for i, (name, u) in enumerate(UNIT_ROUNDOFF.items())]
+    lines.append((f"noise floor ({evidence['dtype']})", floor, EXTRA[4], "dash"))
+    ys = np.log10(np.concatenate([y, [v for _, v, _, _ in lines]]))
+    y_range = [float(ys.min()) - 0.2, float(ys.max()) + 0.2]  # log10 units: the lines and the points in view
+    labels = []
+    for text, v, c, d in lines:
+        fig.add_hline(y=v, line=dict(color=c, dash=d, width=2 if d == "dash" else 1.5))
+        labels.append(dict(text=text, xref="paper", x=1.0, xanchor="left", xshift=4, y=float(np.log10(v)), yref="y",
+                           yanchor="middle", showarrow=False, font=dict(size=10, color=c)))
+    height = 340
+    labels_apart(labels, y_range, height - 76 - 30)  # the plot's height: the figure less its title and axis
     fig.update_xaxes(type="log")
-    fig.update_yaxes(type="log")
-    return _layout(fig, "Precision noise: |l| against 1 - pi (rounding moves unlikely tokens most)",
-                   "1 - trainer probability", "|log-ratio|")
+    fig.update_yaxes(type="log", range=y_range)
+    fig = _layout(fig, "Precision noise: |l| against 1 - pi (rounding moves unlikely tokens most)",
+                  "1 - trainer probability", "|log-ratio|", height=height)
+    fig.update_layout(annotations=labels, margin_r=130)
+    return fig
 
 
 def catastrophic_figure(points: pd.DataFrame, worst: pd.DataFrame) -> go.Figure:
@@ -117,12 +126,21 @@ def histogram_figure(points: pd.DataFrame) -> go.Figure:
 
 
 def rollout_figure(tokens: pd.DataFrame) -> go.Figure:
-    """One rollout token by token: both log-probs and the log-ratio at each position."""
+    """One rollout token by token: both log-probs at each position (top), and the log-ratio l on its own axis
+    (bottom): |l| is often below 0.4 where the log-probs reach -5, and on one axis its bars were invisible."""
     fig = go.Figure()
     pos = tokens["position"].to_numpy()
     fig.add_trace(go.Scatter(x=pos, y=tokens["trainer_logprob"], mode="lines+markers", name="trainer log pi",
                              line=dict(color=PALETTE[0]), marker=dict(size=4)))
     fig.add_trace(go.Scatter(x=pos, y=tokens["inference_logprob"], mode="lines+markers",
                              name="sampler log mu", line=dict(color=PALETTE[1], dash="dot"), marker=dict(size=4)))
-    fig.add_trace(go.Bar(x=pos, y=tokens["log_ratio"], name="log-ratio l", marker_color=EXTRA[1], opacity=0.6))
-    return _layout(fig, "The worst rollout, token by token", "position", "log-prob / log-ratio", height=360)
+    fig.add_trace(go.Bar(x=pos, y=tokens["log_ratio"], name="log-ratio l = log pi - log mu", marker_color=EXTRA[1],
+                         yaxis="y2", xaxis="x2"))
+    fig = _layout(fig, "The worst rollout, token by token: the log-probs, and their log-ratio below", "position",
+                  "log-prob", height=440)
+    fig.update_layout(yaxis=dict(domain=[0.45, 1.0], title_text="log-prob"),
+                      xaxis=dict(anchor="y", matches="x2", showticklabels=False, title_text=None),
+                      yaxis2=dict(domain=[0.0, 0.33], anchor="x2", title_text="log-ratio l", zeroline=True,
+                                  zerolinecolor="#bbb"),
+                      xaxis2=dict(anchor="y2", title_text="position"), bargap=0.1)
+    return fig

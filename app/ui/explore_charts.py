@@ -15,7 +15,7 @@ import plotly.graph_objects as go
 from seqis.compose import Composition
 from seqis.summaries import HIST_BINS, HIST_LOG10_RANGE
 
-from .style import PALETTE, STATUS_COLORS, STATUS_SYMBOLS, alpha, base_layout, dash, log_ticks
+from .style import PALETTE, STATUS_COLORS, STATUS_SYMBOLS, alpha, base_layout, dash, labels_apart, log_ticks
 from .style import estimator_color as color
 
 
@@ -72,7 +72,7 @@ NOTE_BELOW_AXIS, NOTE_LINE = 40, 14  # px: a rollout map's note sits under its x
 
 def figure(traces: list[dict], layout: dict) -> go.Figure:
     """A figure from plain trace and layout dicts, without plotly's per-property validation (tens of ms a
-    figure; ui/chart.py sends it unvalidated, and the tests validate every figure a page draws)."""
+    figure; ui/runtime/chart.py sends it unvalidated, and the tests validate every figure a page draws)."""
     return go.Figure(dict(data=traces, layout=layout), _validate=False)
 
 
@@ -95,6 +95,9 @@ def metadata_colors(name: str, values, n: int) -> dict | None:
     if len(cats) <= len(PALETTE):  # with a key: which colour is which value
         return dict(color=np.asarray(PALETTE, dtype=object)[idx], text=text, key=list(zip(cats, PALETTE)))
     return dict(color=idx.astype(float), text=text, colorscale="Turbo", cmin=0.0, cmax=float(len(cats) - 1))
+
+
+STATUS_WORDS = {"kept": "accepted", "clipped": "clipped", "dropped": "rejected"}  # a rollout's status, in words
 
 
 def _status(rollouts: Mapping[str, np.ndarray]) -> np.ndarray:
@@ -146,28 +149,6 @@ def rollout_map(
     by = metadata_colors(color_by, (metadata or {}).get(color_by), T.size) if color_by else None
     if by is not None:
         hover += f"<br>{color_by} = %{{text}}"
-    for st_name in ("kept", "clipped", "dropped"):
-        sel = valid & (status == st_name)
-        marker = dict(color=STATUS_COLORS[st_name], symbol=STATUS_SYMBOLS[st_name], size=6,
-                      opacity=0.8 if st_name != "dropped" else 0.9, line=dict(width=0))
-        if by is not None:
-            marker.update(color=by["color"][sel], size=7)
-            if "colorscale" in by:
-                marker.update(colorscale=by["colorscale"], cmin=by["cmin"], cmax=by["cmax"],
-                              showscale=st_name == "kept",
-                              # under the x axis's title: beside the plot it took a third of a map's width at
-                              # 1600 px and covered the band labels ("1.001")
-                              colorbar=dict(title=dict(text=color_by, side="top"), thickness=10, len=0.9,
-                                            orientation="h", x=0.0, xanchor="left", yanchor="top",
-                                            y=-64 / max(height - 58, 1)))
-        traces.append(dict(type="scatter",   # SVG: a few hundred points draw faster than a WebGL context starts
-            x=T[sel], y=y[sel], mode="markers", name=st_name, marker=marker, showlegend=False,
-            text=by["text"][sel] if by is not None else None,
-            customdata=custom[sel], hovertemplate=hover + f"<extra>{st_name}</extra>"))
-
-    for value, c in (by or {}).get("key", ()):  # the categories' key, as a legend under the chart
-        traces.append(dict(type="scatter", x=[None], y=[None], mode="markers", name=f"{color_by} = {value}",
-                           marker=dict(color=c, size=7), hoverinfo="skip"))
 
     # y range from the data, widened to show band edges that are near it; edges far off are named in a
     # note instead of squashing the points into a line
@@ -179,13 +160,13 @@ def rollout_map(
             y0, y1 = min(y0, v), max(y1, v)
     span = max(y1 - y0, 1e-3)
     y_range = [y0 - 0.08 * span, y1 + 0.08 * span]
-    shapes, notes, above, below = [], [], [], []
+    shapes, labels, above, below = [], [], [], []
     for kind, label, v in bands:
         if kind == "hline":
             if y_range[0] <= v <= y_range[1]:
                 shapes.append(_hline(v, color(name)))
-                notes.append(dict(text=label.split(" = ")[-1], xref="paper", x=1.0, y=v, yref="y", xanchor="left",
-                                  yanchor="middle", showarrow=False, font=dict(size=9, color=color(name))))
+                labels.append(dict(text=label.split(" = ")[-1], xref="paper", x=1.0, y=v, yref="y", xanchor="left",
+                                   yanchor="middle", showarrow=False, font=dict(size=9, color=color(name))))
             else:
                 (above if v > y_range[1] else below).append(label.split(" = ")[-1])
         elif kind == "curve":  # product clip: S/T = log C / T
@@ -198,22 +179,70 @@ def rollout_map(
     elif above or below:
         lines.append(f"band edge {(above or below)[0]} lies {'above' if above else 'below'} the chart")
     off = "<br>".join(lines)
+
+    # under the plot, top to bottom: the x axis's title, the notes (room for two lines on every map, so the maps of
+    # a row keep plot areas of one height), then the colour key of a metadata column (a legend, or a colour bar)
+    notes_px = NOTE_LINE * max(2, off.count("<br>") + 1 if off else 0)
+    key_top = NOTE_BELOW_AXIS + notes_px + 12  # px below the plot where the colour key starts (a gap over the notes)
+    key_px = 0 if by is None else KEY_BAR if "colorscale" in by else KEY_ROW * _key_rows(len(by.get("key", ())))
+    top = 64  # the name, and the counts under it
+    margin = dict(l=10, r=40, t=top, b=key_top + key_px if key_px else NOTE_BELOW_AXIS + notes_px)
+    height = height + key_px  # the colour key adds to the figure, not taken from its plot
+    plot_px = max(height - margin["t"] - margin["b"], 1)
+    labels_apart(labels, y_range, plot_px)  # mis_po's 1.001 and 0.996 sit 2 px apart on some maps
+
+    for st_name, word in STATUS_WORDS.items():
+        sel = valid & (status == st_name)
+        marker = dict(color=STATUS_COLORS[st_name], symbol=STATUS_SYMBOLS[st_name], size=6,
+                      opacity=0.8 if st_name != "dropped" else 0.9, line=dict(width=0))
+        if by is not None:
+            marker.update(color=by["color"][sel], size=7)
+            if "colorscale" in by:  # under the notes: beside the plot it took a third of a map's width at 1600 px
+                marker.update(colorscale=by["colorscale"], cmin=by["cmin"], cmax=by["cmax"],
+                              showscale=st_name == "kept",
+                              colorbar=dict(title=dict(text=color_by, side="top", font=dict(size=10)),
+                                            thickness=8, len=0.9, orientation="h", x=0.0, xanchor="left",
+                                            yanchor="top", yref="container", y=key_px / height,
+                                            tickfont=dict(size=9)))
+        traces.append(dict(type="scatter",   # SVG: a few hundred points draw faster than a WebGL context starts
+            x=T[sel], y=y[sel], mode="markers", name=word, marker=marker, showlegend=False,
+            text=by["text"][sel] if by is not None else None,
+            customdata=custom[sel], hovertemplate=hover + f"<extra>{word}</extra>"))
+    for value, c in (by or {}).get("key", ()):  # the categories' key, as a legend under the notes
+        traces.append(dict(type="scatter", x=[None], y=[None], mode="markers", name=f"{color_by} = {value}",
+                           marker=dict(color=c, size=7), hoverinfo="skip"))
+
+    notes = list(labels)
     if off:  # under the axis title, not over the points
         notes.append(dict(text=off, xref="paper", yref="paper", x=0.0, y=0.0, xanchor="left", yanchor="top",
                           yshift=-NOTE_BELOW_AXIS, align="left", showarrow=False, font=dict(size=10, color="#555")))
-    counts = {k: int((valid & (status == k)).sum()) for k in ("kept", "clipped", "dropped")}
-    head = f"<b>{title or name}</b>  <span style='font-size:12px;color:#666'>" + " · ".join(
-        f"<span style='color:{STATUS_COLORS[k]}'>{n} {k}</span>" for k, n in counts.items()) + "</span>"
+    counts = {k: int((valid & (status == k)).sum()) for k in STATUS_WORDS}
+    head = dict(text=f"<b>{title or name}</b>", x=0.0, xanchor="left", yref="container", y=1.0, yanchor="top",
+                pad=dict(t=10), font=dict(size=14), subtitle=dict(text=" · ".join(
+                    f"<span style='color:{STATUS_COLORS[k]}'>{n} {STATUS_WORDS[k]}</span>"
+                    for k, n in counts.items()), font=dict(size=12, color="#666")))
     layout = base_layout(
-        height=height, title=head, shapes=shapes, annotations=notes, legend="key" in (by or {}),
-        # room for two lines of note under every map, so the maps of a row keep plot areas of one height
-        margin=dict(l=10, r=36, t=48, b=NOTE_BELOW_AXIS + NOTE_LINE * max(2, off.count("<br>") + 1 if off else 0)),
+        height=height, shapes=shapes, annotations=notes, legend="key" in (by or {}), margin=margin,
         xaxis=dict(type="log", title=dict(text="rollout length T (loss tokens)"), **log_ticks(lo, hi)),
         yaxis=dict(range=y_range, title=dict(text="S / T  (geometric log-ratio)"), zeroline=True,
                    zerolinecolor="#ddd", exponentformat="e", tickformat="~g"),
     )
-    layout["title"]["font"]["weight"] = "normal"  # the name is bold in the text; the counts stay light
+    layout["title"] = head
+    if by is not None and "key" in by:
+        # placed from the figure's bottom (yref container): key_px above it is key_top under the plot, whatever
+        # room the axes took (a paper-relative place moved with the plot's automatic margins)
+        layout["legend"] = dict(orientation="h", x=0.0, xanchor="left", yref="container", y=key_px / height,
+                                yanchor="top",
+                                font=dict(size=10), itemwidth=30, tracegroupgap=0)
     return figure(traces, layout)
+
+
+KEY_ROW, KEY_BAR = 18, 40  # px: a row of the categories' legend; the colour bar with its title
+
+
+def _key_rows(n: int, per_row: int = 3) -> int:
+    """Rows a legend of n categories takes under a map (about three entries fit a row of a map 300 px wide)."""
+    return max(1, -(-n // per_row))
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -264,7 +293,9 @@ def token_heatmap(
     layout = base_layout(height=height, title=title, legend=False, shapes=shapes, annotations=notes,
                      yaxis=dict(autorange="reversed", title=dict(text="rollouts, longest first"),
                                 tickvals=list(range(0, R, step)), ticktext=ids[::step]),
-                     xaxis=dict(title=dict(text=f"position (blocks of {block})" if block > 1 else "position")))
+                     # the ticks are positions (a column's centre); the pooling is said beside them
+                     xaxis=dict(title=dict(text=f"position t (one column per {block} positions)" if block > 1
+                                           else "position t")))
     layout["margin"] = dict(l=80, r=10, t=48 if title else 10, b=10)
     return figure(traces, layout)
 
@@ -347,6 +378,7 @@ def weight_histograms(hists: Mapping[str, Mapping], *, height: int = 340, title:
     return figure(traces, layout)
 
 
+FEW_BARS = 4  # estimators whose survival bars keep their words and printed values
 DIAMOND = 0.04  # a theory diamond's half-height on the effective-batch chart, in its y units (fractions)
 
 
@@ -357,46 +389,67 @@ def effective_bars(
     height: int = 300,
     title: str | None = None,
 ) -> go.Figure:
-    """Fractions kept per estimator: tokens, rollouts, ESS of the applied rollout weights over the valid
-    rollouts; theory's expected fraction of rollouts kept (Gaussian closed forms) as black diamonds
-    (say so in the title: the chart has no legend)."""
+    """What survives per estimator: tokens kept, rollouts accepted, ESS of the applied rollout weights over the
+    valid rollouts; theory's expected fraction of rollouts accepted (Gaussian closed forms) as black diamonds
+    (say so in the title: the chart has no legend). Past FEW_BARS estimators the bars lie down, one row each, the
+    estimators' names on the left (standing, their names and values ran into each other at 900 px; a row needs
+    height, which a page has, not width): make the figure survival_px(n) tall."""
     names = list(effective)
-    series = [("tokens", "tokens_kept_frac", 1.0), ("rollouts", "rollouts_kept_frac", 0.7),
-              ("ESS", "ess_frac", 0.45)]
-    x0 = [n for n in names for _ in series]
-    x1 = [label for _ in names for label, _, _ in series]
-    y = [effective[n][key] for n in names for _, key, _ in series]
+    many = len(names) > FEW_BARS
+    series = [("tokens", "tokens_kept_frac", 1.0), ("rollouts", "rollouts_kept_frac", 0.7), ("ESS", "ess_frac", 0.45)]
+    c0 = [n for n in names for _ in series]  # the two levels of each bar's category: estimator, quantity
+    c1 = [label for _ in names for label, _, _ in series]
+    v = [effective[n][key] for n in names for _, key, _ in series]
     colors = [alpha(color(n), a) for n in names for _, _, a in series]
     expected = {(n, "rollouts"): theory[n]["rollouts_kept_frac"] for n in names
                 if "rollouts_kept_frac" in (theory or {}).get(n, {})}
-    # each value's label just above its bar, or above the theory's diamond where that sits at or above the bar's
-    # top (a diamond is ±DIAMOND in y: its half-height on this chart), so no label is drawn over a diamond
-    lift = [max(v, expected[key] + DIAMOND) if key in expected and expected[key] > v - DIAMOND else v
-            for key, v in zip(zip(x0, x1), y)]
-    traces = [dict(type="bar", x=[x0, x1], y=y, marker=dict(color=colors, line=dict(width=0)), showlegend=False,
-                   name="kept", hovertemplate="%{x}: %{y:.1%}<extra></extra>"),
-              dict(type="scatter", x=[x0, x1], y=lift, mode="text", text=[f"{v:.0%}" for v in y],
-                   textposition="top center", textfont=dict(size=10), cliponaxis=False, showlegend=False,
-                   hoverinfo="skip")]
+    # each value's label just past its bar, or past the theory's diamond where that sits at or beyond the bar's
+    # end (a diamond is ±DIAMOND along the value axis: its half-size on this chart), so no label covers a diamond
+    lift = [max(x, expected[key] + DIAMOND) if key in expected and expected[key] > x - DIAMOND else x
+            for key, x in zip(zip(c0, c1), v)]
+    across, along = ("y", "x") if many else ("x", "y")  # the category axis, the value axis
+    traces = [{"type": "bar", across: [c0, c1], along: v, "orientation": "h" if many else "v",
+               "marker": dict(color=colors, line=dict(width=0)), "showlegend": False, "name": "kept",
+               "hovertemplate": f"%{{{across}}}: %{{{along}:.1%}}<extra></extra>"},
+              {"type": "scatter", across: [c0, c1], along: lift, "mode": "text", "text": [f"{x:.0%}" for x in v],
+               "textposition": "middle right" if many else "top center", "textfont": dict(size=10),
+               "cliponaxis": False, "showlegend": False, "hoverinfo": "skip"}]
     if expected:
-        traces.append(dict(type="scatter", x=[[n for n, _ in expected], [k for _, k in expected]],
-                           y=list(expected.values()), mode="markers", name="theory: rollouts kept",
-                           marker=dict(symbol="diamond", size=10, color="black"),
-                           hovertemplate="%{x}<br>theory: %{y:.1%} of rollouts kept<extra></extra>"))
-    layout = base_layout(height=height, title=title, bargap=0.15, legend=False,
-                     yaxis=dict(range=[0, 1.12 + DIAMOND], tickformat=".0%"),
-                     xaxis=dict(tickfont=dict(size=9), tickangle=0))
+        traces.append({"type": "scatter", across: [[n for n, _ in expected], [k for _, k in expected]],
+                       along: list(expected.values()), "mode": "markers", "name": "theory: rollouts accepted",
+                       "marker": dict(symbol="diamond", size=10, color="black"),
+                       "hovertemplate": f"%{{{across}}}<br>theory: %{{{along}:.1%}} of rollouts accepted"
+                                        "<extra></extra>"})
+    values = dict(range=[0, 1.12 + DIAMOND], tickformat=".0%")
+    categories = dict(tickfont=dict(size=9), tickangle=0, **({"autorange": "reversed"} if many else {}))
+    layout = base_layout(height=survival_px(len(names)) if many else height, title=title, bargap=0.15, legend=False,
+                         **{f"{along}axis": values, f"{across}axis": categories})
     return figure(traces, layout)
 
 
+def _title_lines(text: str) -> str:
+    """"Head: the rest" as the head in bold and, under it, the rest in smaller type (plotly never wraps an
+    annotation: on one line, the effective batch's title ran past a chart half of a 900 px window)."""
+    head, _, rest = text.partition(": ")
+    return f"<b>{head}</b>" + (f"<br><span style='font-size:11px;color:#555'>{rest}</span>" if rest else "")
+
+
+def survival_px(n: int) -> int:
+    """The plot height effective_bars needs for n estimators: 200 px standing, 16 px a bar lying down."""
+    return 200 if n <= FEW_BARS else 16 * 3 * n
+
+
 def stacked(top: go.Figure, bottom: go.Figure, *, top_px: int = 240, bottom_px: int = 200,
-            between_px: int = 150) -> go.Figure:
+            between_px: int = 110) -> go.Figure:
     """Two of these figures as one (one chart for the browser to build, not two), one above the other so that it
-    holds at any width: top's traces on x/y with its legend under its axis, bottom's on x2/y2 without one; each
-    keeps its axes, and its title goes above its plot."""
+    holds at any width: top's traces on x/y with its legend above it, bottom's on x2/y2 without one; each keeps
+    its axes, and its title goes above its plot."""
     to, bo = top.to_plotly_json(), bottom.to_plotly_json()
     tl, bl = to["layout"], bo["layout"]
-    margin = dict(l=10, r=10, t=34, b=48)
+    # room over the plots for the legend's rows (about two entries a row at 900 px), so that plotly, which widens
+    # the top margin to fit them, does not take it from the plots: their rows of bars would squeeze together
+    entries = sum(1 for t in to["data"] if t.get("showlegend", True) is not False)
+    margin = dict(l=10, r=10, t=34 + 20 * -(-entries // 2), b=48)
     area = top_px + between_px + bottom_px  # the plot area's height in pixels; domains are fractions of it
     split = 1 - top_px / area  # top plot: [split, 1]; bottom plot: [0, low]
     low = bottom_px / area
@@ -405,13 +458,17 @@ def stacked(top: go.Figure, bottom: go.Figure, *, top_px: int = 240, bottom_px: 
     layout["xaxis"] = {**tl.get("xaxis", {}), "anchor": "y"}
     layout["xaxis2"] = {**bl.get("xaxis", {}), "anchor": "y2"}
     layout["yaxis2"] = {**bl.get("yaxis", {}), "domain": [0.0, low], "anchor": "x2"}
-    layout["legend"] = {**tl.get("legend", {}), "y": split - 52 / area, "yanchor": "top"}  # under top's axis title
+    # top's legend at the figure's top, above its title, outside the plots (between the two charts, an entry per
+    # estimator wrapped onto the bottom chart at 900 px; beside them, it took half the width)
+    layout["legend"] = {**tl.get("legend", {}), "orientation": "h", "x": 0.0, "xanchor": "left", "yref": "container",
+                        "y": 1.0, "yanchor": "top", "font": dict(size=11)}
     for key in ("bargap", "barmode"):
         if key in bl:
             layout[key] = bl[key]
     titles = [(1.0, tl.get("title")), (low, bl.get("title"))]
     layout["annotations"] = [*tl.get("annotations", ()), *bl.get("annotations", ()), *(
-        dict(text=f"<b>{t['text']}</b>", x=0.0, xref="paper", xanchor="left", y=y, yref="paper", yanchor="bottom",
-             yshift=6, showarrow=False, font=t.get("font", {})) for y, t in titles if t and t.get("text"))]
+        dict(text=_title_lines(t["text"]), x=0.0, xref="paper", xanchor="left", y=y, yref="paper", yanchor="bottom",
+             yshift=6, align="left", showarrow=False, font=t.get("font", {}))
+        for y, t in titles if t and t.get("text"))]
     traces = [*to["data"], *({**t, "xaxis": "x2", "yaxis": "y2", "showlegend": False} for t in bo["data"])]
     return figure(traces, layout)

@@ -1,6 +1,7 @@
 """Explore's "my framework" picker: a framework and one of its shipped corrections (or a custom composition),
 drawn beside the estimators picked; each preset's knobs start at the framework's defaults. Learn's list of
-presets by framework opens Explore on one of them through `preset_view`."""
+presets by framework opens Explore on one of them through `preset_view`. The exports themselves come from the
+bridge (ui/explore_data.py)."""
 
 from __future__ import annotations
 
@@ -8,17 +9,12 @@ from typing import Any
 
 import streamlit as st
 
-from seqis.export import EXPORTERS, Snippet, export, prime_rl_toml
 from seqis.presets import FRAMEWORKS, PRESETS, presets_of
-from seqis.registry import about
-from seqis.types import Config
 
 from .presets import PREFIX
 from .state import bound
 
 NONE = "none"
-LANGUAGE = {"toml": "toml", "yaml": "yaml", "py": "python", "sh": "bash"}  # a snippet's file extension -> its code
-BESIDE = ("prime-rl", "verl")  # the snippets every column offers
 KEY_FRAMEWORK = f"{PREFIX}fw"
 
 
@@ -52,28 +48,3 @@ def preset_view(key: str) -> dict[str, Any]:
 def caption(key: str) -> str:
     p = PRESETS[key]
     return f"{p.summary}  \nSource: `{p.source}`"
-
-
-def frameworks_for(name: str, cfg: Config) -> list[str]:
-    """The frameworks a column offers snippets for: prime-rl and verl, plus a preset's own framework; a
-    correction of no framework (the custom one) gets every framework that can express it."""
-    own = about(name).export_framework
-    if own is not None and own not in EXPORTERS:
-        return [f for f in EXPORTERS if snippet(name, f, cfg).expressible]
-    return [*BESIDE, *([own] if own not in (None, *BESIDE) else [])]
-
-
-def first_framework(name: str, frameworks: list[str]) -> str:
-    """The framework an export shows first: a preset's own, else the first offered."""
-    own = about(name).export_framework
-    return own if own in frameworks else frameworks[0]
-
-
-def snippet(name: str, framework: str, cfg: Config) -> Snippet:
-    """The framework's settings for the correction (prime-rl: its current loss, else its older table)."""
-    return prime_rl_toml(name, cfg) if framework == "prime-rl" else export(name, framework, cfg)
-
-
-def language(s: Snippet) -> str:
-    """The code language st.code highlights a snippet in, from its file name."""
-    return LANGUAGE.get(s.filename.rsplit(".", 1)[-1], "text")

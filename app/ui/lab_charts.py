@@ -15,7 +15,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from .style import alpha, series_color, titled
+from .style import alpha, dash, series_color, titled
 
 MOMENT_COLORS = ("#1F77B4", "#9467BD", "#BCBD22")  # seq_tis mean, seq_tis variance, seq_mis_product mass
 SE_BARS = 2.0  # error bars are +-2 standard errors
@@ -25,6 +25,9 @@ def _pow2_ticks(values: Sequence[float], step: int = 2) -> list[int]:
     """Powers of two (every `step`-th) inside the values' range: 1, 4, 16, 64, ... for step 2."""
     lo, hi = min(values), max(values)
     return [2**k for k in range(0, 17, step) if lo <= 2**k <= hi]
+
+
+SYMBOLS = ("circle", "square", "diamond", "triangle-up", "cross", "triangle-down")
 
 
 def lines_and_points(
@@ -58,8 +61,9 @@ def lines_and_points(
         c = (colors or {}).get(name) or series_color(str(name), i)
         shown = False
         if theory is not None and (t := theory[theory[series] == name]).shape[0]:
-            fig.add_trace(go.Scatter(
-                x=t[x], y=t[y], mode="lines", name=str(name), legendgroup=str(name), line=dict(color=c, width=2),
+            fig.add_trace(go.Scatter(  # a dash and a symbol per series: two that coincide (pg and geo_mask where
+                x=t[x], y=t[y], mode="lines", name=str(name), legendgroup=str(name),  # neither binds) both show
+                line=dict(color=c, width=2, dash=dash(i)),
                 hovertemplate=f"{name}<br>{x}=%{{x:.4g}}<br>closed form {y}=%{{y:.4g}}<extra></extra>",
             ))
             shown = True
@@ -67,7 +71,8 @@ def lines_and_points(
             err = dict(type="data", array=SE_BARS * p[se], visible=True, thickness=1.2, width=3) if se else None
             fig.add_trace(go.Scatter(
                 x=p[x], y=p[y], mode="markers", name=str(name), legendgroup=str(name), showlegend=not shown,
-                marker=dict(color=c, size=8, symbol="circle", line=dict(color="white", width=1)), error_y=err,
+                marker=dict(color=c, size=8, symbol=SYMBOLS[i % len(SYMBOLS)], line=dict(color="white", width=1)),
+                error_y=err,
                 hovertemplate=f"{name}<br>{x}=%{{x:.4g}}<br>simulated {y}=%{{y:.4g}}<extra></extra>",
             ))
     if log_x:

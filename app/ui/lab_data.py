@@ -1,7 +1,7 @@
 """Bias & variance's cached bridge: the lab's Monte Carlo keyed on frozen descriptions of the toy and the run.
 
 `ToySpec` and `MCSpec` are small frozen dataclasses; `compare`, `knob_sweep`, `chain_sweep` and `frontier`
-return DataFrames through `memo` (ui/memo.py), so a run shows a progress bar once and is instant after.
+return DataFrames through `memo` (ui/runtime/memo.py), so a run shows a progress bar once and is instant after.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import torch
 from seqis import ESTIMATORS, Config, knobs, lab, theory
 from seqis.registry import resolve
 
-from .memo import memo
+from .runtime.memo import memo
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from seqis.lab import huang2026
 from seqis.lab.mean_field import train_expected
 
 from . import lab_data, lengths_data, training_data
-from .memo import memo
+from .runtime.memo import memo
 
 # ---- screen 0: one rollout's product weight and geometric ratio as it grows
 OPEN_S = (0.02, 0.05, 0.1)

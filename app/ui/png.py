@@ -42,7 +42,7 @@ def to_png(figures: Mapping[str, go.Figure], *, width: int = 1200, scale: float 
         out = {}
         async with kaleido.Kaleido(n=1, mathjax=False, path=path) as k:
             for name, fig in figures.items():
-                # a copy (cached figures stay) in the page's look: the template ui/chart.py draws with
+                # a copy (cached figures stay) in the page's look: the template ui/runtime/chart.py draws with
                 styled = go.Figure(fig).update_layout(template=CHART_TEMPLATE)
                 h = fig.layout.height or 500
                 out[name] = await k.calc_fig(styled.to_dict(), opts=dict(format="png", width=width, height=h,

@@ -25,6 +25,8 @@ PREFIX = "ex."
 FIRST_SCENARIO = "gaussian"
 FIRST_BATCH = {"max_len": 4096}
 FIRST_ESTIMATORS = list(SEED_ESTIMATORS)
+# Compare's first view: three frameworks' defaults (verl's token TIS, TRL's default sequence mask, prime-rl's IPO)
+COMPARE_FIRST = ["verl/decoupled_token_is", "trl/sequence_mask", "prime-rl/default"]
 
 
 def key_estimators() -> str:

@@ -9,27 +9,20 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from .style import two_lines
+from seqis.lab.huang2026 import ESTIMATOR_OF
 
-# Huang's colours for his three estimators; the rest cycle through a qualitative palette
-FIXED = {"Sequence IS": "#1F6FEB", "Token IS": "#6B7280", "GeoMean IS": "#111111", "Sequence TIS 0-2": "#DC2626",
-         "Sequence TIS 0-8": "#D97706", "Sequence TIS 0-32": "#16A34A", "Sequence TIS 0-128": "#7C3AED"}
-PALETTE = ["#0F9D8A", "#C05A00", "#9467BD", "#8C564B", "#E377C2", "#BCBD22", "#17BECF", "#2E8B57", "#B22222",
-           "#4682B4", "#FF7F0E", "#1F77B4"]
+from .style import column_colors, two_lines
+
 DASHED = {"GeoMean IS"}
 _MARGIN = dict(l=10, r=10, t=50, b=10)
 
 
 def colors(labels) -> dict[str, str]:
-    """A stable colour per label: Huang's for his estimators, then the palette in order."""
-    out, i = {}, 0
-    for label in labels:
-        if label in FIXED:
-            out[label] = FIXED[label]
-        else:
-            out[label] = PALETTE[i % len(PALETTE)]
-            i += 1
-    return out
+    """A colour per label from the explorer's one palette: Huang's labels take the colour of the registry estimator
+    each runs (Token IS token_tis's, GeoMean IS geo_is's), a registry name its own; a second label on one estimator
+    (Sequence TIS 0-8 after 0-2) and a preset the palette's next free colour."""
+    runs = {label: (t[0] if isinstance(t, tuple) else t) for label, t in ESTIMATOR_OF.items()}
+    return column_colors(list(labels), runs)
 
 
 def _rgba(hex_color: str, alpha: float) -> str:

@@ -18,7 +18,7 @@ import pandas as pd
 from seqis import ESTIMATORS, PRESETS, lab
 from seqis.lab import huang2026, train_sweeps
 
-from .memo import memo, memo_has
+from .runtime.memo import memo, memo_has
 
 FAULTS = ("none", "fp16", "bf16", "fp8", "top-p")
 

@@ -10,18 +10,19 @@ SEQIS_WARM=0 in the environment turns the background part off (the tests set it:
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import os
 import threading
 from typing import Any
 
-from seqis.registry import entry
 from seqis.synthetic import SCENARIOS
 
 from . import explore_data as data
 from . import lab_data, lessons_data
 from .device import device
-from .presets import FIRST_BATCH, FIRST_ESTIMATORS, FIRST_SCENARIO, PREFIX, PRESETS, key_estimators
+from .presets import COMPARE_FIRST, FIRST_BATCH, FIRST_ESTIMATORS, FIRST_SCENARIO, PREFIX, PRESETS, key_estimators
 
 _started = threading.Lock()  # held for good once the background warm-up has started
 THREAD = "seqis-warm-up"  # the warm-up's threads' names start with this
@@ -43,8 +44,8 @@ def estimators(names: list[str], knobs: dict[str, dict[str, Any]] | None = None)
     """(name, config) pairs as Explore's knob widgets make them: each entry's start values, then `knobs`."""
     out = []
     for name in names:
-        spec, start = entry(name)
-        out.append((name, spec.config(**{**start.as_dict(), **(knobs or {}).get(name, {})})))
+        start = data.start(name).config
+        out.append((name, type(start)(**{**start.as_dict(), **(knobs or {}).get(name, {})})))
     return tuple(out)
 
 
@@ -57,15 +58,7 @@ def scenario(name: str, knobs: dict[str, Any] | None = None, seed: int = 0) -> d
 def view(src: data.Source, ests: data.Estimators, payload: bytes | None = None) -> None:
     """Every cached piece Explore draws for this batch and these estimators at their first view (the longest
     rollout picked, the first estimator's drops shaded, rollouts coloured by status)."""
-    bv = data.batch_view(src, _payload=payload)
-    rollout = int(bv.lengths.argmax())
-    for name, cfg in ests:
-        data.rollout_map_figure(src, name, cfg, None, _payload=payload)
-    data.token_heatmap_figure(src, ests[0][0], ests[0][1], rollout, _payload=payload)
-    data.coefficient_figure(src, ests, rollout, _payload=payload)
-    data.weights_figure(src, ests, _payload=payload)
-    data.advice_view(src, ests, _payload=payload)
-    data.tables(src, ests, _payload=payload)
+    data.explore(src, ests, payload).first_screen()
 
 
 def first_view() -> None:
@@ -113,10 +106,21 @@ def explore_views() -> None:
             view(*explore_inputs(preset.view))
 
 
+def compare_view() -> None:
+    """Compare's first view: three frameworks' presets on Explore's first batch, their maps, configs and tables."""
+    v = data.explore(scenario(FIRST_SCENARIO), estimators(COMPARE_FIRST))
+    for c in v.corrections:
+        v.rollout_map(c.name)
+        v.export(c.name, v.frameworks(c.name)[0])
+    v.disagreement()
+    v.tables()
+
+
 def everything_else() -> None:
-    """Explore's other views (cache hits after `before_serving`), Bias & variance's first run, and every Lessons
-    screen at every setting it offers (the lag lesson's training runs included)."""
+    """Explore's other views (cache hits after `before_serving`), Compare's first view, Bias & variance's first
+    run, and every Lessons screen at every setting it offers (the lag lesson's training runs included)."""
     explore_views()
+    compare_view()
     lab_data.default_run(str(device()))
     lessons_data.warm_all(str(device()))
 
@@ -136,3 +140,15 @@ def start_background() -> bool:
         return False
     threading.Thread(target=_low_priority, args=(everything_else,), name=THREAD, daemon=True).start()
     return True
+
+
+@contextlib.asynccontextmanager
+async def lifespan(app):
+    """The server's start (app/streamlit_app.py's st.App, which `streamlit run app` serves): Explore's first screen
+    and the views a first click opens, computed before the server listens (in a thread: the event loop stays free),
+    then the rest in the background."""
+    await asyncio.to_thread(before_serving)
+    start_background()
+    from .runtime import chart  # noqa: F401  (plotly.js into app/static before the first page asks for it)
+
+    yield

@@ -2,17 +2,17 @@
 bias² and variance; sweep a knob, the toy's horizon or its sampler's lag, or the batch size.
 
 Every setting lives in sidebar forms (nothing reruns the Monte Carlo until "Run") bound to the URL under
-"bv."; results are memoised by their inputs (ui/lab_data.py through ui/memo.py), and a run shows a progress bar.
+"bv."; results are memoised by their inputs (ui/lab_data.py through ui/runtime/memo.py), and a run shows a progress bar.
 """
 
 import streamlit as st
 from ui import lab_charts as charts
 from ui import lab_data
-from ui.chart import chart
 from ui.clip_charts import mse_vs_clip
 from ui.device import device
-from ui.memo import ProgressSlot
 from ui.presets import arrival
+from ui.runtime.chart import chart
+from ui.runtime.memo import ProgressSlot
 from ui.state import bound, set_view
 from ui.widgets import knob_widgets
 
@@ -160,9 +160,10 @@ with right:
     table = summary[["estimator", "bias2", "noise_floor", "variance", "mse", "relative_bias", "is_masked"]].rename(
         columns={"bias2": "bias²", "noise_floor": "noise floor", "mse": "MSE", "relative_bias": "rel. bias",
                  "is_masked": "dropped"})
-    st.dataframe(table.style.format({"bias²": "{:.3g}", "noise floor": "{:.2g}", "variance": "{:.3g}",
-                                     "MSE": "{:.3g}", "rel. bias": "{:.0%}", "dropped": "{:.0%}"}),
-                 hide_index=True, width="stretch")
+    # a plain table: its columns take their text's width and its headers wrap, so all seven fit at 900 px (the
+    # data grid hid "dropped" behind a scroll)
+    st.table(table.style.format({"bias²": "{:.3g}", "noise floor": "{:.2g}", "variance": "{:.3g}",
+                                 "MSE": "{:.3g}", "rel. bias": "{:.0%}", "dropped": "{:.0%}"}).hide(axis="index"))
     same = summary.groupby(["bias2", "variance"])["estimator"].apply(list)
     for group in same:
         if len(group) > 1:

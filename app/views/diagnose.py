@@ -10,7 +10,7 @@ first; a button carries it back to Explore.
 import streamlit as st
 from ui import diagnose_data as data
 from ui.batch_source import batch_source
-from ui.chart import chart
+from ui.runtime.chart import chart
 from ui.state import ARRIVED_KEY, bound, first_look, hold_batch, set_view
 
 P = "dg."
@@ -73,8 +73,9 @@ for f in d.findings:
         fig = data.figure(d, f)
         if fig is not None:
             chart(fig, key=f"{P}chart.{f.kind}")
-        with st.expander("Evidence"):
-            st.json({k: v for k, v in f.evidence.items() if k != "agreement"})
+        with st.expander("Evidence"):  # a chi-square estimate below 0 is noise: shown as 0, as the message says
+            st.json({k: max(v, 0.0) if k.startswith("chi2") and isinstance(v, float) else v
+                     for k, v in f.evidence.items() if k != "agreement"})
 
 st.subheader("Per group")
 by = bound(st.selectbox, "Group by a metadata column", f"{P}by", "none", options=["none", *d.metadata_columns],
@@ -98,10 +99,19 @@ c1.dataframe(tables.quantiles, column_config={"log_ratio": st.column_config.Numb
 c2.caption("Share of loss tokens outside common token bands")
 c2.dataframe(tables.bands, column_config={"share_outside": st.column_config.NumberColumn(format="%.3g")})
 st.caption("Each correction (estimator or framework preset, at its defaults): the share of loss tokens it drops "
-           "or truncates, and the share of rollouts it drops wholly, partly, or truncates.")
-st.dataframe(tables.corrections, column_config={c: st.column_config.ProgressColumn(c, min_value=0.0, max_value=1.0,
-                                                                                   format="%.3f")
-                                                for c in tables.corrections.columns})
+           "or truncates, and the share of rollouts it rejects (every token dropped), drops a token of, or truncates.")
+share = dict(min_value=0.0, max_value=1.0, format="%.3f", width="small")
+# two narrow tables, not one of five columns: at 900 px that one showed 2 of its 5 columns
+k1, k2 = st.columns(2, gap="medium")
+k1.markdown("**Loss tokens**")
+k1.dataframe(tables.corrections[["tokens_masked", "tokens_truncated"]], column_config={
+    "tokens_masked": st.column_config.ProgressColumn("dropped", **share),
+    "tokens_truncated": st.column_config.ProgressColumn("truncated", **share)})
+k2.markdown("**Rollouts**")
+k2.dataframe(tables.corrections[["rollouts_masked", "rollouts_partly_masked", "rollouts_truncated"]], column_config={
+    "rollouts_masked": st.column_config.ProgressColumn("rejected", **share),
+    "rollouts_partly_masked": st.column_config.ProgressColumn("a token dropped", **share),
+    "rollouts_truncated": st.column_config.ProgressColumn("truncated", **share)})
 
 st.subheader("The worst tokens")
 st.caption("The loss tokens of largest |log-ratio| (token ids and the trainer's entropy when the batch has them).")

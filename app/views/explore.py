@@ -3,7 +3,8 @@
 Top: the batch (upload your own, an example, or a synthetic scenario). Then per estimator a rollout map with
 its bands and its knobs, each column an st.fragment: a knob move reruns that column and redraws only the
 sections that depend on it (token heatmap, one rollout's coefficients, weight histograms, effective batch,
-tables, that estimator's export) into slots the full run made. Every widget is bound to the URL.
+tables, the downloads and the export) into slots the full run made. Everything drawn or handed out comes from one
+view of the bridge (ui/explore_data.py) over the corrections the columns hold; every widget is bound to the URL.
 """
 
 from __future__ import annotations
@@ -16,16 +17,17 @@ import streamlit as st
 from ui import explore_data as data
 from ui import framework
 from ui.batch_source import batch_source
-from ui.chart import chart
+from ui.numbers import number
 from ui.png import to_png
 from ui.presets import FIRST_ESTIMATORS, FIRST_SCENARIO, PREFIX, arrival, key_estimators
+from ui.runtime.chart import chart
 from ui.state import ARRIVED_KEY, bound, first_look, fragment_rerun, set_view
-from ui.widgets import config_from_state, knob_widgets
+from ui.widgets import knob_widgets
 
 from seqis import ESTIMATORS
-from seqis.registry import about, entry
 
 P = PREFIX  # "ex."
+PICKS = "explore.picks"  # session state: name -> the config its column's knobs hold (valid ones only)
 PER_ROW = 4
 NO_COLOR = "(status)"
 STORY = (
@@ -33,28 +35,16 @@ STORY = (
     "l ~ N(-s²/2, s²) with s = 0.05 (a valid IS model; grey dots: the theory's ±2σ funnel of S/T). "
     "A rollout's product weight w = exp(S) spreads like s√T, so **seq_tis** clips the long ones (orange "
     "diamonds above the curve w = C) and **seq_mis** hands them untempered weights (see the histogram: its "
-    "ESS collapses). Their geometric ratio exp(S/T) spreads like s/√T, so Li's band [0.5, 2] keeps "
-    "everything, while **mis_po**'s narrow trajectory band [0.996, 1.001] rejects the *short* rollouts "
-    "(red crosses). Move a slider: its map, the charts and the tables below follow."
+    "ESS collapses). Their geometric ratio exp(S/T) spreads like s/√T, so Li's band [0.5, 2] accepts "
+    "every rollout, while **mis_po**'s narrow trajectory band [0.996, 1.001] rejects the *short* rollouts "
+    "(red crosses). Move a slider: its map, the charts, the tables and the downloads below follow."
 )
 
 
-def _g(v) -> str:
-    """A table cell: 4 significant digits, blank when the estimator does not report it."""
-    if pd.isna(v):
-        return ""
-    return f"{int(v):,}" if float(v).is_integer() and abs(v) >= 1000 else f"{v:.4g}"
-
-
-def current_estimators(names: list[str]) -> data.Estimators:
-    """(name, config) of every shown estimator whose knobs are valid, from the widgets' current state."""
-    out = []
-    for name in names:
-        spec, start = entry(name)  # a registry estimator, or a preset starting at its framework's defaults
-        cfg = config_from_state(spec.config, f"{P}{name}", defaults=start.as_dict())
-        if cfg is not None:
-            out.append((name, cfg))
-    return tuple(out)
+def table(slot, frame: pd.DataFrame) -> None:
+    """A table in the page's number format; plain st.table, not st.dataframe (its grid is 1.2 MB of JavaScript
+    to compile on a first load); wide ones scroll sideways in their own box (style.py), never cut."""
+    slot.table(frame.map(number))
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -62,11 +52,11 @@ def current_estimators(names: list[str]) -> data.Estimators:
 
 
 # every column's fragment writes these
-SHARED_SLOTS = ("advice", "heat", "coef", "weights", "metrics", "effective", "export")
+SHARED_SLOTS = ("advice", "heat", "coef", "weights", "metrics", "effective", "downloads", "export")
 
 
 def _knobs(knobs: dict) -> str:
-    return ", ".join(f"{k} = {v:g}" if isinstance(v, float) else f"{k} = {v}" for k, v in knobs.items()
+    return ", ".join(f"{k} = {number(v)}" if isinstance(v, float) else f"{k} = {v}" for k, v in knobs.items()
                      if k != "adv_tau")
 
 
@@ -74,8 +64,8 @@ def draw_advice(slot, advice) -> None:
     """The batch read against each shown estimator, and where to start (seqis.advice)."""
     f = advice.facts
     # a line per estimator, not a table: at 900 px a table's last column ("what binds here") was a word wide
-    rows = [f"- `{r.name}` keeps {r.tokens_kept:.0%} of tokens, {r.rollouts_kept:.0%} of rollouts, ESS "
-            f"{r.ess:.0%}: {r.why[0]}" for r in advice.readings]
+    rows = [f"- `{r.name}` keeps {r.tokens_kept:.0%} of the tokens, accepts {r.rollouts_kept:.0%} of the "
+            f"rollouts, ESS {r.ess:.0%}: {r.why[0]}" for r in advice.readings]
     with slot.container():
         st.markdown(f"**The batch.** {advice.regime}. Rollout lengths: median {f['length_p50']:.0f}, 90th percentile "
                     f"{f['length_p90']:.0f}, longest {f['length_max']:.0f}. |l| 99th percentile {f['abs_l_p99']:.2g}, "
@@ -87,77 +77,79 @@ def draw_advice(slot, advice) -> None:
         st.markdown("\n".join(rows))
 
 
-def draw_dependents(src: data.Source, payload, names: list[str], slots: dict) -> None:
-    """Draw every shared slot: the sections that depend on several estimators' configs (read from the widgets'
-    state, so a column's fragment sees its neighbours' current knobs)."""
-    ests = current_estimators(names)
-    if not ests:
+def draw_dependents(view: data.ExploreView, slots: dict) -> None:
+    """Draw every shared slot from the view of every shown column's current correction: the sections that depend
+    on several of them, the CSVs and the export (a download carries what the page shows at this moment)."""
+    if not view.corrections:
         for key in SHARED_SLOTS:
             slots[key].empty()
         return
-    shown = [n for n, _ in ests]
     drops = st.session_state.get(f"{P}drops")
-    drops = drops if drops in shown else shown[0]
+    drops = drops if drops in view.names else view.names[0]
     rollout = int(st.session_state.get(f"{P}rollout", 0))
-    draw_advice(slots["advice"], data.advice_view(src, ests, _payload=payload))
+    draw_advice(slots["advice"], view.advice())
     with slots["heat"]:
-        chart(data.token_heatmap_figure(src, drops, dict(ests)[drops], rollout, _payload=payload), key=f"{P}heat")
+        chart(view.heatmap(drops, rollout), key=f"{P}heat")
     with slots["coef"]:
-        chart(data.coefficient_figure(src, ests, rollout, _payload=payload), key=f"{P}coef")
+        chart(view.coefficients(rollout), key=f"{P}coef")
     with slots["weights"]:
-        chart(data.weights_figure(src, ests, _payload=payload), key=f"{P}weights")
-    t = data.tables(src, ests, _payload=payload)
-    # plain tables, not st.dataframe: its grid is 1.2 MB of JavaScript to compile on a first load (0.5 s here)
-    slots["metrics"].table(t.metrics.map(_g))
-    slots["effective"].table(t.effective.map(_g))
-    draw_export(slots["export"], names, dict(ests))
+        chart(view.weights(), key=f"{P}weights")
+    t = view.tables()
+    table(slots["metrics"], t.metrics)
+    table(slots["effective"], t.effective)
+    metrics_csv, rollouts_csv = view.csv_later()  # written when clicked, from what this run shows
+    with slots["downloads"].container():
+        d1, d2 = st.columns(2)
+        d1.download_button("Metrics CSV", metrics_csv, file_name="seqis-metrics.csv", mime="text/csv",
+                           on_click="ignore", key=f"{P}csv")
+        d2.download_button("Rollouts CSV", rollouts_csv, file_name="seqis-rollouts.csv", mime="text/csv",
+                           on_click="ignore", key=f"{P}csv_rollouts")
+    draw_export(slots["export"], view)
 
 
-def export_pick(names: list[str]) -> tuple[str, str]:
-    """The (estimator, framework) the export section shows, from the widgets' state (its own framework first for
-    a preset)."""
-    name = st.session_state.get(f"{P}export")
-    name = name if name in names else names[0]
-    frameworks = framework.frameworks_for(name, entry(name)[1])
-    fw = st.session_state.get(f"{P}export.fw")
-    return name, fw if fw in frameworks else framework.first_framework(name, frameworks)
-
-
-def draw_export(slot, names: list[str], ests: dict) -> None:
-    """The picked estimator's settings in the picked trainer's language, with its current knobs."""
-    name, fw = export_pick(names)
-    cfg = ests.get(name)
-    if cfg is None:  # its knobs are invalid: the column says why
+def draw_export(slot, view: data.ExploreView) -> None:
+    """The picked correction's settings in the picked trainer's language, with its current knobs: shown in a
+    popover and downloaded, both from one snippet."""
+    name, fw = view.export_pick(st.session_state.get(f"{P}export"), st.session_state.get(f"{P}export.fw"))
+    if name not in view.names:  # its knobs are invalid: the column says why
         slot.empty()
         return
-    snip = framework.snippet(name, fw, cfg)
+    snip = view.export(name, fw)
     note = "" if snip.exact else " (approximate: see the NOTE lines)" if snip.expressible else " (cannot express)"
-    # in a popover, drawn when opened: the code view's highlighter is 1.5 MB of JavaScript a first load then skips
-    slot.popover(f"Show {snip.filename}", icon=":material/code:").code(
-        snip.text + (f"# {fw}{note}\n" if note else ""), language=framework.language(snip))
+    with slot.container():
+        b1, b2 = st.columns(2, vertical_alignment="center")
+        # in a popover, drawn when opened: the code view's highlighter is 1.5 MB of JavaScript a first load skips
+        b1.popover(f"Show {snip.filename}", icon=":material/code:").code(
+            snip.text + (f"# {fw}{note}\n" if note else ""), language=data.language(snip))
+        b2.download_button(f"Download {snip.filename}", snip.text, file_name=snip.filename, mime="text/plain",
+                           on_click="ignore", key=f"{P}dl")
 
 
 def estimator_column(name: str, src: data.Source, payload, names: list[str], slots: dict, color_by,
                      last: bool) -> None:
-    """One estimator's rollout map, knobs and numbers, and its export; a knob move reruns only this (an
-    st.fragment), which then redraws the shared slots. In a full run every column writes the shared slots
-    (Streamlit keeps a fragment's place in a slot it wrote in the full run): all but the last clear them,
-    the last draws them."""
-    spec, start = entry(name)  # a registry estimator, or a preset starting at its framework's defaults
+    """One estimator's rollout map, knobs and numbers; a knob move reruns only this (an st.fragment), which then
+    redraws the shared slots from the view of every column's correction (each column keeps its current one in
+    PICKS). In a full run every column writes the shared slots (Streamlit keeps a fragment's place in a slot it
+    wrote in the full run): all but the last clear them, the last draws them."""
+    first = data.start(name)  # a registry estimator at its defaults, or a preset at its framework's
     plot_slot = st.container()
     panel = st.container(border=True)
-    panel.markdown(f"**{name}** · {about(name).summary}")
-    cfg, err = knob_widgets(spec.config, f"{P}{name}", container=panel, defaults=start.as_dict())
+    panel.markdown(f"**{name}** · {first.about.summary}")
+    cfg, err = knob_widgets(type(first.config), f"{P}{name}", container=panel, defaults=first.config.as_dict())
+    picks = st.session_state.setdefault(PICKS, {})
     if err:
+        picks.pop(name, None)
         panel.error(f"{name}: {err}")
     else:
-        view = data.estimator_view(src, name, cfg, _payload=payload)
+        picks[name] = cfg
+    view = data.explore(src, tuple((n, picks[n]) for n in names if n in picks), payload)
+    if not err:
         with plot_slot:
-            chart(data.rollout_map_figure(src, name, cfg, color_by, _payload=payload), key=f"{P}map.{name}")
-        eff, th = view.effective, view.theory
-        lines = [f"tokens kept **{eff['tokens_kept_frac']:.1%}** · ESS **{eff['ess']:.1f}** of "
+            chart(view.rollout_map(name, color_by), key=f"{P}map.{name}")
+        eff, th = view.estimator(name).effective, view.estimator(name).theory
+        lines = [f"tokens kept **{eff['tokens_kept_frac']:.1%}** · ESS **{number(eff['ess'])}** of "
                  f"{int(eff['rollouts'])}",
-                 f"rollouts kept **{eff['rollouts_kept_frac']:.1%}**"
+                 f"rollouts accepted **{eff['rollouts_kept_frac']:.1%}**"
                  + (f" (theory {th['rollouts_kept_frac']:.1%})" if "rollouts_kept_frac" in th else "")]
         if "clipped_frac" in th or eff["clipped_frac"] > 0:
             lines.append(f"rollouts clipped **{eff['clipped_frac']:.1%}**"
@@ -165,7 +157,7 @@ def estimator_column(name: str, src: data.Source, payload, names: list[str], slo
         panel.markdown("  \n".join(lines), help="ESS: (Σw)² / Σw² of the applied rollout weights. Theory: the "
                        "Gaussian closed forms (seqis.theory) at this batch's lengths.")
     if last or fragment_rerun():
-        draw_dependents(src, payload, names, slots)
+        draw_dependents(view, slots)
     else:
         for key in SHARED_SLOTS:
             slots[key].empty()
@@ -193,7 +185,9 @@ except (ValueError, OSError, RuntimeError) as e:  # RuntimeError: out of memory
     st.stop()
 B, T = bv.shape
 st.sidebar.caption(f"{src.label}: **{B} rollouts x {T} positions**")
-st.sidebar.caption("This view lives in the URL: copy the address to share it.")
+st.sidebar.caption("This view's settings live in the URL: copy the address to share them. A link cannot carry an "
+                   "uploaded file: whoever opens it is asked to upload the file again." if src.kind == "upload" else
+                   "This view lives in the URL: copy the address to share it.")
 
 intro = st.container()
 c1, c_fw, c_preset, c2 = st.container(key="narrow-ex-controls").columns([3, 1, 1.5, 1], vertical_alignment="bottom")
@@ -206,11 +200,13 @@ mine = framework.pick(c_fw, c_preset)
 if mine is not None:  # my framework's correction, first, beside the estimators
     st.caption(framework.caption(mine))
     names = [mine, *[n for n in names if n != mine]]
+    st.page_link("views/compare.py", label="Several frameworks' presets side by side, with their configs and where "
+                 "they disagree: Compare", icon=":material/compare_arrows:")
 with c2:
     meta = [k for k, v in bv.metadata.items() if len(v) == B]
     color_by = bound(st.selectbox, "Colour rollouts by", f"{P}color", NO_COLOR, options=[NO_COLOR, *meta],
                      valid=lambda v: v in [NO_COLOR, *meta],
-                     help="Status (kept / clipped / dropped, also shown by the symbol) or a metadata column.")
+                     help="Status (accepted / clipped / rejected, also shown by the symbol) or a metadata column.")
 color_by = None if color_by == NO_COLOR else color_by
 if src.kind == "synthetic" and src.name == FIRST_SCENARIO:
     intro.caption(STORY)
@@ -225,8 +221,9 @@ advice_box.caption("The batch's mismatch read against each estimator's band and 
 slots = {"advice": advice_box.empty()}
 st.subheader("Rollout map")
 st.caption("One point per rollout: its length T and geometric log-ratio S/T. Dashed: the estimator's bands "
-           "(horizontal: a geometric band; curve: a product clip w = C, i.e. S/T = log C / T). Blue: kept, "
-           "orange: weight clipped, red: rollout dropped. Hover for a rollout's numbers and metadata.")
+           "(horizontal: a geometric band; curve: a product clip w = C, i.e. S/T = log C / T). Blue: accepted, "
+           "orange: accepted with its weight clipped, red: rejected (every token dropped). Hover for a rollout's "
+           "numbers and metadata.")
 columns = []
 for start in range(0, len(names), PER_ROW):
     row = names[start:start + PER_ROW]
@@ -263,48 +260,35 @@ slots["metrics"] = left.empty()
 left.markdown("**Effective batch**")
 slots["effective"] = left.empty()
 right.markdown("**Batch diagnostics** (estimator-free)")
-right.table(pd.Series(bv.diagnostics, name="value").map(_g).to_frame())
-d1, d2 = right.columns(2)
-d1.download_button("Metrics CSV", lambda: data.metrics_csv(src, current_estimators(names), _payload=payload),
-                   file_name="seqis-metrics.csv", mime="text/csv", on_click="ignore", key=f"{P}csv")
-d2.download_button("Rollouts CSV", lambda: data.rollouts_csv(src, current_estimators(names), _payload=payload),
-                   file_name="seqis-rollouts.csv", mime="text/csv", on_click="ignore", key=f"{P}csv_rollouts")
+table(right, pd.Series(bv.diagnostics, name="value").to_frame())
+for note in bv.notes:
+    right.caption(note)
+slots["downloads"] = right.empty()
 
 st.subheader("Export")
 st.caption("An estimator's current settings as trainer config. A `# NOTE` line says where a knob has no "
            "equivalent or the trainer weighs tokens differently.")
-e1, e2, e3 = st.container(key="narrow-ex-export").columns([2, 1, 1], vertical_alignment="bottom")
+e1, e2 = st.container(key="narrow-ex-export").columns([2, 1], vertical_alignment="bottom")
 bound(e1.selectbox, "Estimator", f"{P}export", names[0], options=names, valid=lambda v: v in names)
-export_name = export_pick(names)[0]
-export_frameworks = framework.frameworks_for(export_name, entry(export_name)[1])
-export_fw = bound(e2.selectbox, "Trainer", f"{P}export.fw", framework.first_framework(export_name, export_frameworks),
-                  options=export_frameworks,
-                  valid=lambda v: v in export_frameworks)
-
-
-def export_text(name: str = export_name, fw: str = export_fw) -> str:
-    """The snippet with the knobs' current values, read when the button is clicked."""
-    spec, start = entry(name)
-    return framework.snippet(name, fw, config_from_state(spec.config, f"{P}{name}", defaults=start.as_dict())
-                             or start).text
-
-
-export_file = framework.snippet(export_name, export_fw, entry(export_name)[1]).filename
-e3.download_button(f"Download {export_file}", export_text, file_name=export_file, mime="text/plain",
-                   on_click="ignore", key=f"{P}dl")
+export_name = st.session_state[f"{P}export"]
+offered = data.frameworks(data.start(export_name))  # does not move with the knobs
+bound(e2.selectbox, "Trainer", f"{P}export.fw", offered[0], options=offered, valid=lambda v: v in offered)
 slots["export"] = st.empty()
+png_box = st.expander("Figures as PNG")
 
-with st.expander("Figures as PNG"):
+# fill the skeleton: each estimator's column (a fragment), then the dependent slots once
+for name, col in columns:
+    with col:
+        column_fragment(name, src, payload, names, slots, color_by, name == columns[-1][0])
+
+with png_box:  # every column has drawn: its view holds what they show
     st.caption("Each chart's camera icon saves it as PNG in the browser. Here all of them render at once "
                "through kaleido and a headless chromium.")
-    if st.button("Render PNGs", key=f"{P}png"):
-        ests = current_estimators(names)
-        figures = {f"rollout_map_{n}": data.rollout_map_figure(src, n, c, color_by, _payload=payload) for n, c in ests}
-        if ests:
-            d = drops if drops in dict(ests) else ests[0][0]
-            figures.update(token_heatmap=data.token_heatmap_figure(src, d, dict(ests)[d], rollout, _payload=payload),
-                           coefficients=data.coefficient_figure(src, ests, rollout, _payload=payload),
-                           weights=data.weights_figure(src, ests, _payload=payload))
+    picks = st.session_state.get(PICKS, {})
+    view = data.explore(src, tuple((n, picks[n]) for n in names if n in picks), payload)
+    if st.button("Render PNGs", key=f"{P}png", disabled=not view.corrections):
+        d = drops if drops in view.names else view.names[0]
+        figures = view.figures(color_by, d, int(rollout))
         try:
             with st.spinner(f"Rendering {len(figures)} figures..."):
                 pngs = to_png(figures)
@@ -317,8 +301,3 @@ with st.expander("Figures as PNG"):
                     z.writestr(f"{fname}.png", png)
             st.download_button(f"Download {len(pngs)} PNGs (zip)", buf.getvalue(), file_name="seqis-figures.zip",
                                mime="application/zip", on_click="ignore", key=f"{P}png_dl")
-
-# fill the skeleton: each estimator's column (a fragment), then the dependent slots once
-for name, col in columns:
-    with col:
-        column_fragment(name, src, payload, names, slots, color_by, name == columns[-1][0])

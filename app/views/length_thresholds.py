@@ -8,9 +8,9 @@ is bound to the URL under "lt.".
 import streamlit as st
 from ui import lab_charts as charts
 from ui import lengths_data
-from ui.chart import chart
 from ui.device import device
 from ui.presets import arrival
+from ui.runtime.chart import chart
 from ui.state import bound
 from ui.widgets import knob_widgets
 

@@ -15,11 +15,11 @@ import math
 import streamlit as st
 from ui import lesson_charts as charts
 from ui import lessons_data as data
-from ui.chart import chart
 from ui.device import device
 from ui.lab_data import INTERIOR_VIEW
-from ui.memo import ProgressSlot
 from ui.presets import Preset, open_preset
+from ui.runtime.chart import chart
+from ui.runtime.memo import ProgressSlot
 from ui.state import bound, present
 from ui.style import PRESENT_LESSON_CSS
 from ui.widgets import fmt
@@ -73,7 +73,7 @@ def stage():
 
 
 def height() -> int:
-    """The lesson charts' height: lower in presenter mode, where ui/chart.py grows it with the text."""
+    """The lesson charts' height: lower in presenter mode, where ui/runtime/chart.py grows it with the text."""
     return 340 if present() else 460
 
 

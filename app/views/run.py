@@ -13,8 +13,8 @@ from pathlib import Path
 import pandas as pd
 import streamlit as st
 from ui import run_charts, run_data, served
-from ui.chart import chart
 from ui.paths import Refused
+from ui.runtime.chart import chart
 from ui.state import bound, literal
 
 from seqis import ESTIMATORS

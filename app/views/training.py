@@ -9,10 +9,10 @@ live in a sidebar form bound to the URL under "tr."; runs are memoised by their 
 import streamlit as st
 from ui import training_charts as charts
 from ui import training_data as data
-from ui.chart import chart
 from ui.device import device
-from ui.memo import ProgressSlot
 from ui.presets import arrival
+from ui.runtime.chart import chart
+from ui.runtime.memo import ProgressSlot
 from ui.state import bound
 
 TOYS = {"bitchain": "bit chain (Huang's prefix chain)", "tabular": "tabular autoregressive"}

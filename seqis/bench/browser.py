@@ -8,6 +8,10 @@ floor measured in the same run (a rerun in which nothing changed: the "r" shortc
 machine's load average. Skips, saying why, without Playwright or a chromium.
 
 Also runnable on another checkout (to measure a baseline): python -m seqis.bench.browser ROOT [--only ...].
+A cold start, as a person meets it: `python -m seqis.bench.browser --fresh 5 --launcher streamlit,app` starts a
+new server 5 times per launcher, interleaved (`streamlit run app`; `app` is `make run`'s `python -m app`) and
+opens the page once on each as soon as it answers: the time to the first chart drawn, and to the page falling
+quiet.
 """
 
 from __future__ import annotations
@@ -36,7 +40,13 @@ CHROMIUM_ARGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-d
 # thread), long tasks, and the first input event after `arm()`.
 PROBE = """
 (() => {
-  const B = window.__bench = {msgs: [], painted: [], longtasks: [], t0: null, armed: false};
+  const B = window.__bench = {msgs: [], painted: [], longtasks: [], t0: null, armed: false, firstChart: null};
+  // the first chart drawn (plotly's SVG inside the explorer's chart component), ms after the navigation began
+  new MutationObserver((_, obs) => {
+    if (B.firstChart === null && document.querySelector('.seqis-chart .main-svg')) {
+      B.firstChart = performance.now(); obs.disconnect();
+    }
+  }).observe(document, {childList: true, subtree: true});
   B.arm = () => { B.armed = true; B.t0 = null; };
   const Orig = window.WebSocket;
   function Probed(...args) {
@@ -87,13 +97,13 @@ def chromium() -> str | None:
     return None
 
 
-def start_server(root: Path, port: int, python: str) -> tuple[subprocess.Popen, float]:
-    """The app from ROOT on 127.0.0.1:port as `make run` starts it (`python -m app`, which warms Explore's first
-    view before it listens; `streamlit run ROOT/app` on a checkout without that launcher); returns the process
-    and the seconds until /_stcore/health answers."""
+def start_server(root: Path, port: int, python: str, launcher: str = "app") -> tuple[subprocess.Popen, float]:
+    """The app from ROOT on 127.0.0.1:port as `make run` starts it (launcher "app": `python -m app`; a checkout
+    without that launcher gets `streamlit run ROOT/app`) or as the design card says (launcher "streamlit":
+    `streamlit run app`); returns the process and the seconds until /_stcore/health answers."""
     env = {**os.environ, "PYTHONPATH": str(root)}
-    launcher = ["-m", "app"] if (root / "app" / "__main__.py").exists() else \
-        ["-m", "streamlit", "run", str(root / "app")]
+    launcher = ["-m", "app"] if launcher == "app" and (root / "app" / "__main__.py").exists() else \
+        ["-m", "streamlit", "run", "app"]
     cmd = [python, *launcher, "--server.port", str(port),
            "--server.address", "127.0.0.1", "--server.headless", "true", "--browser.gatherUsageStats", "false",
            "--server.fileWatcherType", "none"]
@@ -293,12 +303,50 @@ SECTIONS = {"slider": bench_sliders, "clip": bench_token_clip, "picker": bench_p
             "example": bench_examples, "learn": bench_learn, "bv": bench_bias_variance}
 
 
-def measure(root: Path, port: int, python: str, only: list[str], moves: int) -> dict[str, list[dict]]:
+def first_chart(page) -> float | None:
+    """Seconds from the navigation's start to the first chart drawn (None: none drawn)."""
+    ms = page.evaluate("window.__bench.firstChart")
+    return None if ms is None else ms / 1000
+
+
+def fresh_starts(root: Path, port: int, python: str, launchers: list[str], n: int) -> dict[str, list[dict]]:
+    """n cold starts per launcher, interleaved (an A/B on the same load): a new server each time, the page opened
+    once in a new browser as soon as it answers."""
+    from playwright.sync_api import sync_playwright
+
+    results: dict[str, list[dict]] = {}
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium(), args=CHROMIUM_ARGS)
+        for i, launcher in ((i, la) for i in range(n) for la in launchers):
+            print(f"fresh server {i + 1} of {n} ({launcher}), load average {os.getloadavg()}", flush=True)
+            proc, up = start_server(root, port, python, launcher)
+            try:
+                ctx = browser.new_context(viewport={"width": 1600, "height": 1000})
+                ctx.add_init_script(PROBE)
+                page = ctx.new_page()
+                meter = Meter(page, results)
+                page.goto(f"http://127.0.0.1:{port}")
+                r = meter.wait(0.0)
+                chart = first_chart(page)
+                meter.record(f"{launcher}: server up (s until /_stcore/health)",
+                             dict(total=up, data=up, msgs=0, long_work=0))
+                meter.record(f"{launcher}: first chart after open (fresh server)",
+                             dict(r, total=chart if chart is not None else float("nan")))
+                meter.record(f"{launcher}: first load after open (fresh server)", r)
+                ctx.close()
+            finally:
+                stop_server(proc)
+        browser.close()
+    return results
+
+
+def measure(root: Path, port: int, python: str, only: list[str], moves: int, launcher: str = "app"
+            ) -> dict[str, list[dict]]:
     """Start the app from root, run the sections in `only`, return action -> measurements."""
     from playwright.sync_api import sync_playwright
 
     print(f"machine: {os.cpu_count()} cpus, load average {os.getloadavg()}", flush=True)
-    proc, up = start_server(root, port, python)
+    proc, up = start_server(root, port, python, launcher)
     url = f"http://127.0.0.1:{port}"
     print(f"server up in {up:.1f} s", flush=True)
     try:
@@ -314,7 +362,9 @@ def measure(root: Path, port: int, python: str, only: list[str], moves: int) -> 
                 page = ctx.new_page()
                 meter = Meter(page, results)  # the last page stays for the sections
                 page.goto(url)
-                meter.record("first load (fresh browser)", meter.wait(0.0))
+                r = meter.wait(0.0)
+                meter.record("first chart (fresh browser)", dict(r, total=first_chart(page) or float("nan")))
+                meter.record("first load (fresh browser)", r)
             for _ in range(3):
                 floor(meter, page)
             for name in only:
@@ -336,7 +386,8 @@ def measure(root: Path, port: int, python: str, only: list[str], moves: int) -> 
 
 
 def report(results: dict[str, list[dict]]) -> None:
-    floor_s = statistics.median(r["total"] for r in results["floor: rerun, nothing changed"])
+    floors = results.get("floor: rerun, nothing changed")
+    floor_s = statistics.median(r["total"] for r in floors) if floors else float("nan")
     print("\n| action | n | median s | max s | x floor | data s | messages |")
     print("|---|---:|---:|---:|---:|---:|---:|")
     for name, rs in results.items():
@@ -367,8 +418,16 @@ def main() -> None:
     ap.add_argument("--python", default=sys.executable)
     ap.add_argument("--moves", type=int, default=3, help="slider moves per slider")
     ap.add_argument("--only", default=",".join(SECTIONS))
+    ap.add_argument("--launcher", default="app",
+                    help="app: python -m app (make run); streamlit: streamlit run app; with --fresh a comma list "
+                         "(interleaved)")
+    ap.add_argument("--fresh", type=int, default=0, help="only this many cold starts, a new server each")
     args = ap.parse_args()
-    report(measure(args.root, args.port, args.python, args.only.split(","), args.moves))
+    if args.fresh:
+        report(fresh_starts(args.root, args.port, args.python, args.launcher.split(","), args.fresh))
+    else:
+        launcher = args.launcher.split(",")[0]
+        report(measure(args.root, args.port, args.python, args.only.split(","), args.moves, launcher))
 
 
 if __name__ == "__main__":

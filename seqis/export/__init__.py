@@ -71,8 +71,11 @@ def describe(x: str | Composition, cfg: Config | None = None) -> str:
     return f"{x}: {knobs}" if knobs else x
 
 
-def export(x: str | Composition, framework: str, cfg: Config | None = None) -> Snippet:
-    comp = resolve(x, cfg)
+def export(x: str | Composition, framework: str, cfg: Config | None = None, *,
+           composition: Composition | None = None) -> Snippet:
+    """The correction's settings in the framework's config language. composition: what (x, cfg) resolves to, when
+    the caller holds it already (the explorer resolves each correction once and passes it down)."""
+    comp = composition if composition is not None else resolve(x, cfg)
     exporter = EXPORTERS[framework]
     stem = "custom" if isinstance(x, Composition) else x.replace("/", "_")
     try:
@@ -89,14 +92,16 @@ def export(x: str | Composition, framework: str, cfg: Config | None = None) -> S
 
 
 def export_all(x: str | Composition, cfg: Config | None = None) -> dict[str, Snippet]:
-    return {framework: export(x, framework, cfg) for framework in EXPORTERS}
+    comp = resolve(x, cfg)
+    return {framework: export(x, framework, cfg, composition=comp) for framework in EXPORTERS}
 
 
-def prime_rl_toml(x: str | Composition, cfg: Config | None = None) -> Snippet:
+def prime_rl_toml(x: str | Composition, cfg: Config | None = None, *,
+                  composition: Composition | None = None) -> Snippet:
     """prime-rl's current [trainer.loss] when it can express the correction, else the pre-March-2026 [loss]
     table the seed's ablations ran on (its header says which)."""
-    current = export(x, "prime-rl", cfg)
-    return current if current.expressible else export(x, "prime-rl-legacy", cfg)
+    current = export(x, "prime-rl", cfg, composition=composition)
+    return current if current.expressible else export(x, "prime-rl-legacy", cfg, composition=composition)
 
 
 def verl_yaml(x: str | Composition, cfg: Config | None = None) -> Snippet:

@@ -104,7 +104,32 @@ def _open(fmt: str, data: Path | bytes, max_bytes) -> _Source:
     except BatchFormatError:
         raise
     except Exception as e:  # the format's reader refused it: unreadable, truncated or not this format
-        raise BatchFormatError(f"is not a readable {fmt[1:]} file ({type(e).__name__}: {e})") from None
+        raise BatchFormatError(_unreadable(fmt, _head(data), e)) from None
+
+
+# what a file's first bytes say it is, when its reader refused it
+PICKLE_HEADS = tuple(bytes([0x80, v]) for v in range(2, 6))  # pickle protocols 2-5 start with PROTO, then the version
+STARTS = {".parquet": (b"PAR1", "a parquet file", "its footer (the last bytes)"),
+          ".npz": (b"PK\x03\x04", "a zip archive (npz)", "its central directory (the last bytes)"),
+          ".pt": (b"PK\x03\x04", "a zip archive (torch.save)", "its central directory (the last bytes)")}
+
+
+def _unreadable(fmt: str, head: bytes, e: Exception) -> str:
+    """Why a file the format's reader refused cannot be read, in the file's terms: a pickle is a pickle, a file
+    that starts as this format but lost its end is truncated; else the reader's own words."""
+    if head.startswith(PICKLE_HEADS):
+        return (f"is a Python pickle, not a {fmt[1:]} file: refused, because loading a pickle can run code (save the "
+                f"batch as parquet, npz, safetensors or jsonl)")
+    start = STARTS.get(fmt)
+    text = str(e)
+    if start and head.startswith(start[0]):
+        return f"is truncated: it starts as {start[1]} but {start[2]} is missing (copy or download it again)"
+    if fmt == ".safetensors" and "incomplete metadata" in text:
+        return "is truncated: its header promises more bytes than the file has (copy or download it again)"
+    if fmt == ".npz" and "pickled" in text:
+        return ("holds pickled Python objects (object arrays): refused, because loading them can run code (save "
+                "plain numeric arrays with np.savez)")
+    return f"is not a readable {fmt[1:]} file ({type(e).__name__}: {e})"
 
 
 def _head(data: Path | bytes) -> bytes:

@@ -77,23 +77,40 @@ def _rows_table(rows: Iterable, text: bool) -> _Table:
     return _Table({k: _build_column(k, e) for k, e in cols.items()}, text)
 
 
+def _cut_short(e: ValueError, text: str) -> bool:
+    """The JSON parser ran out of text (a string never closed, or more expected at the very end): a file cut off
+    mid-record, not a malformed one."""
+    return isinstance(e, json.JSONDecodeError) and (e.msg.startswith("Unterminated string")
+                                                     or e.pos >= len(text.rstrip()) - 1)
+
+
 def _json_source(data: bytes, jsonl: bool) -> _Source:
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:
+        if data[:1] == b"\x80" and data[1:2] in (b"\x02", b"\x03", b"\x04", b"\x05"):  # pickle protocols 2-5
+            raise BatchFormatError("is a Python pickle, not JSON: refused, because loading a pickle can run code "
+                                   "(save the batch as parquet, npz, safetensors or jsonl)") from None
         raise BatchFormatError(f"not UTF-8 text ({e})") from None
     if jsonl:
+        rows = text.splitlines()
+
         def lines():
-            for i, line in enumerate(text.splitlines()):
+            for i, line in enumerate(rows):
                 if line.strip():
                     try:
                         yield json.loads(line)
                     except (ValueError, RecursionError) as e:
+                        if i == len(rows) - 1 and not text.endswith("\n") and _cut_short(e, line):
+                            raise BatchFormatError(f"is truncated: its last line ({i + 1}) stops mid-record "
+                                                   f"(copy or download it again)") from None
                         raise BatchFormatError(f"line {i + 1}: not valid JSON ({e})") from None
         return _rows_table(lines(), text=True)
     try:
         obj = json.loads(text)
     except (ValueError, RecursionError) as e:
+        if _cut_short(e, text):
+            raise BatchFormatError("is truncated: the JSON stops mid-record (copy or download it again)") from None
         raise BatchFormatError(f"not valid JSON ({e})") from None
     return _python_source(obj, text=True)
 
@@ -199,11 +216,13 @@ def _from_arrow(arr, name, row0: int = 0):
             what = "nested lists" if pa.types.is_nested(vt) else f"{vt} values, not numbers"
             return _Unusable(f"column '{name}' holds {what}")
         values = arr.flatten()  # respects slicing
-        if values.null_count:
+        if values.null_count:  # a NaN written by pandas or a JSON null: name the first one's row and token
             i = int(pc.index(values.is_null(), True).as_py())
-            lengths = np.asarray(pc.list_value_length(arr).fill_null(0))
-            r = row0 + int(np.searchsorted(np.cumsum(lengths), i, side="right"))
-            return _Unusable(f"row {r}: column '{name}' holds a null value")
+            ends = np.cumsum(np.asarray(pc.list_value_length(arr).fill_null(0)))
+            r = int(np.searchsorted(ends, i, side="right"))
+            token = i - (int(ends[r - 1]) if r else 0)
+            return _Unusable(f"row {row0 + r}, token {token}: column '{name}' is null or NaN ({values.null_count} "
+                             f"such value{'s' * (values.null_count > 1)} in the column)")
         lengths = torch.from_numpy(np.asarray(pc.list_value_length(arr), dtype=np.int64))
         col = _dense_from_numpy(values.to_numpy(zero_copy_only=False), owned=False)
         if isinstance(col, _Unusable):

@@ -14,9 +14,9 @@ from pathlib import Path
 import plotly.io as pio
 import streamlit as st
 
-from . import plotly_js
-from .state import present
-from .style import CHART_CONFIG, CHART_TEMPLATE, FONT
+from .. import plotly_js
+from ..state import present
+from ..style import CHART_CONFIG, CHART_TEMPLATE, FONT
 
 _HERE = Path(__file__).resolve().parent
 _PLOTLY = plotly_js.publish()  # the plotly.js file app/static/ serves (server.enableStaticServing)

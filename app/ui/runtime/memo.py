@@ -1,15 +1,14 @@
-"""Bounded LRUs shared by every session: `memo` for long runs that report progress (and the progress bar they
-report to), `cached` for the quick per-section bridges.
+"""`memo`: a bounded LRU shared by every session for the lab's long runs, and the progress bar they report to.
 
 The lab's Monte Carlo runs take seconds, and st.cache_data cannot drive a progress bar on a miss while
 replaying nothing on a hit; they go through `memo`, a small LRU held in st.cache_resource, so a page passes
-its ProgressSlot on a miss and gets the stored result at once on a hit.
+its ProgressSlot on a miss and gets the stored result at once on a hit. The quick per-section bridges use
+st.cache_resource itself: a dict-lookup LRU here saved 1-8 ms of a rerun whose sections all hit (a slider move's
+bridge work is 35-100 ms on a quiet machine, a second under load; docs/explorer.md), too little to keep a second cache.
 """
 
 from __future__ import annotations
 
-import functools
-import inspect
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
@@ -70,31 +69,6 @@ def memo(key: Hashable, compute: Callable[[], object]):
     """compute() once per key (held in one LRU of 32 entries shared by every session and page; a second caller of
     a key being computed waits for that result instead of computing it again). Treat the result as read-only."""
     return _memo_store().get(key, compute)
-
-
-def cached(max_entries: int):
-    """Decorate a function whose arguments are hashable (a Source, names, frozen configs, numbers): its results in
-    a Store of max_entries, keyed on its arguments except those named with a leading underscore (as
-    st.cache_resource leaves them out: an upload's bytes beside the digest that names them). A hit is a dict
-    lookup, where st.cache_resource hashes every argument through its generic hasher and starts a spinner thread
-    on a miss (together 30-140 ms of an Explore slider move on 2 busy cores). Treat results as read-only."""
-
-    def wrap(fn):
-        signature = inspect.signature(fn)
-        store = Store(max_entries)
-
-        @functools.wraps(fn)
-        def call(*args, **kwargs):
-            bound = signature.bind(*args, **kwargs)
-            bound.apply_defaults()
-            key = tuple(v for k, v in bound.arguments.items() if not k.startswith("_"))
-            return store.get(key, lambda: fn(*args, **kwargs))
-
-        call.store = store
-        call.clear = store.clear
-        return call
-
-    return wrap
 
 
 class ProgressSlot:
