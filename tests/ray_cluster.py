@@ -164,8 +164,8 @@ class Hold:
         return True
 
 
-for env, scans, on_node in json.loads(sys.argv[1]):
-    ray.init(log_to_driver=False, runtime_env={"env_vars": env} if env else None)
+for runtime_env, scans, on_node in json.loads(sys.argv[1]):
+    ray.init(log_to_driver=False, runtime_env=runtime_env or None)
     alive = [n for n in ray.nodes() if n["Alive"]]
     head = next(n["NodeID"] for n in alive if "node:__internal_head__" in n["Resources"])
     node = next(n["NodeID"] for n in alive if n["NodeID"] != head)
@@ -181,8 +181,8 @@ for env, scans, on_node in json.loads(sys.argv[1]):
 
 def scan_on_node(cluster: LoopbackCluster, jobs: list[tuple[dict, list[list[str]], bool]], *, cwd: Path = REPO,
                  timeout: float = 300) -> tuple[subprocess.CompletedProcess, str | None]:
-    """Scans in one driver process: for each (env, scans, on_node) of `jobs`, a Ray job (its runtime_env's
-    env_vars: env) that, with on_node, holds the head's one CPU with an idle actor so that every task runs on the
+    """Scans in one driver process: for each (runtime_env, scans, on_node) of `jobs`, a Ray job with that
+    runtime_env that, with on_node, holds the head's one CPU with an idle actor so that every task runs on the
     joining node, then runs `seqis scan ARGS --engine ray` for each ARGS of scans (printing "exit N" after each).
     Returns the finished process and the joining node's id (None when no job ran on it)."""
     done = subprocess.run([sys.executable, "-c", _DRIVER, json.dumps(jobs)], cwd=cwd, env=cluster.driver_env(),

@@ -9,12 +9,15 @@ started by `ray start` from a folder of its own (tests/ray_cluster.py), scanned 
   the file and the node, the other steps' rows as the local engine's. A run that node cannot read at all, and
   workers that cannot import seqis: one message each, never Ray's traceback.
 
+- No RAY_ADDRESS on a machine that is part of a cluster: the scan joins that cluster, as Ray does.
+
 The cluster starts once for the module (~20 s on a loaded 2-core machine) and is stopped at the end, every one of
 its processes ended (a test of the fixture's teardown).
 """
 
 import re
 import shutil
+import subprocess
 import sys
 
 import pandas as pd
@@ -81,7 +84,8 @@ def on_the_blind_node(cluster, runs, tmp_path_factory):
     scans = {name: [str(runs / run), "--out", str(out / f"{name}.parquet"), "--estimators", ESTIMATORS]
              for name, run in (("one", "one"), ("all", "all"), ("no_seqis", "one"))}
     done, node = scan_on_node(cluster, [({}, [scans["one"], scans["all"]], True),
-                                        ({"SEQIS_TEST_NO_SEQIS": "1"}, [scans["no_seqis"]], False)], cwd=out)
+                                        ({"env_vars": {"SEQIS_TEST_NO_SEQIS": "1"}}, [scans["no_seqis"]], False)],
+                              cwd=out)
     assert done.returncode == 0 and node is not None, done.stderr[-3000:]
     exits = [int(line.split()[1]) for line in done.stdout.splitlines() if line.startswith("exit ")]
     return done, node, exits, out
@@ -119,3 +123,15 @@ def test_workers_that_cannot_import_seqis_are_one_message(on_the_blind_node):
         in done.stderr
     assert "runtime_env={'py_modules': [seqis]}" in done.stderr
     assert "Traceback" not in done.stderr and "RaySystemError" not in done.stderr
+
+
+def test_without_ray_address_a_scan_joins_the_cluster_this_machine_is_part_of(cluster):
+    # Ray's default: the cluster of the last `ray start` on this machine (its address file, under RAY_TMPDIR/ray
+    # here), as in a KubeRay pod; seqis asks for a local Ray of its own only when there is none
+    code = ("import ray\nfrom seqis.runs.engines import connect\nconnect(2)\n"
+            "print(len([n for n in ray.nodes() if n['Alive']]), ray.cluster_resources()['CPU'])")
+    env = cluster.env(RAY_TMPDIR=str(cluster.root), RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0")
+    done = subprocess.run([sys.executable, "-c", code], env=env, cwd=cluster.root, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split() == ["2", "2.0"]  # both nodes, one CPU each (a Ray of its own: 1 node, 2 CPUs)

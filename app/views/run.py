@@ -56,8 +56,9 @@ def _engine() -> str:
         return "local"
     return bound(st.radio, "Scan on", f"{P}engine", "local", options=list(run_data.ENGINES),
                  format_func=run_data.ENGINES.get, valid=lambda v: v in run_data.ENGINES, horizontal=True,
-                 help="Ray: the cluster RAY_ADDRESS names when the server was started with it (the run must sit on "
-                      "storage every node mounts, at the same path), else a local Ray on this server's cores.")
+                 help="Ray: the cluster the server's RAY_ADDRESS names, else the cluster this server is part of, "
+                      "else a local Ray on its cores. On a cluster the run must sit on storage every node mounts at "
+                      "the same path (docs/runs-on-a-cluster.md).")
 
 
 def open_scan() -> tuple[pd.DataFrame | None, str | None]:

@@ -49,7 +49,8 @@ def parser() -> argparse.ArgumentParser:
 def where_ray() -> str:
     """Which Ray a scan with engine="ray" runs on."""
     address = os.environ.get("RAY_ADDRESS")
-    return f"the cluster at {address} (RAY_ADDRESS)" if address else "a local Ray on this machine (no RAY_ADDRESS)"
+    return f"the cluster at {address} (RAY_ADDRESS)" if address else \
+        "no RAY_ADDRESS: the cluster this machine is part of, else a local Ray"
 
 
 def _default_by(path, run_id) -> str | None:

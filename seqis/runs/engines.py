@@ -3,8 +3,9 @@
 local   one process per core (spawned, each with one torch thread); at most two steps per worker in
         flight, so memory stays bounded by a few steps whatever the run's size. workers=1 runs in this
         process (no start-up cost: small runs, tests).
-ray     the same function as Ray Data tasks (`ray[data]`, the optional extra): on the cluster named by
-        RAY_ADDRESS (or an already initialised Ray), else a local Ray on `workers` CPUs. Workers read the
+ray     the same function as Ray Data tasks (`ray[data]`, the optional extra): on an already initialised
+        Ray, else the cluster named by RAY_ADDRESS, else the cluster this machine is part of (`ray start`
+        here, a KubeRay pod), else a local Ray on `workers` CPUs (connect). Workers read the
         step files by path, so a cluster needs the run on storage every node mounts at the same path, and
         seqis importable on every node (installed, or shipped with a runtime_env: docs/runs-on-a-cluster.md).
         The paths are absolute before a task leaves this process (a worker has a folder of its own). A step a
@@ -78,8 +79,8 @@ SHIP_SEQIS = ("seqis must be importable on every node: install it in the nodes' 
 
 
 class WorkersCannotRead(OSError):
-    """No Ray worker could read any step of a run that this machine reads (or import seqis): one message for the
-    whole run, the first worker's error as the example."""
+    """No Ray worker could read any of the steps to scan, which this machine reads: one message for the whole run
+    (the first worker's error as its example), not a line per step."""
 
 
 def _task_row(files: StepFiles) -> dict:
@@ -102,6 +103,23 @@ def _ray_scan_step(row: dict, estimators: list[str], by: str | None) -> dict:
     if result["unreadable"] is not None:
         result["error"] += f": {_node()} cannot open {result['unreadable']}"
     return {"result": json.dumps(result)}
+
+
+def connect(workers: int | None = None) -> None:
+    """Ray for a scan: the cluster RAY_ADDRESS names; else the one this machine is part of (`ray start` here, a
+    KubeRay pod: Ray's own default); else a local Ray of its own on `workers` CPUs (default: every core)."""
+    import ray
+
+    quiet = {"log_to_driver": False, "logging_level": logging.WARNING}
+    if os.environ.get("RAY_ADDRESS"):
+        ray.init(**quiet)
+        return
+    try:
+        ray.init(num_cpus=workers or default_workers(), include_dashboard=False, **quiet)
+    except ValueError as e:  # Ray found this machine's cluster, which takes no CPU count
+        if "existing cluster" not in str(e):
+            raise
+        ray.init(**quiet)
 
 
 @contextmanager
@@ -127,11 +145,7 @@ def run_ray(tasks: list[StepFiles], settings: ScanSettings, workers: int | None 
         return
     rows = [_task_row(t) for t in tasks]  # absolute paths: made here, before any task leaves this process
     if not ray.is_initialized():
-        quiet = {"log_to_driver": False, "logging_level": logging.WARNING}
-        if os.environ.get("RAY_ADDRESS"):
-            ray.init(**quiet)  # the cluster RAY_ADDRESS names
-        else:
-            ray.init(num_cpus=workers or default_workers(), include_dashboard=False, **quiet)
+        connect(workers)
     blind = []  # steps a worker could not read and this machine can: their errors as the worker gave them
     with _ray_data_quiet():
         context = ray.data.DataContext.get_current()

@@ -7,7 +7,8 @@ SEQIS_TEST_OPENED=FILE        (the node's environment) each file opened under SE
 SEQIS_TEST_UNREADABLE=P[:P]   (the node's environment) opening P, or a file under the folder P, fails as a file
                               without read permission does (PermissionError, errno 13, naming the file): a node
                               whose mount of the run's storage is missing or closed to it
-SEQIS_TEST_NO_SEQIS=1         (a job's runtime_env) `import seqis` fails as on a node where seqis is not installed
+SEQIS_TEST_NO_SEQIS=1         (a job's runtime_env) seqis is not installed here (its editable install's finder is
+                              taken out): `import seqis` fails unless the job ships it (runtime_env py_modules)
 """
 
 import builtins
@@ -44,14 +45,5 @@ if _opened or _unreadable:
     builtins.open = io.open = _guarded_open
 
 
-class _NoSeqis:
-    """A finder ahead of every other that finds no seqis (the message Python gives a missing package)."""
-
-    def find_spec(self, name, path=None, target=None):
-        if name == "seqis" or name.startswith("seqis."):
-            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
-        return None
-
-
-if os.environ.get("SEQIS_TEST_NO_SEQIS") == "1":
-    sys.meta_path.insert(0, _NoSeqis())
+if os.environ.get("SEQIS_TEST_NO_SEQIS") == "1":  # the editable install's finder taken out: seqis is not installed
+    sys.meta_path[:] = [f for f in sys.meta_path if not getattr(f, "__module__", "").startswith("__editable___seqis")]
