@@ -16,3 +16,14 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def local_ray():
+    """A local Ray inside this process (two CPUs), shared by the tests that scan with engine="ray" (~10 s to
+    start); a cluster of its own: address="local" ignores a RAY_ADDRESS the caller has set."""
+    ray = pytest.importorskip("ray")
+    pytest.importorskip("ray.data")
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield ray
+    ray.shutdown()

@@ -1,9 +1,11 @@
 """The Run page through AppTest: the example run scanned in place, its incident listed and marked, an
-uploaded scan and a folder scanned on the server read alike, and a step carried to Explore."""
+uploaded scan and a folder scanned on the server read alike, a step carried to Explore, and the run scanned on
+Ray with the same page and the same progress."""
 
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 pytest.importorskip("streamlit")
@@ -81,3 +83,27 @@ def test_opening_a_step_in_diagnose_shows_its_batch():
     at.button(key="run.incident.diagnose.py.5").click().run()
     assert not at.exception, [e.value for e in at.exception]
     assert at.radio(key="dg.source").value == "batch"
+
+
+@pytest.mark.slow  # the session's local Ray (tests/conftest.py)
+def test_a_run_scanned_on_ray_shows_the_same_page_with_its_progress(local_ray, monkeypatch):
+    import streamlit as st
+
+    shown = []  # every text the page's progress bar showed
+    real = st.progress
+
+    def progress(value, text=None):
+        bar = real(value, text=text)
+        update = bar.progress
+        bar.progress = lambda v, text=None: (shown.append(text), update(v, text=text))[1]
+        shown.append(text)
+        return bar
+
+    monkeypatch.setattr(st, "progress", progress)
+    on_ray = run_page(**{"run.engine": "ray"})
+    assert on_ray.radio(key="run.engine").value == "ray"
+    assert shown[0] == "Scanning the run on Ray (its workers start first)..."
+    assert [t.split(": ")[1] for t in shown[1:]] == [f"{k} of 8" for k in range(1, 9)]  # one update per step
+    assert sorted(int(t.split(":")[0].split()[1]) for t in shown[1:]) == list(range(8))
+    local = run_page()
+    pd.testing.assert_frame_equal(on_ray.dataframe[0].value, local.dataframe[0].value)

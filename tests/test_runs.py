@@ -3,6 +3,7 @@ incident on top, bad files reported while the scan goes on, steps still being wr
 rescans, the engines agreeing (local processes, Ray), and the command line."""
 
 import shutil
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -12,6 +13,8 @@ from seqis.io import save_batch
 from seqis.runs import load_run, read_scan, scan
 from seqis.runs.cli import main as cli_main
 from seqis.runs.example import write_prime_rl_run
+from seqis.runs.layout import StepFiles
+from seqis.runs.step import ScanSettings, scan_step
 from seqis.synthetic import make_batch
 
 ESTIMATORS = ("seq_tis", "mis_po", "geo_mask", "token_tis")
@@ -141,18 +144,43 @@ def test_local_processes_give_the_same_table(generated, scanned):
                                   check_exact=True)  # one thread in every worker: to the bit
 
 
-@pytest.mark.slow  # starts a local Ray (~10 s)
-def test_ray_gives_the_same_table(generated):
-    pytest.importorskip("ray.data")
-    import ray
-
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    try:
-        local = scan(generated[0], ("seq_tis", "mis_po"), by="env_name", workers=1)
-        on_ray = scan(generated[0], ("seq_tis", "mis_po"), by="env_name", engine="ray")
-    finally:
-        ray.shutdown()
+@pytest.mark.slow  # a local Ray (~10 s to start); a real two-node cluster: tests/test_runs_cluster.py
+def test_ray_gives_the_same_table_and_progress(generated, local_ray):
+    calls = {"local": [], "ray": []}
+    local, on_ray = (scan(generated[0], ("seq_tis", "mis_po"), by="env_name", engine=engine, workers=1,
+                          progress=lambda *call, engine=engine: calls[engine].append(call)) for engine in calls)
     pd.testing.assert_frame_equal(on_ray, local, check_exact=True)
+    for engine, made in calls.items():  # progress(done, total, step) once per step as it finishes, either engine
+        assert [(done, total) for done, total, _ in made] == [(k, 6) for k in range(1, 7)], engine
+        assert sorted(step for _, _, step in made) == list(range(6)), engine
+
+
+def test_paths_are_absolute_before_a_task_leaves_this_process(generated, monkeypatch, scanned):
+    from seqis.runs.engines import _task_row
+
+    root = generated[0]
+    monkeypatch.chdir(root.parent)
+    r = load_run(root.name)  # relative to this process's folder
+    assert r.path == root and all(p.is_absolute() for s in r.steps for p in r.files(s).files)
+    row = _task_row(StepFiles(0, (Path(root.name) / "token_exports" / "step_0" / "rank_0.jsonl",), True, True))
+    assert row["files"] == [str(root / "token_exports" / "step_0" / "rank_0.jsonl")]
+    df = scan(root.name, ESTIMATORS, by="env_name", workers=1)
+    assert df.attrs["path"] == str(root)
+    pd.testing.assert_frame_equal(df, scanned)
+
+
+def test_a_step_file_gone_after_listing_is_reported_with_its_path_and_the_scan_goes_on(tmp_path):
+    root = tmp_path / "token_exports"
+    write_prime_rl_run(root, steps=3, ranks=2, rollouts_per_rank=4)
+    gone = root / "step_1" / "rank_1.jsonl"
+    removed = lambda done, total, step: gone.unlink() if step == 0 else None  # listed, then gone before its read
+    with pytest.warns(UserWarning, match="step 1"):
+        df = scan(root, ("seq_tis",), workers=1, progress=removed)  # workers=1: the steps in order, here
+    [error] = df.attrs["summary"]["failed"]
+    assert error.startswith("step 1: ") and str(gone) in error  # (its stat failed: the file's whole path)
+    assert sorted(df["step"].unique()) == [0, 2]
+    result = scan_step(StepFiles(1, (gone,), stable=True, prime_rl=True), ScanSettings(("seq_tis",)))
+    assert result["rows"] == [] and result["unreadable"] == str(gone)
 
 
 def test_a_folder_of_step_named_dumps(tmp_path):

@@ -8,6 +8,7 @@ new step changes it), a file's path and modification time, an upload's digest.""
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import io
 import threading
 from collections import OrderedDict
@@ -24,6 +25,8 @@ from .paths import Refused
 EXAMPLE_RUN = ASSETS_DIR / "runs" / "prime_rl_example"
 SEED_FOUR = ("seq_tis", "seq_mis", "geo_mask", "mis_po")
 IN_PROCESS_STEPS = 64  # runs with fewer steps are scanned in this process; larger ones by one process per core
+ENGINES = {"local": "This server", "ray": "Ray"}
+HAS_RAY = importlib.util.find_spec("ray") is not None
 
 
 def fingerprint(path: str) -> str:
@@ -41,16 +44,19 @@ _SCANS_KEPT = 6
 _LOCK = threading.Lock()
 
 
-def scan_folder(path: str, digest: str, estimators: tuple[str, ...], by: str | None, progress=None) -> pd.DataFrame:
+def scan_folder(path: str, digest: str, estimators: tuple[str, ...], by: str | None, progress=None,
+                engine: str = "local") -> pd.DataFrame:
     """A run folder scanned in place (`digest`: its fingerprint, part of the key); progress(done, total, step)
-    while it runs. Kept in a small LRU of its own: st.cache_data would replay the progress bar's updates."""
-    key = (path, digest, estimators, by)
+    while it runs. Kept in a small LRU of its own: st.cache_data would replay the progress bar's updates.
+    engine "ray": the cluster RAY_ADDRESS names, else a local Ray (seqis.runs.engines), kept apart in the key
+    (the rows are the same; a user who picks Ray means to run it)."""
+    key = (path, digest, estimators, by) + ((engine,) if engine != "local" else ())
     with _LOCK:
         if key in _SCANS:
             _SCANS.move_to_end(key)
             return _SCANS[key]
-    n_steps = len(load_run(path).steps)
-    df = scan(path, list(estimators), by=by, workers=1 if n_steps < IN_PROCESS_STEPS else None, progress=progress)
+    small = engine == "local" and len(load_run(path).steps) < IN_PROCESS_STEPS
+    df = scan(path, list(estimators), by=by, engine=engine, workers=1 if small else None, progress=progress)
     with _LOCK:
         _SCANS[key] = df
         while len(_SCANS) > _SCANS_KEPT:

@@ -34,13 +34,31 @@ def _choices() -> list[str]:
     return list(ESTIMATORS) + list(PRESETS)
 
 
-def _scan_in_place(path: str, names: tuple[str, ...], by: str | None) -> pd.DataFrame:
-    bar = st.progress(0.0, text="Scanning the run...")
+def _scan_in_place(path: str, names: tuple[str, ...], by: str | None, engine: str = "local") -> pd.DataFrame | None:
+    """The run scanned with a progress bar; None (and why, on the page) when it cannot be."""
+    start = "Scanning the run on Ray (its workers start first)..." if engine == "ray" else "Scanning the run..."
+    bar = st.progress(0.0, text=start)
     shown = lambda done, total, step: bar.progress(done / max(total, 1), text=f"step {step}: {done} of {total}")
     try:
-        return run_data.scan_folder(path, run_data.fingerprint(path), names, by, progress=shown)
+        return run_data.scan_folder(path, run_data.fingerprint(path), names, by, progress=shown, engine=engine)
+    except (OSError, ImportError) as e:  # on Ray: no worker could read the run, or import seqis; no cluster there
+        if engine != "ray":
+            raise
+        st.error(str(e))
+        return None
     finally:
         bar.empty()
+
+
+def _engine() -> str:
+    """Where a run folder is scanned: this server's cores, or Ray (offered where Ray is installed)."""
+    if not run_data.HAS_RAY:
+        return "local"
+    return bound(st.radio, "Scan on", f"{P}engine", "local", options=list(run_data.ENGINES),
+                 format_func=run_data.ENGINES.get, valid=lambda v: v in run_data.ENGINES, horizontal=True,
+                 help="Ray: the cluster the server's RAY_ADDRESS names, else the cluster this server is part of, "
+                      "else a local Ray on its cores. On a cluster the run must sit on storage every node mounts at "
+                      "the same path (docs/runs-on-a-cluster.md).")
 
 
 def open_scan() -> tuple[pd.DataFrame | None, str | None]:
@@ -52,6 +70,7 @@ def open_scan() -> tuple[pd.DataFrame | None, str | None]:
         names = bound(left.multiselect, "Corrections", f"{P}estimators", list(run_data.SEED_FOUR),
                       options=_choices(), valid=lambda v: isinstance(v, list) and set(v) <= set(_choices()))
         by = bound(right.text_input, "Group by (metadata column)", f"{P}by", "env_name").strip() or None
+        engine = _engine()
         if not names:
             st.info("Pick at least one correction.")
             return None, None
@@ -61,7 +80,7 @@ def open_scan() -> tuple[pd.DataFrame | None, str | None]:
             return None, None
         path = str(run_data.EXAMPLE_RUN)
         st.caption(f"The example: a generated prime-rl token export ({path}, assets/README.md says how it was made).")
-        return _scan_in_place(path, tuple(names), by), path
+        return _scan_in_place(path, tuple(names), by, engine), path
     if kind == "folder":
         folder = served.pick(st, "Run folder on the server", f"{P}path", "folder",
                              "Pick a run, or type its folder: outputs/token_exports",
@@ -71,7 +90,7 @@ def open_scan() -> tuple[pd.DataFrame | None, str | None]:
             return None, None
         path = str(folder)
         try:
-            return _scan_in_place(path, tuple(names), by), path
+            return _scan_in_place(path, tuple(names), by, engine), path
         except (ValueError, OSError) as e:  # not a run (no steps), a link out of the roots, unreadable
             st.error(e.message(literal) if isinstance(e, Refused) else str(e))
             return None, None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 import warnings
@@ -45,6 +46,13 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+def where_ray() -> str:
+    """Which Ray a scan with engine="ray" runs on."""
+    address = os.environ.get("RAY_ADDRESS")
+    return f"the cluster at {address} (RAY_ADDRESS)" if address else \
+        "no RAY_ADDRESS: the cluster this machine is part of, else a local Ray"
+
+
 def _default_by(path, run_id) -> str | None:
     """env_name when the run's first step carries it (prime-rl exports do), else None."""
     from .run import load_run
@@ -66,10 +74,12 @@ def main(argv: list[str] | None = None) -> int:
         try:
             by = _default_by(args.path, args.run_id) if args.by is None else None if args.by.lower() == "none" \
                 else args.by
+            if args.engine == "ray":  # said before Ray starts: a cluster's workers take seconds to the first step
+                print(f"engine ray: {where_ray()}", file=sys.stderr, flush=True)
             df = scan(args.path, names, by=by, engine=args.engine,
                       out=args.out, include_unstable=args.include_unstable, workers=args.workers,
                       run_id=args.run_id, progress=ProgressBar())
-        except (ValueError, FileNotFoundError, ImportError) as e:
+        except (ValueError, OSError, ImportError) as e:  # OSError: also no Ray worker could read the run
             print(f"python -m seqis scan: {e}", file=sys.stderr)
             return 2
     s = df.attrs["summary"]

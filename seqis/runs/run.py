@@ -26,10 +26,12 @@ from .layout import StepFiles, find_steps
 
 
 class Run:
-    """The steps of one run; nothing is read until a batch is asked for."""
+    """The steps of one run; nothing is read until a batch is asked for. Its path, and so every step file's, is
+    absolute (this process's folder joined in front of a relative one): a scan's tasks can run in other processes
+    and on other machines, each with a folder of its own."""
 
     def __init__(self, path, run_id: str | None = None):
-        self.path = Path(path)
+        self.path = Path(path).absolute()
         self.run_id = run_id
         self._steps = {s.step: s for s in find_steps(self.path, run_id)}
 

@@ -92,16 +92,29 @@ def step_rows(batch, step: int, settings: ScanSettings) -> list[dict]:
 
 def scan_step(files: StepFiles, settings: ScanSettings) -> dict:
     """Read and scan one step with one thread (every engine alike, so results agree to the bit). A step
-    that cannot be read comes back with its error (naming the file and line) instead of rows."""
+    that cannot be read comes back with its error (naming the file and line) instead of rows, and with
+    `unreadable`: the first of its files this process cannot open, if any (a Ray worker on a node without the
+    run's storage; the engine says which node)."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        result = {"step": files.step, "fingerprint": files.fingerprint(), "rows": [], "notes": [], "error": None}
+        result = {"step": files.step, "fingerprint": "", "rows": [], "notes": [], "error": None, "unreadable": None}
         try:
+            result["fingerprint"] = files.fingerprint()
             batch, result["notes"] = read_step(files, extras=False)
             result["rows"] = step_rows(batch, files.step, settings)
         except (ValueError, OSError) as e:  # BatchFormatError is a ValueError
             result["error"] = f"step {files.step}: {e}"
+            result["unreadable"] = next((str(p) for p in files.files if not can_open(p)), None)
         return result
     finally:
         torch.set_num_threads(threads)
+
+
+def can_open(path) -> bool:
+    """Whether this process can open the file for reading."""
+    try:
+        with open(path, "rb"):
+            return True
+    except OSError:
+        return False
