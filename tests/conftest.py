@@ -1,12 +1,18 @@
 """Shared test setup: GPU tests skip without CUDA, and say so; the app does not warm its caches in the
-background (SEQIS_WARM=0: the tests open pages, and the warm-up would compete with them for the cores)."""
+background (SEQIS_WARM=0: the tests open pages, and the warm-up would compete with them for the cores); under
+`make test` (SEQIS_HYPOTHESIS=full) hypothesis draws the same examples on every run (derandomized: a clean
+clone's run repeats the one that passed here; plain `pytest` keeps exploring with fresh seeds)."""
 
 import os
 
 import pytest
 import torch
+from hypothesis import settings
 
 os.environ.setdefault("SEQIS_WARM", "0")
+settings.register_profile("full", derandomize=True, print_blob=True)
+if os.environ.get("SEQIS_HYPOTHESIS") == "full":
+    settings.load_profile("full")
 
 
 def pytest_collection_modifyitems(config, items):

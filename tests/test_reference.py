@@ -182,6 +182,15 @@ def m2po(rollouts: list, threshold: float) -> set:
     return {tokens[o][1:] for o in order[:k]}
 
 
+def nan_max(v: list) -> float:
+    """max, nan when any value is nan (a statistic outside its domain fails every band, as torch's amax)"""
+    return math.nan if any(math.isnan(x) for x in v) else max(v)
+
+
+def nan_min(v: list) -> float:
+    return math.nan if any(math.isnan(x) for x in v) else min(v)
+
+
 def composed(comp: Composition, r: Rollout, per_token_adv: bool, batch_dropped: list | None = None):
     c_ = comp.log_ratio_clamp
     clamp = (lambda x: x) if c_ is None else (lambda x: max(-c_, min(c_, x)))
@@ -199,7 +208,7 @@ def composed(comp: Composition, r: Rollout, per_token_adv: bool, batch_dropped: 
                 s = r.l  # the raw log-ratios aggregated, the aggregate clamped
                 agg = clamp(sum(s) if c.agg == "sum" else sum(s) / T) if T else 0.0
             else:
-                agg = {"sum": sum, "mean": lambda v: sum(v) / len(v), "max": max, "min": min}[c.agg](s) if T else 0.0
+                agg = {"sum": sum, "mean": lambda v: sum(v) / len(v), "max": nan_max, "min": nan_min}[c.agg](s) if T else 0.0
             fails = [not passes(c, agg)] * T
         if c.agg == "token" or (c.advantage is not None and per_token_adv):
             dropped = [f and SIGN[c.advantage](a) for f, a in zip(fails, r.A)]
