@@ -50,7 +50,8 @@ def _linear_grid(lo: float, hi: float) -> list[float]:
 def knob_grid(field) -> list:
     """The values a knob's slider offers over its ui range: nice numbers per decade on a log knob whose
     range spans a factor of 4 or more, else a linear grid with a 1/2/2.5/5 step; powers of two (and
-    1.5 times them) for log-scaled integers; the default always in it, and +inf at the end for clips."""
+    1.5 times them) for log-scaled integers; the default always in it,
+    and +inf at the end where the knob declares it (inf=True)."""
     m = field.metadata
     lo, hi = m["ui"]
     default = field.default
@@ -68,7 +69,7 @@ def knob_grid(field) -> list:
     if isinstance(default, (int, float)) and not isinstance(default, bool) and math.isfinite(default):
         values.add(default)
     grid = sorted(values)
-    if default == math.inf or (m["gt"] is not None and "clip" in field.name):
+    if default == math.inf or m["inf"]:  # the knob declares that +inf means "off"
         grid.append(math.inf)
     return grid
 

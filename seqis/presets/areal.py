@@ -39,10 +39,12 @@ class ArealConfig(Config):
 
     use_decoupled_loss: bool = knob(False, "Decoupled loss: pi_old is the recomputed trainer, the sampler's "
                                     "ratio the behaviour weight (else PPO clips pi/mu).", choices=(False, True))
-    eps_clip: float = knob(0.2, "PPO's epsilon (without the decoupled loss: on pi/mu).", gt=0.0, ui=(0.05, 1.0))
+    eps_clip: float = knob(0.2, "PPO's epsilon (without the decoupled loss: on pi/mu).", gt=0.0, ui=(0.05, 1.0),
+                           inf=True)
     eps_clip_higher: float | None = knob(None, "PPO's upper epsilon; None = eps_clip.", optional=True, gt=0.0,
-                                         ui=(0.05, 1.0))
-    c_clip: float | None = knob(None, "Dual clip for A < 0; None = off.", optional=True, gt=1.0, ui=(1.5, 10.0))
+                                         ui=(0.05, 1.0), inf=True)
+    c_clip: float | None = knob(None, "Dual clip for A < 0; None = off.", optional=True, gt=1.0, ui=(1.5, 10.0),
+                                inf=True)
     rejection_sampling: bool = knob(False, "Set the rejection_sampling block (decoupled loss only).",
                                     choices=(False, True))
     level: str = knob("token", "Filter per token or per rollout.", choices=("token", "sequence"))

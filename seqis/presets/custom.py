@@ -48,7 +48,7 @@ class CustomConfig(Config):
     weight_level: str = knob("token", "The IS weight: 1, rho_t, exp(S), exp(S/T) or the prefix ratio.",
                              choices=WEIGHT_LEVELS)
     weight_clip: float = knob(2.0, "Truncate the weight at this (inf = no truncation).", gt=0.0, ui=(1.0, 100.0),
-                              log=True)
+                              log=True, inf=True)
     weight_clip_low: float = knob(0.0, "Raise the weight to at least this (0 = none).", ge=0.0, ui=(0.0, 1.0))
     weight_band_low: float | None = knob(None, "Drop where the weight is below this (None = no band).",
                                          optional=True, ge=0.0, ui=(0.0, 1.0))

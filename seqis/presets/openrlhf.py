@@ -44,10 +44,10 @@ class OpenRLHFConfig(Config):
     policy_loss_type: str = knob("ppo", "ppo, or gspo (PPO-clip on the geometric ratio pi/mu when the correction "
                                  "is on).", choices=("ppo", "gspo"))
     eps_clip_low: float = knob(0.2, "--actor.eps_clip_low_high[0] (gspo).", gt=0.0, ui=(1e-4, 1.0), log=True,
-                               band=False)
-    eps_clip_high: float = knob(0.2, "--actor.eps_clip_low_high[1] (gspo).", gt=0.0, ui=(1e-4, 1.0), log=True)
+                               band=False, inf=True)
+    eps_clip_high: float = knob(0.2, "--actor.eps_clip_low_high[1] (gspo).", gt=0.0, ui=(1e-4, 1.0), log=True, inf=True)
     dual_clip: float | None = knob(None, "--actor.dual_clip for A < 0 (gspo); None = off.", optional=True, gt=1.0,
-                                   ui=(1.5, 10.0))
+                                   ui=(1.5, 10.0), inf=True)
 
     def __post_init__(self):
         super().__post_init__()

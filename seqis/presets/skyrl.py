@@ -45,8 +45,9 @@ class SkyRLConfig(Config):
                                  "(pi/mu zeroed outside an open band), dppo (a divergence mask on pi/mu) or cispo "
                                  "(its clamped ratio).", choices=LOSSES)
     eps_clip_low: float = knob(0.2, "rollout_is: zero the ratio at or below 1 - this.", gt=0.0, ui=(0.01, 1.0),
-                               band=False)
-    eps_clip_high: float = knob(0.2, "rollout_is: zero the ratio at or above 1 + this.", gt=0.0, ui=(0.01, 1.0))
+                               band=False, inf=True)
+    eps_clip_high: float = knob(0.2, "rollout_is: zero the ratio at or above 1 + this.", gt=0.0, ui=(0.01, 1.0),
+                                inf=True)
     dppo_type: str = knob("binary_tv", "DPPO's divergence: binary_tv (the probability difference) or binary_kl "
                           "(KL(mu || pi) of the two-outcome split, on the side the probability moved).",
                           choices=("binary_tv", "binary_kl"))
@@ -56,14 +57,15 @@ class SkyRLConfig(Config):
                              ui=(0.01, 1.0))
     cispo_eps_clip_low: float = knob(1.0, "CISPO: the weight's lower clamp is 1 - this.", ge=0.0, ui=(0.0, 1.0),
                                      band=False)
-    cispo_eps_clip_high: float = knob(4.0, "CISPO: the weight's upper clamp is 1 + this.", gt=0.0, ui=(0.1, 10.0))
+    cispo_eps_clip_high: float = knob(4.0, "CISPO: the weight's upper clamp is 1 + this.", gt=0.0, ui=(0.1, 10.0),
+                                      inf=True)
     cispo_anchor: str = knob("rollout", "CISPO's ratio: pi/mu (rollout) or pi/pi_old (old: 1 at the first "
                              "minibatch, no correction).", choices=("rollout", "old"))
 
     tis_ratio_type: str | None = knob(None, "TIS weight: token, sequence, or None.", optional=True,
                                       choices=(None, "token", "sequence"))
-    token_tis_ratio_clip_high: float = knob(2.0, "Token TIS cap.", gt=0.0, ui=(1.0, 10.0), log=True)
-    sequence_tis_ratio_clip_high: float = knob(5.0, "Sequence TIS cap.", gt=0.0, ui=(1.0, 20.0), log=True)
+    token_tis_ratio_clip_high: float = knob(2.0, "Token TIS cap.", gt=0.0, ui=(1.0, 10.0), log=True, inf=True)
+    sequence_tis_ratio_clip_high: float = knob(5.0, "Sequence TIS cap.", gt=0.0, ui=(1.0, 20.0), log=True, inf=True)
     sequence_mask_metric: str | None = knob(None, "Drop rollouts by their geometric or product ratio.",
                                             optional=True, choices=(None, "geometric", "product"))
     geo_mask_low: float = knob(0.99, "Geometric band, low.", gt=0.0, ui=(0.9, 1.0))

@@ -39,7 +39,7 @@ class TISConfig(Config):
 
     tis_function: str = knob("vanilla", "vanilla_tis_function (clamp) or icepop_function (zero outside).",
                              choices=("vanilla", "icepop"))
-    tis_clip: float = knob(2.0, "--tis-clip: upper bound.", gt=0.0, ui=(1.0, 10.0), log=True)
+    tis_clip: float = knob(2.0, "--tis-clip: upper bound.", gt=0.0, ui=(1.0, 10.0), log=True, inf=True)
     tis_clip_low: float = knob(0.0, "--tis-clip-low: lower bound.", ge=0.0, ui=(0.0, 1.0))
 
 
@@ -106,11 +106,11 @@ class OPSMConfig(Config):
 
     opsm_delta: float = knob(1e-4, "--opsm-delta: drop A < 0 rollouts whose mean log(mu/pi) exceeds this.",
                              gt=0.0, ui=(1e-5, 1.0), log=True)
-    eps_clip: float = knob(0.2, "--eps-clip: PPO's lower epsilon.", gt=0.0, ui=(0.05, 1.0))
+    eps_clip: float = knob(0.2, "--eps-clip: PPO's lower epsilon.", gt=0.0, ui=(0.05, 1.0), inf=True)
     eps_clip_high: float | None = knob(None, "--eps-clip-high: PPO's upper epsilon; None = eps_clip.",
-                                       optional=True, gt=0.0, ui=(0.05, 1.0))
+                                       optional=True, gt=0.0, ui=(0.05, 1.0), inf=True)
     eps_clip_c: float | None = knob(None, "--eps-clip-c: dual clip for A < 0; None = off.", optional=True, gt=1.0,
-                                    ui=(1.5, 10.0))
+                                    ui=(1.5, 10.0), inf=True)
 
 
 def compose_opsm(cfg: OPSMConfig) -> Composition:

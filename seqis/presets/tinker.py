@@ -39,7 +39,7 @@ class TinkerConfig(Config):
     clip_low_threshold: float | None = knob(None, "ppo / cispo: the ratio's lower clip; None = the loss's default "
                                             "(0.8 / 0.0).", optional=True, ge=0.0, ui=(0.0, 1.0))
     clip_high_threshold: float | None = knob(None, "ppo / cispo: the ratio's upper clip; None = the loss's default "
-                                             "(1.2 / 4.0).", optional=True, gt=0.0, ui=(1.0, 10.0), log=True)
+                                             "(1.2 / 4.0).", optional=True, gt=0.0, ui=(1.0, 10.0), log=True, inf=True)
 
     def thresholds(self) -> tuple[float, float]:
         lo, hi = DEFAULT_THRESHOLDS.get(self.loss_fn, (0.0, 0.0))

@@ -37,7 +37,7 @@ class TRLConfig(Config):
     vllm_importance_sampling_mode: str = knob("sequence_mask", "Granularity (token / sequence) and constraint "
                                               "(truncate / mask) of the IS ratio.", choices=MODES)
     vllm_importance_sampling_clip_max: float | None = knob(3.0, "C_max: truncate at / mask above this.",
-                                                           optional=True, gt=0.0, ui=(1.0, 10.0), log=True)
+                                                           optional=True, gt=0.0, ui=(1.0, 10.0), log=True, inf=True)
     vllm_importance_sampling_clip_min: float | None = knob(None, "C_min: truncate at / mask below this.",
                                                            optional=True, ge=0.0, ui=(0.0, 1.0))
     off_policy_mask_threshold: float | None = knob(None, "OPSM delta: drop a rollout with A < 0 whose mean "

@@ -56,9 +56,10 @@ class VerlConfig(Config):
                              choices=(False, True))
     loss_type: str = knob("ppo_clip", "Bypass loss: ppo_clip (PPO on pi/mu, IS weights unused) or reinforce.",
                           choices=("ppo_clip", "reinforce"))
-    clip_ratio: float = knob(0.2, "actor.clip_ratio: PPO's epsilon (bypass ppo_clip).", gt=0.0, ui=(0.05, 1.0))
+    clip_ratio: float = knob(0.2, "actor.clip_ratio: PPO's epsilon (bypass ppo_clip).", gt=0.0, ui=(0.05, 1.0),
+                             inf=True)
     clip_ratio_c: float = knob(3.0, "actor.clip_ratio_c: dual-clip bound for A < 0 (bypass ppo_clip).", gt=1.0,
-                               ui=(1.5, 10.0))
+                               ui=(1.5, 10.0), inf=True)
 
     def __post_init__(self):
         super().__post_init__()
