@@ -93,12 +93,17 @@ def outside_band(mask: torch.Tensor, x: torch.Tensor, low: float, high: float) -
 SPARSE_ROW_SHARE = 1 / 2
 
 
-def rows_outside(x_max: torch.Tensor, x_min: torch.Tensor, low: float, high: float) -> torch.Tensor:
+def rows_outside(x_max: torch.Tensor, x_min: torch.Tensor, low: float, high: float, *,
+                 strict: bool = False) -> torch.Tensor:
     """(B,) bool: the rows with a value outside [low, high], from the rows' maxima and minima (over every
     position: off the mask x holds 0 or a value of the row's loss tokens, so a row flagged by a padding 0 is
-    only a row evaluated in full, never a row missed)."""
-    out = x_max > high
-    out |= x_min < low
+    only a row evaluated in full, never a row missed; a nan extreme flags its row too)."""
+    if strict:  # an open band: a value on an edge is outside it
+        out = ~(x_max < high)
+        out |= ~(x_min > low)
+        return out
+    out = ~(x_max <= high)
+    out |= ~(x_min >= low)
     return out
 
 

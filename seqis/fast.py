@@ -62,6 +62,7 @@ from ._kernels import (
 )
 from .compose import Composition, Criterion, Penalty, Weight
 from .evaluate import AGGREGATIONS, compute_dtype, log_of
+from .evaluate import statistic as plain_statistic
 from .types import Batch, EstimatorOutput, Masks
 
 # ---------------------------------------------------------------------------------------------------------
@@ -91,6 +92,10 @@ class Ratios:
     clamp: float | None = None  # the clamp of a clamped copy
     shortcuts: bool = True  # whether a value may be read back to skip a pass (the CPU)
     sparse_share: float = SPARSE_ROW_SHARE  # a token-level part touching at most this share of rows goes sparse
+    # clamp order "aggregate" (SkyRL, slime): a rollout's sum / mean ratio rule reads the unclamped record's
+    # aggregate, clamped to [-c, c] (set on the record a composition's criteria see; see aggregate_view)
+    raw: Ratios | None = None
+    aggregate_clamp: float | None = None
     # derived once, at construction (every output reads them: a few tensor operations each, made once)
     valid: torch.Tensor = field(init=False)  # (B,) bool, T_j > 0
     valid_f: torch.Tensor = field(init=False)  # (B,) the same as 0/1
@@ -165,6 +170,10 @@ class Ratios:
             return self
         lc = l.clamp(-c, c)
         return replace(self, log_ratio=lc, seq_log_ratio=lc.sum(-1), k3=None, k3_rollout=k3_row_sums(lc), clamp=c)
+
+    def aggregate_view(self, raw: Ratios, c: float) -> Ratios:
+        """This (clamped) record, its rollout ratio rules reading raw's sums and means clamped to [-c, c]."""
+        return replace(self, raw=raw, aggregate_clamp=c)
 
     def rows(self, rows: torch.Tensor) -> Ratios:
         """The given rollouts (R,) as a record of their own, with shortcuts off (evaluated in full: the few rows
@@ -257,8 +266,8 @@ def criteria(r: Ratios, cache: Cache, rules: tuple[Criterion, ...]):
         cond = None if c.advantage is None else _SIGN[c.advantage](r.advantages, 0)  # (B,) or (B, T)
         if c.agg == "token" or (cond is not None and cond.dim() == 2):
             token_rules.append((c, cond))
-        elif c.statistic == "ratio" and cond is None and ((c.agg == "max" and c.low is None)
-                                                          or (c.agg == "min" and c.high is None)):
+        elif c.statistic == "ratio" and cond is None and not c.strict and ((c.agg == "max" and c.low is None)
+                                                                           or (c.agg == "min" and c.high is None)):
             every_token.append(c)  # every token's ratio below hi / above lo: one band, below
         else:
             fail = rollout_fails(r, cache, c)  # (B,)
@@ -291,6 +300,15 @@ def edges(c: Criterion) -> tuple[float, float]:
             c.high if c.high is not None else math.inf)
 
 
+def compared(c: Criterion, x: torch.Tensor) -> torch.Tensor:
+    """(same shape) bool: x inside the rule's band, x in the statistic's space (a ratio's log): inclusive, or
+    open edges (strict) with no rounding tolerance; a nan is inside no band."""
+    lo, hi = edges(c)
+    if c.statistic == "ratio":
+        lo, hi = log_of(lo), log_of(hi)
+    return (x > lo) & (x < hi) if c.strict else (x >= lo) & (x <= hi)
+
+
 def statistic(r: Ratios, cache: Cache, name: str) -> torch.Tensor:
     """(B, T) the per-token statistic, 0 off the loss mask: log rho for "ratio" (its bands compare in log
     space), k1 = -l, k2 = l^2 / 2, k3 = rho - 1 - l, or prob_diff = exp(log pi) - exp(log mu) (the two log-probs,
@@ -302,7 +320,10 @@ def statistic(r: Ratios, cache: Cache, name: str) -> torch.Tensor:
         return cache.k3(r)
     make = {"k1": lambda: r.log_ratio.neg(), "k2": lambda: r.log_ratio.square().mul_(0.5),
             # torch.exp, not exp2: the decision on a band edge follows prime-rl's own arithmetic to the bit
-            "prob_diff": lambda: torch.exp(cache.logp(r)).sub_(torch.exp(cache.logq(r)))}[name]
+            "prob_diff": lambda: torch.exp(cache.logp(r)).sub_(torch.exp(cache.logq(r)))}.get(name)
+    if make is None:  # e^|l|, |rho - 1|, the binary KLs: the definition's own elementwise pass, 0 off the mask
+        def make():
+            return plain_statistic(name, r.log_ratio, cache.logp(r), cache.logq(r)).masked_fill_(~r.mask, 0.0)
     return cache.memo((name, r.clamp), make)
 
 
@@ -330,23 +351,28 @@ def aggregate(r: Ratios, cache: Cache, name: str, agg: str) -> torch.Tensor:
 def outside(r: Ratios, cache: Cache, c: Criterion) -> torch.Tensor:
     """(B, T) bool: the loss tokens whose own statistic lies outside the band (built when a mask is read)."""
     lo, hi = edges(c)
-    if c.statistic == "ratio":
+    if c.statistic == "ratio" and not c.strict:
         return outside_band(r.mask, r.log_ratio, lo, hi)
-    x = statistic(r, cache, c.statistic)
-    return r.mask & ((x < lo) | (x > hi))
+    return r.mask & ~compared(c, statistic(r, cache, c.statistic))
 
 
 def rollout_fails(r: Ratios, cache: Cache, c: Criterion) -> torch.Tensor:
-    """(B,) bool: the rollouts whose aggregated statistic lies outside the band."""
+    """(B,) bool: the rollouts whose aggregated statistic lies outside the band (a product or geometric ratio
+    under clamp order "aggregate": from the unclamped log-ratios, the aggregate clamped)."""
     lo, hi = edges(c)
-    if c.statistic == "ratio" and c.agg in ("mean", "sum"):  # the geometric or product ratio, edges tolerant
+    product = c.statistic == "ratio" and c.agg in ("mean", "sum")
+    clamp = None
+    if product and r.raw is not None:
+        r, clamp = r.raw, r.aggregate_clamp
+    if product and not c.strict:  # the geometric or product ratio, edges tolerant
         x, tol = (r.geo_log_ratio, r.edge_tolerance) if c.agg == "mean" else (r.seq_log_ratio,
                                                                               r.edge_tolerance * r.length)
-        return ~in_band(x, lo, hi, tol)
-    x = aggregate(r, cache, c.statistic, c.agg)  # (B,)
-    if c.statistic == "ratio":
+        return ~in_band(_clamped(x, clamp), lo, hi, tol)
+    x = (r.geo_log_ratio if c.agg == "mean" else r.seq_log_ratio) if product else aggregate(r, cache, c.statistic,
+                                                                                              c.agg)  # (B,)
+    if c.statistic == "ratio" and not c.strict:
         return ~in_band(x, lo, hi)
-    return (x < lo) | (x > hi)
+    return ~compared(c, _clamped(x, clamp))  # nan fails
 
 
 def keep_of(r: Ratios, cache: Cache, c: Criterion, cond: torch.Tensor | None) -> torch.Tensor:
@@ -355,7 +381,10 @@ def keep_of(r: Ratios, cache: Cache, c: Criterion, cond: torch.Tensor | None) ->
     if c.agg == "token":
         lo, hi = edges(c)
         x = statistic(r, cache, c.statistic)
-        keep = band_f(x, lo, hi) if c.statistic == "ratio" else x.clamp(lo, hi).eq_(x)  # (B, T) 1.0 in band
+        if c.strict:
+            keep = as_float(compared(c, x), r.dtype)  # (B, T) 1.0 inside the open band
+        else:
+            keep = band_f(x, lo, hi) if c.statistic == "ratio" else x.clamp(lo, hi).eq_(x)  # (B, T) 1.0 in band
     else:
         keep = as_float(~rollout_fails(r, cache, c), r.dtype)[:, None]  # (B, 1)
     if cond is not None:  # the rule drops only where A has the sign: every other token is kept
@@ -459,7 +488,10 @@ class Correction:
 
 def correction(r: Ratios, cache: Cache, comp: Composition) -> Correction:
     """The composition on the batch of `r` (whose advantages decide any sign-conditioned criterion)."""
-    rc = cache.clamped(r, comp.log_ratio_clamp)
+    c = comp.log_ratio_clamp
+    rc = cache.clamped(r, c)
+    if comp.clamp_order == "aggregate" and c is not None:
+        rc = cache.memo(("aggregate view", c), lambda: rc.aggregate_view(r, c))
     gate, rules, tripped = criteria(rc, cache, comp.criteria)
     rules = [(rc, c, cond) for c, cond in rules]
     w = comp.weight
@@ -668,7 +700,8 @@ def _sparse_rows(r: Ratios, cache: Cache, w: Weight | None, clamp, rules):
         lo, hi = edges(c)
         if c.statistic == "ratio":
             lo, hi = log_of(lo), log_of(hi)
-        out = rows_outside(*extremes(cache, (rc, c.statistic, statistic(rc, cache, c.statistic))), lo, hi)
+        out = rows_outside(*extremes(cache, (rc, c.statistic, statistic(rc, cache, c.statistic))), lo, hi,
+                           strict=c.strict)
         hit |= out if cond is None else out & cond
     rows = hit.nonzero().squeeze(1)
     if len(rows) > r.sparse_share * len(hit):
@@ -932,7 +965,6 @@ def evaluate_many(named: dict[Composition, int], batch: Batch, agg: str = "token
 
 # the parts of a composition this module knows; a composition with any other part goes to the plain evaluator
 WEIGHT_LEVELS = ("none", "token", "sequence", "geometric", "prefix")
-STATISTICS = ("ratio", "k1", "k2", "k3", "prob_diff")
 AGGREGATES = ("token", "sum", "mean", "max", "min")
 PENALTIES = ("squared_log_ratio", "k3")
 
@@ -941,7 +973,7 @@ def supports(comp: Composition) -> bool:
     """Whether this module evaluates the composition (every part one it knows), or the plain evaluator does."""
     w = comp.weight
     return (w.level in WEIGHT_LEVELS and w.token_clip is None and w.gamma is None and not w.normalize_all
-            and all(c.statistic in STATISTICS and c.agg in AGGREGATES and not c.strict and not c.leaves_normaliser
+            and all(c.agg in AGGREGATES and not c.leaves_normaliser
                     for c in comp.criteria)
             and (comp.penalty is None or comp.penalty.statistic in PENALTIES)
-            and comp.clamp_order == "token" and comp.batch_rule is None)
+            and comp.batch_rule is None)

@@ -11,8 +11,11 @@ from hypothesis import settings
 
 os.environ.setdefault("SEQIS_WARM", "0")
 settings.register_profile("full", derandomize=True, print_blob=True)
-if os.environ.get("SEQIS_HYPOTHESIS") == "full":
-    settings.load_profile("full")
+
+
+def pytest_configure(config):
+    if os.environ.get("SEQIS_HYPOTHESIS") == "full" and config.getoption("hypothesis_seed", None) is None:
+        settings.load_profile("full")  # --hypothesis-seed=N explores at full size instead
 
 
 def pytest_collection_modifyitems(config, items):
