@@ -44,3 +44,15 @@ def test_the_add_an_estimator_recipe_is_a_working_estimator():
     for out in (evaluate(comp, batch), fast.evaluate_many({comp: 1}, batch)[comp][0]):
         assert out.masks["kept"].equal(kept)
         torch.testing.assert_close(out.weights, weights)
+
+
+def test_every_link_between_the_pages_leads_to_a_file():
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    broken = []
+    for page in pages:
+        for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", page.read_text()):
+            if "://" in target or target.startswith("mailto:"):
+                continue
+            if not (page.parent / target).exists():
+                broken.append(f"{page.relative_to(ROOT)} -> {target}")
+    assert not broken, "links to nothing:\n" + "\n".join(broken)

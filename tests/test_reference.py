@@ -208,7 +208,8 @@ def composed(comp: Composition, r: Rollout, per_token_adv: bool, batch_dropped: 
                 s = r.l  # the raw log-ratios aggregated, the aggregate clamped
                 agg = clamp(sum(s) if c.agg == "sum" else sum(s) / T) if T else 0.0
             else:
-                agg = {"sum": sum, "mean": lambda v: sum(v) / len(v), "max": nan_max, "min": nan_min}[c.agg](s) if T else 0.0
+                of = {"sum": sum, "mean": lambda v: sum(v) / len(v), "max": nan_max, "min": nan_min}[c.agg]
+                agg = of(s) if T else 0.0
             fails = [not passes(c, agg)] * T
         if c.agg == "token" or (c.advantage is not None and per_token_adv):
             dropped = [f and SIGN[c.advantage](a) for f, a in zip(fails, r.A)]
