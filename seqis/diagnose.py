@@ -50,6 +50,9 @@ VERL_VETO_FRACTION = 0.1  # verl: more than this fraction of rollouts vetoed is 
 CATASTROPHIC_LOG_RATIO = math.log(20.0)  # |l| above this: a ratio 4x outside IcePop's [0.5, 5]
 UNIT_ROUNDOFF = {"bf16": 2.0**-8, "fp16": 2.0**-11}
 SEVERITY_RANK = {"bad": 0, "warn": 1, "ok": 2}
+# every kind a Finding may have (seqis.monitor logs each, found or not)
+KINDS = ("token_misalignment", "catastrophic_tokens", "temperature_mismatch", "sampler_truncation", "precision_noise",
+         "healthy")
 _BRANCHING = math.log(0.5)  # tokens the trainer gives under 1/2: where temperature and rounding show
 _MIN_FIT_TOKENS = 50
 

@@ -17,9 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..diagnose import diagnose
-from ..diagnostics import diagnostics
-from ..registry import run_many
+from ..monitor import summarise
 from .layout import StepFiles
 from .run import read_step
 
@@ -37,14 +35,10 @@ class ScanSettings:
         return json.dumps({"version": SCAN_VERSION, "estimators": list(self.estimators), "by": self.by})
 
 
-def _diagnose_by_group(batch, by: str | None) -> dict[str | None, list[dict]]:
-    """group -> its findings as plain dicts, worst first (None: the whole step)."""
-    found: dict[str | None, list[dict]] = {}
-    for f in diagnose(batch, by=by):
-        group = None if f.group is None else str(f.group)
-        found.setdefault(group, []).append({"kind": f.kind, "severity": f.severity, "message": f.message,
-                                            "evidence": {k: _plain(v) for k, v in f.evidence.items()}})
-    return found
+def _finding(f) -> dict:
+    """A finding as plain JSON-able data."""
+    return {"kind": f.kind, "severity": f.severity, "message": f.message,
+            "evidence": {k: _plain(v) for k, v in f.evidence.items()}}
 
 
 def _plain(v):
@@ -55,33 +49,18 @@ def _plain(v):
     return v
 
 
-def _groups(batch, by: str | None) -> list:
-    groups = [(None, batch)]
-    if by is None:
-        return groups
-    if by not in batch.metadata:
-        raise ValueError(f"no metadata column '{by}' to group by (columns: {', '.join(batch.metadata) or 'none'})")
-    values = [str(v) if v is not None else "None" for v in batch.metadata[by]]
-    for value in sorted(set(values)):
-        groups.append((value, batch.select([i for i, v in enumerate(values) if v == value])))
-    return groups
-
-
 def step_rows(batch, step: int, settings: ScanSettings) -> list[dict]:
-    """The scan's rows for one step's batch."""
-    findings = _diagnose_by_group(batch, settings.by)
+    """The scan's rows for one step's batch (seqis.monitor.summarise: the statistics a trainer logs, per group)."""
     rows = []
-    for group, sub in _groups(batch, settings.by):
-        diag = diagnostics(sub)
-        outputs = run_many(list(settings.estimators), sub)
-        n_tokens = int(sub.loss_mask.sum())
-        found = findings.get(group, [])
+    for s in summarise(batch, settings.estimators, settings.by):
+        n_tokens = int(s.batch.loss_mask.sum())
+        found = [_finding(f) for f in s.findings]
         worst = found[0] if found else None
         for name in settings.estimators:
-            out = outputs[name]
+            out = s.outputs[name]
             kept = int(out.masks["kept"].sum())
             rows.append({
-                "step": step, "group": group, "estimator": name, **diag, **out.scalars(),
+                "step": step, "group": s.group, "estimator": name, **s.diagnostics, **out.scalars(),
                 "dropped": 1.0 - kept / n_tokens if n_tokens else 0.0,
                 "severity": worst["severity"] if worst else None,
                 "finding": worst["kind"] if worst else None,
