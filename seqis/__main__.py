@@ -1,9 +1,11 @@
-"""`python -m seqis COMMAND ...`: the library's command line. Each command is a module with `main(argv)`."""
+"""`python -m seqis COMMAND ...` (or the `seqis` console script, the same): the library's command line. Each
+command is a module with `main(argv)`."""
 
 from __future__ import annotations
 
 import importlib
 import sys
+from pathlib import Path
 
 # command -> (module with main(argv), one line of help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -13,10 +15,15 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+def prog() -> str:
+    """How this command line was started: the console script, or the module."""
+    return "seqis" if Path(sys.argv[0]).name == "seqis" else "python -m seqis"
+
+
 def usage() -> str:
     width = max(map(len, COMMANDS))
     lines = [f"  {name:<{width}}  {help_}" for name, (_, help_) in COMMANDS.items()]
-    return "usage: python -m seqis COMMAND [options]\n\ncommands:\n" + "\n".join(lines) + \
+    return f"usage: {prog()} COMMAND [options]\n\ncommands:\n" + "\n".join(lines) + \
         "\n\nThe explorer: streamlit run app (or make run)."
 
 
@@ -26,7 +33,7 @@ def main(argv: list[str] | None = None) -> int:
         print(usage())
         return 0
     if argv[0] not in COMMANDS:
-        print(f"python -m seqis: unknown command {argv[0]!r}\n\n{usage()}", file=sys.stderr)
+        print(f"{prog()}: unknown command {argv[0]!r}\n\n{usage()}", file=sys.stderr)
         return 2
     module, _ = COMMANDS[argv[0]]
     return importlib.import_module(module).main(argv[1:]) or 0

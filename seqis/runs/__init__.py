@@ -10,12 +10,12 @@
   run       Run / load_run: a step's files as one Batch
   step      one step's rows (the unit of work), ScanSettings
   engines   local processes or Ray Data, streaming the steps' rows back
-  scan      scan / read_scan / write_scan: the table, incremental through its parquet
+  scan      scan / read_scan / write_scan: the table, incremental through its parquet; follow: as the run grows
   example   a generated prime-rl run with an incident (tests, bench, assets)
-  cli       python -m seqis scan PATH --out scan.parquet
+  cli       python -m seqis scan PATH --out scan.parquet [--follow]
 """
 
 from .run import Run, load_run
-from .scan import incidents, read_scan, scan, write_scan
+from .scan import Scanner, follow, incidents, read_scan, scan, write_scan
 
-__all__ = ["Run", "incidents", "load_run", "read_scan", "scan", "write_scan"]
+__all__ = ["Run", "Scanner", "follow", "incidents", "load_run", "read_scan", "scan", "write_scan"]

@@ -1,10 +1,13 @@
-"""`python -m seqis scan PATH --out scan.parquet`: scan a run from the terminal, with a progress bar."""
+"""`python -m seqis scan PATH --out scan.parquet [--follow]`: scan a run from the terminal, with a progress bar;
+with --follow, keep scanning steps as they land (a line per step) until SIGINT or SIGTERM."""
 
 from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
+import threading
 import time
 import warnings
 
@@ -43,6 +46,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--workers", type=int, default=None, help="processes / local Ray CPUs (default: every core)")
     p.add_argument("--run-id", default=None, help="which run of a multi-run export")
     p.add_argument("--include-unstable", action="store_true", help="also read steps still being written")
+    p.add_argument("--follow", action="store_true", help="keep scanning steps as they land, the parquet rewritten "
+                   "after each, until SIGINT or SIGTERM (exit status 0, the parquet intact)")
+    p.add_argument("--interval", type=float, default=5.0,
+                   help="with --follow: seconds between looks at the run (default 5)")
     return p
 
 
@@ -64,11 +71,94 @@ def _default_by(path, run_id) -> str | None:
     return "env_name" if "env_name" in batch.metadata else None
 
 
+def step_line(result: dict, out: str) -> str:
+    """One step of a followed run, as a line: its whole-step kl_k3, the worst finding, its groups."""
+    from .scan import SEVERITY_RANK
+
+    if result["error"] is not None:
+        return f"step {result['step']}: NOT READ: {result['error']}"
+    rows = result["rows"]
+    if not rows:
+        return f"step {result['step']}: no rows"
+    whole = next((r for r in rows if r["group"] is None), rows[0])
+    groups = sorted({r["group"] for r in rows if r["group"] is not None})
+    worst = min(rows, key=lambda r: SEVERITY_RANK.get(r["severity"], len(SEVERITY_RANK)))
+    found = "" if worst["severity"] in (None, "ok") else \
+        f", {worst['severity']}: {worst['finding']}" + (f" ({worst['group']})" if worst["group"] is not None else "")
+    skipped = f", {len(result['notes'])} line(s) skipped" if result["notes"] else ""
+    return (f"step {result['step']}: {whole['n_rollouts']} rollouts, kl_k3 {whole['kl_k3']:.3g}{found}"
+            + (f", groups {', '.join(groups)}" if groups else "") + f"{skipped} -> {out}")
+
+
+def _stop_on_signals(stop: threading.Event) -> None:
+    """SIGINT and SIGTERM set `stop` (the step in progress finishes, the parquet is written); a second one
+    interrupts at once (the parquet on disk is still whole: it is only ever replaced by a rename)."""
+    def handler(signum, frame):
+        if stop.is_set():
+            raise KeyboardInterrupt
+        stop.set()
+        print(f"{signal.Signals(signum).name}: stopping after the step in progress", file=sys.stderr, flush=True)
+
+    signal.signal(signal.SIGINT, handler)
+    signal.signal(signal.SIGTERM, handler)
+
+
+def _wait_for_steps(path, run_id, interval: float, stop: threading.Event) -> bool:
+    """Block until the run has a step (a trainer that has not exported one yet); False when stopped first."""
+    from .layout import NoSteps
+    from .run import load_run
+
+    said = False
+    while not stop.is_set():
+        try:
+            r = load_run(path, run_id)
+            if r.steps or r.unstable_steps:
+                return True
+        except (FileNotFoundError, NoSteps):
+            pass
+        if not said:
+            print(f"waiting for the first step in {path}", flush=True)
+            said = True
+        stop.wait(interval)
+    return False
+
+
+def follow_main(args, names) -> int:
+    from .scan import follow
+
+    stop = threading.Event()
+    _stop_on_signals(stop)
+    try:
+        if not _wait_for_steps(args.path, args.run_id, args.interval, stop):
+            return 0
+        by = _default_by(args.path, args.run_id) if args.by is None else None if args.by.lower() == "none" \
+            else args.by
+        print(f"following {args.path} every {args.interval:g} s -> {args.out} (SIGINT or SIGTERM stops)", flush=True)
+        with warnings.catch_warnings():  # each step's problems are on its own line
+            warnings.simplefilter("ignore")
+            df = follow(args.path, names, by=by, engine=args.engine, out=args.out, interval=args.interval,
+                        include_unstable=args.include_unstable, workers=args.workers, run_id=args.run_id,
+                        on_step=lambda result: print(step_line(result, args.out), flush=True), stop=stop)
+    except (ValueError, ImportError) as e:
+        print(f"python -m seqis scan: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:  # a second signal
+        print(f"stopped; {args.out} holds the steps written before", file=sys.stderr)
+        return 0
+    print(f"stopped: {df['step'].nunique() if not df.empty else 0} steps, {len(df)} rows in {args.out}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     from .scan import scan
 
     args = parser().parse_args(argv)
     names = [n.strip() for n in args.estimators.split(",") if n.strip()] if args.estimators else None
+    if args.follow:
+        if args.interval <= 0:
+            print(f"python -m seqis scan: --interval must be positive, got {args.interval}", file=sys.stderr)
+            return 2
+        return follow_main(args, names)
     with warnings.catch_warnings(record=True):  # every problem is in the summary printed below
         warnings.simplefilter("always")
         try:

@@ -28,6 +28,10 @@ STEP_IN_NAME = re.compile(r"(?:^|[^a-z])step[_\-]?(\d+)", re.IGNORECASE)
 STABLE = "STABLE"
 
 
+class NoSteps(ValueError):
+    """A folder that holds no steps (yet: a trainer that has not exported its first step)."""
+
+
 @dataclass(frozen=True)
 class StepFiles:
     """One step's files on disk, and whether the writer has finished it."""
@@ -85,7 +89,7 @@ def _export_root(path: Path, run_id: str | None) -> Path:
         return _export_root(path / runs[0] / "token_exports", None)
     if runs:
         raise ValueError(f"{path} holds several runs ({', '.join(runs)}): pass run_id=")
-    raise ValueError(f"{path}: no steps found (looked for step_N/ folders, rank_R.jsonl, token_exports/, "
+    raise NoSteps(f"{path}: no steps found (looked for step_N/ folders, rank_R.jsonl, token_exports/, "
                      f"<run_id>/token_exports/ and files named like step_12.parquet)")
 
 
