@@ -107,3 +107,55 @@ def test_a_run_scanned_on_ray_shows_the_same_page_with_its_progress(local_ray, m
     assert sorted(int(t.split(":")[0].split()[1]) for t in shown[1:]) == list(range(8))
     local = run_page()
     pd.testing.assert_frame_equal(on_ray.dataframe[0].value, local.dataframe[0].value)
+
+
+def _looks_until(at: AppTest, text: str, tries: int = 120) -> AppTest:
+    """Look again (a rerun, as the fragment's timer does) until a markdown line starts with `text`: while
+    following, a folder is scanned in a thread behind the page."""
+    import time
+
+    for _ in range(tries):
+        assert not at.exception, [e.value for e in at.exception]
+        if any(m.value.startswith(text) for m in at.markdown):
+            return at
+        time.sleep(0.25)
+        at.run()
+    raise AssertionError(f"no '{text}' after {tries} looks: {[m.value for m in at.markdown]}")
+
+
+def test_follow_rescans_a_growing_folder_marks_new_incidents_and_opens_the_latest_step(tmp_path, monkeypatch):
+    import shutil
+
+    monkeypatch.setenv("SEQIS_DATA_ROOTS", str(tmp_path))  # the folder this server reads (test_app_paths.py)
+
+    from ui import run_data
+
+    staged = tmp_path / "staged"
+    write_prime_rl_run(staged, steps=4, ranks=1, rollouts_per_rank=4, incident=(3, "code"))
+    run = tmp_path / "run"
+    run.mkdir()
+    for step in range(3):
+        shutil.copytree(staged / f"step_{step}", run / f"step_{step}")
+    at = run_page(**{"run.source": "folder", "run.path": str(run), "run.estimators": "seq_tis", "run.follow": "true"})
+    assert at.toggle(key="run.follow").value
+    assert [i.value for i in at.info][-1].startswith("Reading the steps that landed")  # behind the page
+    _looks_until(at, "**Latest: step 2**")
+    assert at.button(key="run.latest.diagnose.py.2").label == "Diagnose"  # the latest step: one click on
+    assert not any("new" in m.value for m in at.markdown)  # what was there when Follow went on is not new
+    shutil.copytree(staged / "step_3", run / "step_3")  # a step lands, with an incident
+    _looks_until(at, "**Latest: step 3**")
+    table = at.dataframe[0].value
+    assert table.iloc[0]["step"] == 3 and table.iloc[0]["new"] == "new"  # marked: it landed while following
+    assert set(table[table["step"] != 3]["new"]) <= {""}
+    assert any(m.value.startswith("**Step 3**") and "red-badge[new]" in m.value for m in at.markdown)
+    assert any("New incident: step 3" in t.value for t in at.toast)
+    latest = next(df for k, df in reversed(run_data._SCANS.items()) if k[0] == str(run))
+    assert (latest.attrs["summary"]["scanned"], latest.attrs["summary"]["cached"]) == (1, 3)  # only the new step
+    at.button(key="run.latest.diagnose.py.3").click().run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert at.radio(key="dg.source").value == "batch"  # Diagnose shows the latest step
+
+
+def test_follow_is_off_for_an_upload():
+    at = run_page(**{"run.source": "upload"})
+    assert at.toggle(key="run.follow").disabled

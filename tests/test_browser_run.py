@@ -120,3 +120,69 @@ def test_the_picker_offers_the_runs_under_the_roots_and_refuses_a_typed_path_out
     assert page.locator('.seqis-chart').count() == 0
     _shot(page, "run-picker-refused")
     page.close()
+
+
+@pytest.fixture
+def growing_run(tmp_path):
+    """(staged steps, the run folder they land in): the run inside the folder the server was started in (the
+    repository: the folder it reads when it listens on loopback with no roots set), under its ignored build/."""
+    import shutil
+    import uuid
+
+    from test_browser import ROOT
+
+    from seqis.runs.example import write_prime_rl_run
+
+    staged = tmp_path / "staged"
+    write_prime_rl_run(staged, steps=5, ranks=1, rollouts_per_rank=6, envs=("a", "b"), incident=(4, "b"))
+    run = ROOT / "build" / f"test-follow-{uuid.uuid4().hex[:8]}"
+    run.mkdir(parents=True)
+    try:
+        yield staged, run
+    finally:
+        shutil.rmtree(run, ignore_errors=True)
+
+
+def test_follow_shows_steps_as_they_land_without_reloading_the_page(server, browser, growing_run):  # noqa: F811
+    """Follow on a run folder that grows: each step that lands shows (the latest step line, the table) without a
+    page load, an incident at a step that landed while following is marked new, and the latest step opens in
+    Diagnose with one click. Screenshots with Follow on at 1600 and 900 px."""
+    import shutil
+    from urllib.parse import quote
+
+    from test_browser import ROOT
+
+    staged, run = growing_run
+    for step in range(3):
+        shutil.copytree(staged / f"step_{step}", run / f"step_{step}")
+    where = quote(str(run.relative_to(ROOT)))
+    query = f"?run.source=folder&run.path={where}&run.estimators=seq_tis&run.follow=true&run.every=2"
+    for width in WIDTHS:
+        page = _run_page(browser, server, width, query)
+        page.wait_for_selector('.seqis-chart .main-svg', timeout=60_000)
+        page.get_by_text("Latest: step").first.wait_for(timeout=60_000)
+        _shot(page, f"run-follow-{width}")
+        page.close()
+    page = _run_page(browser, server, 1600, query)
+    errors = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.get_by_text("Latest: step 2").wait_for(timeout=60_000)
+    page.evaluate("window.__seqisNoReload = true")  # gone if the page loads again
+    for step in (3, 4):
+        shutil.copytree(staged / f"step_{step}", run / f"step_{step}")
+        page.get_by_text(f"Latest: step {step}").wait_for(timeout=60_000)  # a few looks, no action of ours
+    assert page.evaluate("window.__seqisNoReload === true"), "the page loaded again instead of updating in place"
+    _no_exceptions(page, "run, following")
+    assert page.get_by_text("5 steps (0 to 4)").count()
+    badge = page.get_by_text("new", exact=True)
+    badge.first.wait_for(timeout=30_000)  # step 4's incident landed while following
+    assert page.get_by_text("Step 4 · b · bad: catastrophic_tokens").count()
+    _shot(page, "run-follow-new-incident")
+    page.get_by_role("button", name="Diagnose").first.click()  # the latest step's own button comes first
+    page.wait_for_url(lambda url: "/run" not in url, timeout=60_000)
+    _settle(page)
+    _no_exceptions(page, "diagnose, the latest step of a followed run")
+    assert _heading(page).startswith("Diagnose")
+    assert page.get_by_text("step_4.jsonl").count() > 0
+    assert not errors, errors
+    page.close()

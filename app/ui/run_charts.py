@@ -36,9 +36,11 @@ def _layout(fig: go.Figure, height: int, title: str) -> go.Figure:
 
 
 def mismatch_timeline(df: pd.DataFrame, metric: str, incidents: pd.DataFrame | None = None, *,
-                      height: int = 380) -> go.Figure:
+                      new: pd.Series | None = None, height: int = 380) -> go.Figure:
     """`metric` (a diagnostics column) over steps, a line per group, the whole step dashed; incidents as
-    large markers coloured by severity. Each point carries its step as customdata (for click-to-open)."""
+    large markers coloured by severity, the steps of those `new` marks (a bool per incident row: landed while
+    the page followed the run) ruled and labelled "new". Each point carries its step as customdata (for
+    click-to-open)."""
     pairs = _pairs(df)
     colors = _group_colors(df)
     fig = go.Figure()
@@ -57,6 +59,11 @@ def mismatch_timeline(df: pd.DataFrame, metric: str, incidents: pd.DataFrame | N
             text=[f"{g if isinstance(g, str) else WHOLE_STEP}: {r}" for g, r in zip(incidents["group"],
                                                                                      incidents["reason"])],
             hovertemplate="step %{x}<br>%{text}<extra></extra>"))
+        fresh = incidents[new.reindex(incidents.index, fill_value=False)] if new is not None else incidents.iloc[:0]
+        for step in sorted(set(fresh["step"])):  # a dotted rule at each new incident's step, "new" above the plot
+            fig.add_vline(x=step, line=dict(color=SEVERITY_COLORS["bad"], width=1, dash="dot"),
+                          annotation=dict(text="new", font=dict(color=SEVERITY_COLORS["bad"], size=12)),
+                          annotation_position="top", annotation_yanchor="bottom")
     _layout(fig, height, f"{metric} per step")
     fig.update_yaxes(title_text=metric, type="log" if metric in LOG_METRICS and (pairs[metric] > 0).all() else None)
     return fig

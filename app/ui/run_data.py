@@ -12,6 +12,7 @@ import importlib.util
 import io
 import threading
 from collections import OrderedDict
+from dataclasses import dataclass
 
 import pandas as pd
 import streamlit as st
@@ -49,19 +50,72 @@ def scan_folder(path: str, digest: str, estimators: tuple[str, ...], by: str | N
     """A run folder scanned in place (`digest`: its fingerprint, part of the key); progress(done, total, step)
     while it runs. Kept in a small LRU of its own: st.cache_data would replay the progress bar's updates.
     engine "ray": the cluster RAY_ADDRESS names, else a local Ray (seqis.runs.engines), kept apart in the key
-    (the rows are the same; a user who picks Ray means to run it)."""
+    (the rows are the same; a user who picks Ray means to run it). A run that grew (a new digest) is scanned
+    incrementally: the last scan of the same folder and settings lends its rows for every step whose files did not
+    change (the Run page's Follow switch reads only new steps)."""
     key = (path, digest, estimators, by) + ((engine,) if engine != "local" else ())
     with _LOCK:
         if key in _SCANS:
             _SCANS.move_to_end(key)
             return _SCANS[key]
-    small = engine == "local" and len(load_run(path).steps) < IN_PROCESS_STEPS
-    df = scan(path, list(estimators), by=by, engine=engine, workers=1 if small else None, progress=progress)
+        earlier = next((df for k, df in reversed(_SCANS.items()) if k[0] == path and k[2:] == key[2:]), None)
+    n_steps = len(load_run(path).steps) - (earlier["step"].nunique() if earlier is not None else 0)
+    small = engine == "local" and n_steps < IN_PROCESS_STEPS
+    df = scan(path, list(estimators), by=by, engine=engine, workers=1 if small else None, progress=progress,
+              reuse=earlier)
     with _LOCK:
         _SCANS[key] = df
         while len(_SCANS) > _SCANS_KEPT:
             _SCANS.popitem(last=False)
     return df
+
+
+@dataclass
+class _Job:
+    """A folder's scan running in a thread of its own for the Follow switch: where it is, or why it failed."""
+
+    key: tuple  # scan_folder's key: (path, digest, estimators, by), then the engine unless local
+    done: int = 0
+    total: int = 0
+    step: int | None = None
+    error: str | None = None
+    thread: threading.Thread | None = None
+
+    def progress(self, done: int, total: int, step: int) -> None:
+        self.done, self.total, self.step = done, total, step
+
+    def work(self) -> None:
+        try:
+            scan_folder(*self.key[:4], progress=self.progress, engine=self.key[4] if len(self.key) > 4 else "local")
+        except (ValueError, OSError, ImportError) as e:  # ImportError, OSError: also Ray's (no cluster, no worker)
+            self.error = str(e)
+
+
+_JOBS: dict[tuple, _Job] = {}  # (path, estimators, by, engine) -> its latest background scan
+
+
+def scan_behind(path: str, estimators: tuple[str, ...], by: str | None,
+                engine: str = "local") -> tuple[pd.DataFrame | None, str | None]:
+    """A followed folder: its newest finished scan (None before the first) and a line on the scan running behind
+    it (None when none runs). When the folder's files changed since that scan, a scan of it starts in a thread:
+    a page that looks again every few seconds (a fragment on a timer) never interrupts a scan halfway (a rerun
+    stops the script it interrupts; a thread runs on). A scan that failed is tried again once the files change."""
+    digest = fingerprint(path)
+    key = (path, digest, estimators, by) + ((engine,) if engine != "local" else ())
+    with _LOCK:
+        if key in _SCANS:
+            _SCANS.move_to_end(key)
+            return _SCANS[key], None
+        latest = next((df for k, df in reversed(_SCANS.items()) if k[0] == path and k[2:] == key[2:]), None)
+        job = _JOBS.get((path, estimators, by, engine))
+        if job is not None and job.key == key and job.error is not None:
+            return latest, f"The scan failed: {job.error}"
+        if job is None or not job.thread.is_alive():
+            job = _JOBS[(path, estimators, by, engine)] = _Job(key)
+            job.thread = threading.Thread(target=job.work, name="seqis-follow-scan", daemon=True)
+            job.thread.start()
+    where = f": step {job.step}, {job.done} of {job.total}" if job.total else ""
+    return latest, f"Reading the steps that landed{where}..."
 
 
 @st.cache_data(max_entries=6, show_spinner=False)
