@@ -119,12 +119,13 @@ def _diagnose(batch: Batch, group) -> list[Finding]:
     fit = temperature_fit(pairs, ~catastrophic)
     if fit is not None and fit["detected"]:  # tokens the temperature line explains are not catastrophes
         catastrophic = (pairs.l - fit["line"]).abs() > CATASTROPHIC_LOG_RATIO
-    stats = mismatch_stats(pairs.l[~catastrophic])  # what the systematic causes do, without the outliers
+    clean = pairs.l[~catastrophic] if bool(catastrophic.any()) else pairs.l  # (N',) without the outliers
+    stats = mismatch_stats(clean)  # what the systematic causes do
     if fit is not None and fit["detected"]:
         findings.append(_temperature(fit, stats))
     if bool(catastrophic.any()):
         findings.append(_catastrophic(pairs, catastrophic))
-    offset = truncation_offset(pairs.l[~catastrophic])
+    offset = truncation_offset(clean)
     if offset is not None and (fit is None or not fit["detected"]):
         findings.append(_truncation(offset, stats))
     if all(f.kind in ("catastrophic_tokens", "token_misalignment") for f in findings):
@@ -184,17 +185,19 @@ def realign(batch: Batch, shift: int = 0) -> tuple[torch.Tensor, torch.Tensor, t
 def aligned_pairs(batch: Batch, shift: int = 0) -> _Pairs:
     """The loss tokens' (log pi, l) with the inference log-probs read `shift` positions later."""
     trainer, inference, mask = realign(batch, shift)
-    a, b = trainer[mask], inference[mask]  # (N,) each
-    finite = torch.isfinite(a - b)
+    index = mask.reshape(-1).nonzero().squeeze(1)  # (N,) where the loss tokens sit, row by row
+    a = trainer.reshape(-1).index_select(0, index)  # (N,) what trainer[mask] gives, with one search for both
+    l = a - inference.reshape(-1).index_select(0, index)  # (N,)
+    finite = torch.isfinite(l)
     if not bool(finite.all()):  # a log-prob of -inf or NaN on a loss token: leave it out
         keep = torch.zeros_like(mask)
         keep[mask] = finite
-        mask, a, b = keep, a[finite], b[finite]
+        mask, a, l, index = keep, a[finite], l[finite], index[finite]
     entropy = batch.extras.get("entropy")
     if entropy is not None:
-        entropy = entropy.detach().cpu().float()[mask]
+        entropy = entropy.detach().cpu().float().reshape(-1).index_select(0, index)
         entropy = entropy if bool(torch.isfinite(entropy).all()) else None
-    return _Pairs(a, a - b, mask, entropy, int(batch.loss_mask.any(-1).sum()))
+    return _Pairs(a, l, mask, entropy, int(batch.loss_mask.any(-1).sum()))
 
 
 def _sample(x: torch.Tensor, n: int = 1 << 18) -> torch.Tensor:
@@ -230,14 +233,14 @@ def temperature_fit(p: _Pairs, keep: torch.Tensor) -> dict[str, Any] | None:
     most for a hotter sampler): slope s = 1 - 1/tau, so tau = 1 / (1 - s). Detected when the slope is sharp
     (t > 10), the line explains most of l's variance (R^2 > 0.6: policy lag, also linear in log pi, stays
     near 0.3-0.5) and it moves the temperature by more than 2%."""
-    sel = keep & (p.a < _BRANCHING)
-    a, ys = _sample(p.a[sel]).double(), _sample(p.l[sel]).double()
+    sel = (keep & (p.a < _BRANCHING)).nonzero().squeeze(1)  # (n,) the kept branching tokens
+    a, ys = _sample(p.a.index_select(0, sel)).double(), _sample(p.l.index_select(0, sel)).double()
     n = a.numel()
     if n < _MIN_FIT_TOKENS:
         return None
     cols = [a - a.mean()]
     if p.entropy is not None:
-        h = _sample(p.entropy[sel]).double()
+        h = _sample(p.entropy.index_select(0, sel)).double()
         cols.append(h - h.mean())
     X = torch.stack(cols, 1)  # (n, 1 or 2) centred regressors
     yc = ys - ys.mean()
@@ -253,8 +256,10 @@ def temperature_fit(p: _Pairs, keep: torch.Tensor) -> dict[str, Any] | None:
     tau = 1 / (1 - slope) if slope < 1 else math.inf
     x_mean = [float(a.mean())] + ([float(h.mean())] if p.entropy is not None else [])
     intercept = float(ys.mean()) - sum(float(c) * m for c, m in zip(coef, x_mean))
-    line = slope * p.a + intercept + (float(coef[1]) * p.entropy if p.entropy is not None else 0.0)  # (N,)
     detected = abs(slope) / se > 10 and r2 > 0.6 and abs(tau - 1) > 0.02
+    # the line at every token (N,), which only a detected temperature needs (catastrophes measured from it)
+    line = slope * p.a + intercept + (float(coef[1]) * p.entropy if p.entropy is not None else 0.0) if detected \
+        else None
     return {"slope": slope, "intercept": intercept, "temperature": tau, "r2": r2, "t_stat": abs(slope) / se,
             "n_fit": n, "line": line, "uses_entropy": p.entropy is not None, "detected": detected}
 

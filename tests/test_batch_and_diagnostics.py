@@ -95,3 +95,27 @@ def test_percentiles_on_large_inputs():
     p50, p99 = percentiles(x, (0.5, 0.99))
     assert p50 == pytest.approx(0.5, abs=2e-3) and p99 == pytest.approx(0.99, abs=2e-3)
     assert percentiles(torch.tensor([3.0, 1.0, 2.0]), (0.0, 0.5, 1.0)) == [1.0, 2.0, 3.0]
+
+
+def test_order_statistics_are_exact_against_a_sort():
+    # the bracketed selection (a strided sample, then a selection among the few in the bracket) against a plain
+    # sort: ties, a constant tensor, tiny and ragged sizes, sorted and reversed orders, every rank of small ones
+    from seqis.diagnostics import order_statistic
+
+    g = torch.Generator().manual_seed(0)
+    cases = [torch.randn(100_003, generator=g).abs(), torch.randint(0, 7, (50_000,), generator=g).float(),
+             torch.zeros(40_000), torch.arange(70_000.0), torch.arange(70_000.0).flip(0),
+             torch.randn(5, generator=g), torch.tensor([2.0]),
+             torch.cat([torch.zeros(30_000), torch.rand(20_000, generator=g)])]  # padding zeros first
+    for x in cases:
+        xs = x.sort().values
+        n = x.numel()
+        ranks = range(n) if n < 10 else sorted({0, 1, n // 100, n // 2, n - n // 100 - 1, n - 2, n - 1})
+        for k in ranks:
+            assert order_statistic(x, k) == float(xs[k]), (n, k)
+    # the loss tokens of a (B, T) tensor of |l| with padding zeros, without gathering them
+    l = torch.randn(64, 300, generator=g)
+    mask = torch.arange(300)[None, :] < torch.randint(1, 301, (64,), generator=g)[:, None]
+    full = torch.where(mask, l, 0.0).abs().view(-1)
+    assert percentiles(full, (0.5, 0.99, 1.0), below=int((~mask).sum())) == \
+        percentiles(l[mask].abs(), (0.5, 0.99, 1.0))
