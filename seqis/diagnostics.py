@@ -44,30 +44,38 @@ def percentiles(x: torch.Tensor, qs: tuple[float, ...], *, below: int = 0) -> li
     if x.is_cuda:  # a radix sort is fast on the GPU, where a selection is not
         xs = x.sort().values
         return torch.stack([xs[k] for k in ranks]).tolist()
-    return [order_statistic(x, k) for k in ranks]
+    return order_statistics(x, ranks)
 
 
-def order_statistic(x: torch.Tensor, k: int) -> float:
-    """The element of rank k (0-based) in x's ascending order, exactly (1-D, CPU). A strided sample of x brackets
-    the rank (4 standard deviations of a sample rank either side); one pass counts the elements under the bracket
-    and keeps those in it, and a selection among those few gives the value; when the bracket misses (it cannot
-    for long: the fallback is a selection over all of x) the answer is the same. About 3 passes over x in all,
-    against kthvalue's copy and selection of all of it."""
+def order_statistics(x: torch.Tensor, ranks: list[int]) -> list[float]:
+    """The elements of the given ranks (0-based) in x's ascending order, exactly (1-D, CPU). A strided sample of x
+    (sorted once for every rank) brackets each rank, 4 standard deviations of a sample rank either side; one pass
+    counts the elements under the bracket and keeps those in it, and a selection among those few gives the value.
+    When a bracket misses (rare: the answer is then a selection over all of x) the value is the same. About 3
+    passes over x per rank, against kthvalue's copy and selection of all of it."""
     n = x.numel()
     sample = x[:: max(1, n // _BRACKET_SAMPLE)].sort().values  # (m,) ascending
     m = sample.numel()
-    at = k * (m - 1) / max(n - 1, 1)  # where rank k falls in the sample
-    q = k / max(n - 1, 1)
-    spread = 4 * math.sqrt(m * q * (1 - q)) + 2
-    lo, hi = math.floor(at - spread), math.ceil(at + spread)
-    keep = x >= sample[lo] if lo >= 0 else torch.ones_like(x, dtype=torch.bool)  # (n,)
-    under = n - int(keep.sum())
-    if hi < m:
-        keep &= x <= sample[hi]
-    inside = x[keep]  # (a few sample gaps' worth)
-    if under <= k < under + inside.numel():
-        return float(inside.kthvalue(k - under + 1).values)
-    return float(x.kthvalue(k + 1).values)
+    keep, inside_hi = torch.empty(n, dtype=torch.bool), torch.empty(n, dtype=torch.bool)  # (n,) reused per rank
+    out = []
+    for k in ranks:
+        at = k * (m - 1) / max(n - 1, 1)  # where rank k falls in the sample
+        q = k / max(n - 1, 1)
+        spread = 4 * math.sqrt(m * q * (1 - q)) + 2
+        lo, hi = math.floor(at - spread), math.ceil(at + spread)
+        if lo >= 0:
+            torch.ge(x, sample[lo], out=keep)
+        else:
+            keep.fill_(True)
+        under = n - int(keep.sum())
+        if hi < m:
+            keep &= torch.le(x, sample[hi], out=inside_hi)
+        inside = x[keep]  # (a few sample gaps' worth)
+        if under <= k < under + inside.numel():
+            out.append(float(inside.kthvalue(k - under + 1).values))
+        else:
+            out.append(float(x.kthvalue(k + 1).values))
+    return out
 
 
 @torch.no_grad()

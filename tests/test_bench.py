@@ -86,3 +86,13 @@ def test_runs_memory_probe_measures_each_process_from_its_own_baseline(tmp_path)
     for p in procs:
         assert p["reset"] and p["base_mb"] > 50  # an interpreter with torch
         assert 0 <= p["over_mb"] < 100, p  # a 3-step run of a few KB: far below the parent's 400 MB
+
+
+def test_monitor_section_prints_step_metrics_against_seq_tis_and_its_parts(capsys):
+    main(["--only", "monitor", "--quick"])
+    out = capsys.readouterr().out
+    ratios = re.findall(r"^\| ragged, .+? \| (.+?) \| [\d.]+ \| [\d.]+ \| ([\d.]+)x \|$", out, re.M)
+    assert [c for c, _ in ratios] == ["none", "seq_tis", "seq_tis, seq_mis, geo_mask, mis_po"]  # --quick: one batch
+    assert all(float(x) > 0 for _, x in ratios)
+    parts = re.findall(r"^\| (.+?) \| ([\d.]+) \|$", out.split("| part ")[1], re.M)
+    assert {"diagnose", "seq_tis forward + backward", "diagnostics on a run_many's Ratios"} <= {p for p, _ in parts}

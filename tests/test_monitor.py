@@ -84,7 +84,7 @@ def test_overflowing_ratios_still_log_finite_floats():
 
 
 def test_labels_configs_and_compositions_name_their_keys(spiked):
-    from seqis.estimators.dispatch import resolve
+    from seqis.registry import resolve
 
     cfg = ESTIMATORS["seq_tis"].config(seq_clip=5.0)
     m = step_metrics(spiked, [("seq_tis", cfg), ("my_ipo", resolve("prime-rl/ipo")), "seq_mis"])
