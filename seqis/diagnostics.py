@@ -67,7 +67,7 @@ def order_statistics(x: torch.Tensor, ranks: list[int]) -> list[float]:
             torch.ge(x, sample[lo], out=keep)
         else:
             keep.fill_(True)
-        under = n - int(keep.sum())
+        under = n - int(torch.count_nonzero(keep))  # (a bool sum would copy the mask to int64 first)
         if hi < m:
             keep &= torch.le(x, sample[hi], out=inside_hi)
         inside = x[keep]  # (a few sample gaps' worth)
