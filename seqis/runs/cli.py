@@ -134,12 +134,14 @@ def follow_main(args, names) -> int:
         by = _default_by(args.path, args.run_id) if args.by is None else None if args.by.lower() == "none" \
             else args.by
         print(f"following {args.path} every {args.interval:g} s -> {args.out} (SIGINT or SIGTERM stops)", flush=True)
+        if args.engine == "ray":
+            print(f"engine ray: {where_ray()}", file=sys.stderr, flush=True)
         with warnings.catch_warnings():  # each step's problems are on its own line
             warnings.simplefilter("ignore")
             df = follow(args.path, names, by=by, engine=args.engine, out=args.out, interval=args.interval,
                         include_unstable=args.include_unstable, workers=args.workers, run_id=args.run_id,
                         on_step=lambda result: print(step_line(result, args.out), flush=True), stop=stop)
-    except (ValueError, ImportError) as e:
+    except (ValueError, OSError, ImportError) as e:  # OSError: also no Ray worker could read the run
         print(f"python -m seqis scan: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:  # a second signal
