@@ -1,32 +1,65 @@
-"""Why trainer and sampler disagree: name the cause of a batch's mismatch, with its evidence.
+"""Why trainer and sampler disagree: name the cause of a batch's mismatch, as a test with a stated null.
 
-Only the two log-probs of each sampled token are needed (a = log pi(y_t), b = log mu(y_t), l = a - b); the
-trainer's entropy at each position sharpens the temperature fit when the batch carries it
-(`batch.extras["entropy"]`). Each cause leaves its own signature in l:
+Per loss token the batch gives a = log pi(y_t) (the trainer), b = log mu(y_t) (the sampler), l = a - b and the
+ratio rho = e^l; `batch.extras["entropy"]` may add H_t, the trainer's entropy at that position, and the
+advantages say which rollouts did well. The token y_t was drawn from the sampler's distribution at its
+context, so two identities hold exactly for every full-support sampler, whatever its precision or temperature:
 
-  token_misalignment    b agrees with a far better `shift` positions away than in place: the log-probs are
-                        off by one (or two). Everything else is then read on the re-aligned pairs.
-  catastrophic_tokens   a few tokens with |l| above ln 20 (a ratio outside every token band in use, 4x
-                        beyond IcePop's 5), mostly on tokens the trainer finds unlikely: a kernel bug.
-  temperature_mismatch  a sampler at temperature tau draws from mu = pi^(1/tau) / Z_t, so at one position
-                        l = (1 - 1/tau) log pi + log Z_t: linear in log pi with slope 1 - 1/tau. The slope is
-                        fitted on the branching tokens (pi < 1/2) where it shows; with the trainer's entropy
-                        H_t as a second regressor when the batch has it (log Z_t ~ (1/tau - 1) H_t to first
-                        order), which removes most of the bias a position-dependent log Z_t leaves.
-  sampler_truncation    top-p / top-k in the sampler renormalises the kept tokens: log mu = log pi - log Z_t
-                        with Z_t the kept mass, so l = log Z_t <= 0 on every token: one-sided. Evidence:
-                        the mean per-token offset, which is also the KL(mu || pi) it causes.
-  precision_noise       what is left is rounding: |l| at branching tokens is a small multiple of the
-                        format's unit roundoff (bf16 2^-8, fp16 2^-11) and falls as the token gets likely.
-                        The multiple is the model's (about 1.6 for the tiny transformer, more for deep
-                        models with large logits), so the dtype is a best guess, said as such.
+    E_mu[rho | context] = 1                       (the trainer's mass, summed over the sampler's support)
+    E_mu[rho (a + H) | context] = E_pi[log pi + H] = 0       (the trainer's entropy is its mean -log pi)
+
+Each detector is a test of one consequence. The identities make each token's increment (rho - 1, rho (a + H))
+mean zero given the past under the null, so their sum is a martingale and sum d / sqrt(sum d^2) is N(0, 1)
+whatever the dependence between a rollout's tokens (the score test). A detector fires beyond Z_DETECT and
+above a size that matters; its estimate carries a 95% confidence interval (`evidence["ci"]`) clustered by
+rollout (the tokens of a rollout are dependent, rollouts are not). In order:
+
+  token_misalignment   b agrees with a far better `shift` positions away than in place (median |a - b|, 4x):
+                       the log-probs are off by one or two. Everything else reads the re-aligned pairs.
+  catastrophic_tokens  |l| > ln 20 (a ratio 4x beyond IcePop's 5): a kernel bug. Left out of every test below.
+  sampler_truncation   null: E_mu[rho] = 1. A sampler that keeps a set K (top-p / top-k) and renormalises has
+                       E_mu[rho | context] = pi(K), the trainer's mass on K, below 1. When the sampler's
+                       untruncated distribution is the trainer's, rho = Z (the kept mass) on every kept token,
+                       so l = log Z exactly and the mean of l is the mean log kept mass; rounding adds a
+                       two-sided term of mean -KL (tiny). Evidence: log_offset (mean l, with its ci), kept_mass
+                       (mean rho).
+  temperature_mismatch null: tau = 1. A sampler at temperature tau has log mu = (z / tau) - log Z_tau(context),
+                       so l = s a + c(context) with s = 1 - 1/tau and c = log sum_y pi(y)^(1/tau), a nuisance
+                       per context that no per-rollout intercept removes. It is identified by the second
+                       identity: E[(l - s (a + H) - f(context)) rho (a + H)] = 0 for every function f of the
+                       context, so s = sum (l - f) g / sum (a + H) g with g = rho (a + H); f is a quadratic in H
+                       fitted to the residual (a control variate: c = s H + O(s^2) to first order). A
+                       temperature must also explain the mismatch: the line s (a + H) + f explains at least
+                       TEMPERATURE_R2 of l's variance (policy lag, also partly linear in log pi, explains
+                       0-50%), its share of the symmetric divergence E_mu[l (rho - 1)] = KL(pi || mu) +
+                       KL(mu || pi) is positive and l takes both signs (a truncation's l = log Z <= 0 is
+                       one-sided, and its share negative). A detected temperature overrides the truncation
+                       test: a sampler sharper than the trainer misses the rare tokens where rho is large, so
+                       in a finite batch its mean rho can fall below 1. Without the entropy the instrument is
+                       rho - 1 (first identity), the share is not identified and the R^2 is l's squared
+                       correlation with log pi at branching tokens (at least TEMPERATURE_R2_BARE); a truncation
+                       test that fires then wins.
+  raw_logprobs         null: E_mu[rho (a + H)] = 0 (needs H). A sampler that drew from a processed distribution
+                       q (temperature, top-p, top-k) but reported its raw log-probs agrees with the trainer
+                       (rho ~ 1) while the tokens came from q. Evidence: entropy_gap, the mean over loss tokens
+                       of -log pi(y_t) - H_t (E_q[-log pi] - H(pi) per token: negative when the tokens are
+                       sharper than the reported distribution).
+  policy_lag           null: the trainer's policy is no better than the sampler's on this batch's own rewards.
+                       gain = mean over rollouts of sum_t A_t (rho_t - 1) is the importance-sampling estimate of
+                       E_pi[A] - E_mu[A] (first order). A sampler fault does not know the rewards; a trainer that
+                       learned from them is ahead along them: a systematic trainer-side mismatch.
+  precision_noise      what remains, when no test fires: two-sided noise. Its floor (median |l| at branching
+                       tokens) is stated with the formats whose rounding gives floors of that size (a format with
+                       unit roundoff u: u/4 .. 32 u, from one rounding of the probabilities to logits of
+                       magnitude 32 rounded); the data do not tell rounding from any other two-sided mismatch of
+                       that size, and the message says so.
 
 Severity cites the frameworks' published guidance:
 - NeMo-RL (docs/adding-new-models.md, "Expected Error Threshold"): the mean over tokens of exp(|l|) should
-  stay below 1.05; above, "further investigation" is needed. A systematic cause (truncation, temperature) is
-  at least a warning, and bad once the tokens it shapes cross that line; plain noise is a warning there.
-- verl (docs/algo/rollout_corr.md): |KL| > 0.1 flags "significant off-policy gap", chi2_token > 1 a
-  "severe distribution shift"; a veto fraction (rollouts with a catastrophic token) above 0.1 is "too high".
+  stay below 1.05; above, "further investigation" is needed. A sampler fault is at least a warning, and bad once
+  the tokens it shapes cross that line; plain noise and lag are ok below it and a warning above.
+- verl (docs/algo/rollout_corr.md): |KL| > 0.1 flags "significant off-policy gap", chi2_token > 1 a "severe
+  distribution shift"; a veto fraction (rollouts with a catastrophic token) above 0.1 is "too high".
 
     from seqis import diagnose
     for f in diagnose(batch, by="env_name"):
@@ -48,20 +81,30 @@ VERL_KL = 0.1  # verl: |KL| above this is a significant off-policy gap
 VERL_CHI2 = 1.0  # verl: chi2_token above this is a severe distribution shift
 VERL_VETO_FRACTION = 0.1  # verl: more than this fraction of rollouts vetoed is too high
 CATASTROPHIC_LOG_RATIO = math.log(20.0)  # |l| above this: a ratio 4x outside IcePop's [0.5, 5]
-UNIT_ROUNDOFF = {"bf16": 2.0**-8, "fp16": 2.0**-11}
+# unit roundoff of each format a sampler may round through; fp8 is e4m3
+UNIT_ROUNDOFF = {"fp32": 2.0**-24, "fp16": 2.0**-11, "bf16": 2.0**-8, "fp8": 2.0**-4}
+ROUNDING_RANGE = (0.25, 32.0)  # a format's floors, in its unit roundoffs: one probability rounding .. |z| = 32
 SEVERITY_RANK = {"bad": 0, "warn": 1, "ok": 2}
 # every kind a Finding may have (seqis.monitor logs each, found or not)
-KINDS = ("token_misalignment", "catastrophic_tokens", "temperature_mismatch", "sampler_truncation", "precision_noise",
-         "healthy")
+KINDS = ("token_misalignment", "catastrophic_tokens", "temperature_mismatch", "sampler_truncation",
+         "raw_logprobs", "policy_lag", "precision_noise", "healthy")
+Z_DETECT = 5.0  # a detector fires beyond 5 standard errors (one-sided p ~ 3e-7): clean batches stay silent
+Z_CI = 1.959964  # evidence["ci"] is a 95% interval
+MIN_DEFICIT = 1e-4  # a kept-mass deficit below this per token is below any correction's notice
+MIN_TEMPERATURE_SHIFT = 0.02  # a temperature within 2% of the trainer's is not reported
+TEMPERATURE_R2 = 0.8  # the temperature's line explains 80% of l's variance (policy lag: 0-50%)
+TEMPERATURE_R2_BARE = 0.6  # without the entropy: l's squared correlation with log pi at branching tokens
+MIN_ENTROPY_GAP = 0.02  # nats per token: below this a trainer's entropy in bf16 could be the cause
 _BRANCHING = math.log(0.5)  # tokens the trainer gives under 1/2: where temperature and rounding show
 _MIN_FIT_TOKENS = 50
+_SAFETY = 20.0  # verl's bound on |l| before exp, so one absurd token cannot overflow
 
 
 @dataclass(frozen=True)
 class Finding:
     """One cause of mismatch (or `healthy`), with the numbers that show it."""
 
-    kind: str  # sampler_truncation | temperature_mismatch | token_misalignment | catastrophic_tokens | ...
+    kind: str  # sampler_truncation | temperature_mismatch | raw_logprobs | policy_lag | token_misalignment | ...
     severity: str  # "ok" | "warn" | "bad"
     message: str  # one sentence a user can act on
     evidence: dict[str, Any] = field(default_factory=dict)
@@ -70,13 +113,15 @@ class Finding:
 
 @dataclass
 class _Pairs:
-    """The loss tokens of a batch as flat pairs (after any re-alignment), on the CPU in float32."""
+    """The loss tokens of a batch as flat pairs (after any re-alignment), on the CPU."""
 
-    a: torch.Tensor  # (N,) log pi
-    l: torch.Tensor  # (N,) log pi - log mu
+    a: torch.Tensor  # (N,) log pi, float32
+    l: torch.Tensor  # (N,) log pi - log mu, float32
     mask: torch.Tensor  # (B, T) where the N tokens sit
     entropy: torch.Tensor | None  # (N,) the trainer's entropy, when the batch has it
     n_rollouts: int
+    rows: torch.Tensor | None = None  # (N,) the rollout of each token
+    advantages: torch.Tensor | None = None  # (N,) each token's advantage, float64
 
     def where(self, index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(rollout, position) of the flat tokens at `index`."""
@@ -116,20 +161,39 @@ def _diagnose(batch: Batch, group) -> list[Finding]:
     if pairs.l.numel() == 0:
         return [Finding("healthy", "ok", "No loss tokens to diagnose.", {"n_tokens": 0}, group)]
     catastrophic = pairs.l.abs() > CATASTROPHIC_LOG_RATIO  # (N,)
-    fit = temperature_fit(pairs, ~catastrophic)
-    if fit is not None and fit["detected"]:  # tokens the temperature line explains are not catastrophes
-        catastrophic = (pairs.l - fit["line"]).abs() > CATASTROPHIC_LOG_RATIO
-    clean = pairs.l[~catastrophic] if bool(catastrophic.any()) else pairs.l  # (N',) without the outliers
-    stats = mismatch_stats(clean)  # what the systematic causes do
-    if fit is not None and fit["detected"]:
-        findings.append(_temperature(fit, stats))
+    trunc = truncation_test(pairs, ~catastrophic)
+    temp = temperature_fit(pairs, ~catastrophic)
+    if temp is not None and temp["detected"]:
+        if temp["uses_entropy"]:
+            # a sampler sharper than the trainer misses the rare tokens where pi / mu is large, so in a finite
+            # batch its mean pi / mu can fall below 1; the temperature's own test (two-sided l on its line) decides
+            trunc = {**trunc, "detected": False}
+        elif trunc["detected"]:  # without the entropy the temperature is not identified against a truncation
+            temp = {**temp, "detected": False}
+    if temp is not None and temp["detected"]:  # tokens the temperature line explains are not catastrophes
+        catastrophic = (pairs.l - temp["line"]).abs() > CATASTROPHIC_LOG_RATIO
+    keep = ~catastrophic
+    stats = mismatch_stats(pairs.l[keep])  # what the systematic causes do, without the outliers
+    sampler_fault = trunc["detected"] or (temp is not None and temp["detected"])
+    raw = None if sampler_fault else raw_logprobs_test(pairs, keep)
+    sampler_fault = sampler_fault or (raw is not None and raw["detected"])
+    lag = policy_lag_test(pairs, keep)
+    if temp is not None and temp["detected"] and not temp["uses_entropy"] and lag is not None and lag["detected"]:
+        sampler_fault = False  # without the entropy a temperature is not told from lag: the advantages decide
+        temp = {**temp, "detected": False}
+    if trunc["detected"]:
+        findings.append(_truncation(trunc, stats))
+    if temp is not None and temp["detected"]:
+        findings.append(_temperature(temp, stats))
+    if raw is not None and raw["detected"]:
+        findings.append(_raw_logprobs(raw, stats))
     if bool(catastrophic.any()):
         findings.append(_catastrophic(pairs, catastrophic))
-    offset = truncation_offset(clean)
-    if offset is not None and (fit is None or not fit["detected"]):
-        findings.append(_truncation(offset, stats))
-    if all(f.kind in ("catastrophic_tokens", "token_misalignment") for f in findings):
-        findings.append(_precision(pairs, ~catastrophic, stats))
+    if not sampler_fault and lag is not None and lag["detected"]:
+        findings.append(_policy_lag(lag, stats))
+    elif not sampler_fault:
+        findings.append(_precision(pairs, keep, stats, {"truncation": trunc, "temperature": temp, "raw": raw,
+                                                        "lag": lag}))
     if all(f.severity == "ok" for f in findings):
         findings.append(Finding("healthy", "ok", "Trainer and sampler agree within the frameworks' guidance "
                                 f"(mean exp|l| {stats['mult_prob_error']:.4f} <= NeMo-RL's "
@@ -141,7 +205,7 @@ def _diagnose(batch: Batch, group) -> list[Finding]:
 
 
 # ---------------------------------------------------------------------------------------------------------
-# the statistics behind each finding
+# alignment and the flat pairs
 
 
 def best_shift(trainer: torch.Tensor, inference: torch.Tensor, mask: torch.Tensor, shifts=(-2, -1, 0, 1, 2),
@@ -183,7 +247,8 @@ def realign(batch: Batch, shift: int = 0) -> tuple[torch.Tensor, torch.Tensor, t
 
 
 def aligned_pairs(batch: Batch, shift: int = 0) -> _Pairs:
-    """The loss tokens' (log pi, l) with the inference log-probs read `shift` positions later."""
+    """The loss tokens' (log pi, l) with the inference log-probs read `shift` positions later, each token's
+    rollout and advantage, and the trainer's entropy when the batch has it."""
     trainer, inference, mask = realign(batch, shift)
     index = mask.reshape(-1).nonzero().squeeze(1)  # (N,) where the loss tokens sit, row by row
     a = trainer.reshape(-1).index_select(0, index)  # (N,) what trainer[mask] gives, with one search for both
@@ -197,7 +262,11 @@ def aligned_pairs(batch: Batch, shift: int = 0) -> _Pairs:
     if entropy is not None:
         entropy = entropy.detach().cpu().float().reshape(-1).index_select(0, index)
         entropy = entropy if bool(torch.isfinite(entropy).all()) else None
-    return _Pairs(a, l, mask, entropy, int(batch.loss_mask.any(-1).sum()))
+    rows = torch.div(index, max(mask.shape[1], 1), rounding_mode="floor")  # (N,) the rollout of each token
+    adv = batch.advantages.detach().cpu().double()
+    adv = adv.index_select(0, rows) if adv.dim() == 1 else adv.reshape(-1).index_select(0, index)  # (N,)
+    adv = adv if bool(torch.isfinite(adv).all()) else None
+    return _Pairs(a, l, mask, entropy, int(batch.loss_mask.any(-1).sum()), rows, adv)
 
 
 def _sample(x: torch.Tensor, n: int = 1 << 18) -> torch.Tensor:
@@ -205,10 +274,48 @@ def _sample(x: torch.Tensor, n: int = 1 << 18) -> torch.Tensor:
     return x[:: max(1, x.numel() // n)]
 
 
+# ---------------------------------------------------------------------------------------------------------
+# clustered estimates: tokens of one rollout are dependent, rollouts are not
+
+
+def clustered_mean(x: torch.Tensor, rows: torch.Tensor) -> tuple[float, float]:
+    """Mean of the (N,) values x and its standard error with the rollouts (rows) as clusters:
+    se^2 = sum_j (sum_{t in j} (x_t - mean))^2 / N^2 (the CLT on per-rollout sums)."""
+    x = x.double()
+    n = x.numel()
+    mean = float(x.sum()) / n
+    per = torch.zeros(int(rows.max()) + 1, dtype=torch.float64).index_add_(0, rows, x - mean)
+    return mean, math.sqrt(float(per.pow(2).sum())) / n
+
+
+def clustered_ratio(num: torch.Tensor, den: torch.Tensor, rows: torch.Tensor) -> tuple[float, float]:
+    """sum num / sum den and its standard error by the delta method with rollouts as clusters:
+    se = sqrt(sum_j (sum_{t in j} (num_t - r den_t))^2) / |sum den|."""
+    num, den = num.double(), den.double()
+    total = float(den.sum())
+    if total == 0:
+        return math.nan, math.inf
+    r = float(num.sum()) / total
+    per = torch.zeros(int(rows.max()) + 1, dtype=torch.float64).index_add_(0, rows, num - r * den)
+    return r, math.sqrt(float(per.pow(2).sum())) / abs(total)
+
+
+def _ci(value: float, se: float) -> list[float]:
+    return [value - Z_CI * se, value + Z_CI * se]
+
+
+def _ratio(p: _Pairs, keep: torch.Tensor) -> torch.Tensor:
+    return p.l[keep].double().clamp(-_SAFETY, _SAFETY).exp()  # (n,) rho on the kept tokens
+
+
+# ---------------------------------------------------------------------------------------------------------
+# the tests behind each finding
+
+
 def mismatch_stats(l: torch.Tensor) -> dict[str, float]:
     """The frameworks' mismatch metrics over loss tokens: NeMo-RL's mean exp|l|, verl's KL (k1), k3, chi2."""
     n = max(l.numel(), 1)
-    lc = l.clamp(-20.0, 20.0)  # verl's safety bound, so one absurd token cannot overflow
+    lc = l.clamp(-_SAFETY, _SAFETY)  # verl's safety bound, so one absurd token cannot overflow
     rho = lc.exp()  # (N,)
     f64 = torch.float64
     return {
@@ -227,56 +334,137 @@ def _level(stats: dict[str, float]) -> str:
     return "warn" if stats["mult_prob_error"] > NEMO_MULT_PROB_ERROR else "ok"
 
 
+def score_z(d: torch.Tensor) -> float:
+    """sum d / sqrt(sum d^2) for increments d that have mean zero given the past under the null (a martingale):
+    asymptotically N(0, 1) under the null whatever the dependence between tokens, its variance estimated under
+    the null (the score test), so a batch's spread between contexts does not dilute it."""
+    d = d.double()
+    q = float(d.pow(2).sum())
+    return float(d.sum()) / math.sqrt(q) if q > 0 else 0.0
+
+
+def one_sided(l: torch.Tensor) -> bool:
+    """Under 5% of |l|'s mass above 0: what a truncation leaves (l = log of the kept mass <= 0), not a
+    temperature (l = s log pi + c(context) takes both signs)."""
+    total = float(l.abs().sum(dtype=torch.float64))
+    return total > 0 and float(l.clamp(min=0).sum(dtype=torch.float64)) / total < 0.05
+
+
+def truncation_test(p: _Pairs, keep: torch.Tensor) -> dict[str, Any]:
+    """Null E_mu[rho] = 1 (any full-support sampler); against E_mu[rho] = pi(K) < 1 (a sampler keeping K).
+    The increments rho_t - 1 have mean zero given the past under the null, so z = -score_z(rho - 1); detected
+    when z > Z_DETECT, the deficit 1 - mean rho is above MIN_DEFICIT and the mean log offset is negative.
+    log_offset = mean l (the mean log kept mass, when the sampler's untruncated distribution is the trainer's)
+    and kept_mass = mean rho, each with its 95% ci clustered by rollout."""
+    n = int(keep.sum())
+    if n < _MIN_FIT_TOKENS:
+        return {"detected": False, "n_tokens": n}
+    rows = p.rows[keep]
+    rho = _ratio(p, keep)
+    kept, kept_se = clustered_mean(rho, rows)
+    offset, offset_se = clustered_mean(p.l[keep], rows)
+    z = -score_z(rho - 1)
+    detected = z > Z_DETECT and 1 - kept > MIN_DEFICIT and offset < 0
+    return {"detected": detected, "log_offset": offset, "ci": _ci(offset, offset_se), "kept_mass": kept,
+            "kept_mass_ci": _ci(kept, kept_se), "z": z, "n_tokens": n}
+
+
 def temperature_fit(p: _Pairs, keep: torch.Tensor) -> dict[str, Any] | None:
-    """Least-squares slope of l on log pi over kept branching tokens (with the trainer's entropy as a second
-    regressor when known: it absorbs log Z_t, which otherwise varies with the position and biases the slope,
-    most for a hotter sampler): slope s = 1 - 1/tau, so tau = 1 / (1 - s). Detected when the slope is sharp
-    (t > 10), the line explains most of l's variance (R^2 > 0.6: policy lag, also linear in log pi, stays
-    near 0.3-0.5) and it moves the temperature by more than 2%."""
-    sel = (keep & (p.a < _BRANCHING)).nonzero().squeeze(1)  # (n,) the kept branching tokens
-    a, ys = _sample(p.a.index_select(0, sel)).double(), _sample(p.l.index_select(0, sel)).double()
-    n = a.numel()
+    """The sampler's temperature relative to the trainer's, tau = 1 / (1 - s), from l = s a + c(context).
+
+    With the trainer's entropy: s = sum (l - f) g / sum (a + H) g over the kept tokens, g = rho (a + H), f a
+    quadratic in H fitted by least squares to l - s0 (a + H) (s0: the same estimate with f = 0). Both are
+    exact moment estimators whatever f is (E_mu[g | context] = 0); f only removes most of the per-context
+    log-partition from the error. r2: the share of l's variance the line s (a + H) + f explains; share =
+    s sum a (rho - 1) / sum l (rho - 1), the part of the symmetric divergence it explains (1 for a pure
+    temperature in expectation, but carried by rare tokens). Without the entropy: s = sum l (rho - 1) /
+    sum a (rho - 1), no share, and r2 is l's squared correlation with log pi at branching tokens. Detected when
+    |s| / se > Z_DETECT, |tau - 1| > MIN_TEMPERATURE_SHIFT, l is not one-sided, r2 >= TEMPERATURE_R2 (with the
+    entropy) or TEMPERATURE_R2_BARE (without) and share > 0.
+    None with fewer than _MIN_FIT_TOKENS tokens."""
+    n = int(keep.sum())
     if n < _MIN_FIT_TOKENS:
         return None
-    cols = [a - a.mean()]
-    if p.entropy is not None:
-        h = _sample(p.entropy.index_select(0, sel)).double()
-        cols.append(h - h.mean())
-    X = torch.stack(cols, 1)  # (n, 1 or 2) centred regressors
-    yc = ys - ys.mean()
-    xtx = X.T @ X
-    if float(torch.linalg.det(xtx)) <= 0:
+    a, l, rows = p.a[keep].double(), p.l[keep].double(), p.rows[keep]
+    rho = l.clamp(-_SAFETY, _SAFETY).exp()
+    uses_entropy = p.entropy is not None
+    if uses_entropy:
+        h = p.entropy[keep].double()
+        x = a + h  # (n,) log pi + H: mean zero under pi at every context
+        g = rho * x  # (n,) the instrument
+        s0, _ = clustered_ratio(l * g, x * g, rows)
+        X = torch.stack([torch.ones_like(h), h, h * h], 1)  # (n, 3) context features
+        beta = torch.linalg.lstsq(X, (l - s0 * x)[:, None]).solution[:, 0]  # (3,)
+        f = X @ beta  # (n,) a control variate for the per-context log-partition
+        s, se = clustered_ratio((l - f) * g, x * g, rows)
+    else:
+        g = rho - 1
+        s, se = clustered_ratio(l * g, a * g, rows)
+    if not math.isfinite(s):
         return None
-    coef = torch.linalg.solve(xtx, X.T @ yc)  # (1 or 2,)
-    resid = yc - X @ coef
-    sse, syy = float(resid @ resid), float(yc @ yc)
-    r2 = 1 - sse / syy if syy > 0 else 0.0
-    slope = float(coef[0])
-    se = math.sqrt(max(sse / max(n - 1 - len(cols), 1), 1e-300) * float(torch.linalg.inv(xtx)[0, 0]))
-    tau = 1 / (1 - slope) if slope < 1 else math.inf
-    x_mean = [float(a.mean())] + ([float(h.mean())] if p.entropy is not None else [])
-    intercept = float(ys.mean()) - sum(float(c) * m for c, m in zip(coef, x_mean))
-    detected = abs(slope) / se > 10 and r2 > 0.6 and abs(tau - 1) > 0.02
-    # the line at every token (N,), which only a detected temperature needs (catastrophes measured from it)
-    line = slope * p.a + intercept + (float(coef[1]) * p.entropy if p.entropy is not None else 0.0) if detected \
-        else None
-    return {"slope": slope, "intercept": intercept, "temperature": tau, "r2": r2, "t_stat": abs(slope) / se,
-            "n_fit": n, "line": line, "uses_entropy": p.entropy is not None, "detected": detected}
+    jeffreys = float((l * (rho - 1)).sum())
+    share = s * float((a * (rho - 1)).sum()) / jeffreys if uses_entropy and jeffreys > 0 else None
+    tau = 1 / (1 - s) if s < 1 else math.inf
+    tau_ci = [1 / (1 - v) if v < 1 else math.inf for v in _ci(s, se)]
+    # the line through the tokens, for telling catastrophic tokens from the temperature's own tail
+    a_all = p.a.double()
+    if uses_entropy:
+        h_all = p.entropy.double()
+        ctx = torch.stack([torch.ones_like(h_all), h_all, h_all * h_all], 1) @ torch.linalg.lstsq(
+            X, (l - s * x)[:, None]).solution[:, 0]  # (N,) fitted c(context) - s H
+        line = (s * (a_all + h_all) + ctx).float()
+    else:
+        line = (s * a_all + float((l - s * a).mean())).float()
+    if uses_entropy:
+        resid = l - line[keep].double()
+        r2 = 1 - float(resid.pow(2).sum()) / max(float((l - l.mean()).pow(2).sum()), 1e-300)
+    else:  # the line misses c(context): how linear l is in log pi, over the branching tokens (least squares)
+        sel = a < _BRANCHING if int((a < _BRANCHING).sum()) >= _MIN_FIT_TOKENS else torch.ones_like(a, dtype=torch.bool)
+        r2 = float(torch.corrcoef(torch.stack([a[sel], l[sel]]))[0, 1] ** 2) if int(sel.sum()) > 2 else 0.0
+        r2 = r2 if math.isfinite(r2) else 0.0
+    z = abs(s) / se if se > 0 else math.inf
+    explains = r2 >= (TEMPERATURE_R2 if uses_entropy else TEMPERATURE_R2_BARE)
+    detected = (z > Z_DETECT and abs(tau - 1) > MIN_TEMPERATURE_SHIFT and explains
+                and (share is None or share > 0) and not one_sided(l))
+    return {"slope": s, "temperature": tau, "ci": tau_ci, "slope_ci": _ci(s, se), "z": z, "share": share, "r2": r2,
+            "n_fit": n, "line": line, "uses_entropy": uses_entropy, "detected": detected}
 
 
-def truncation_offset(l: torch.Tensor) -> float | None:
-    """The mean per-token log offset when l is one-sided (under 5% of |l|'s mass above 0) and clearly
-    below 0 (more than 5 standard errors); else None."""
-    n = l.numel()
-    if n < _MIN_FIT_TOKENS:
+def raw_logprobs_test(p: _Pairs, keep: torch.Tensor) -> dict[str, Any] | None:
+    """Null E_mu[rho (a + H) | context] = 0: the tokens came from the distribution the sampler reported. Needs
+    the trainer's entropy (None without it). z = |score_z(rho (a + H))|; detected when z > Z_DETECT,
+    |entropy_gap| > MIN_ENTROPY_GAP and the log-probs agree (|mean l| under a tenth of the gap: a truncation
+    the first test could not yet see also moves rho (a + H), but leaves l far from 0). entropy_gap = mean of
+    -a - H over the kept loss tokens, with its 95% ci clustered by rollout."""
+    n = int(keep.sum())
+    if p.entropy is None or n < _MIN_FIT_TOKENS:
         return None
-    f64 = torch.float64
-    total, positive = float(l.abs().sum(dtype=f64)), float(l.clamp(min=0).sum(dtype=f64))
-    mean = float(l.sum(dtype=f64)) / n
-    se = math.sqrt(max(float((l * l).sum(dtype=f64)) / n - mean * mean, 0.0) / n)
-    if total <= 0:
+    a, h, rows = p.a[keep].double(), p.entropy[keep].double(), p.rows[keep]
+    z = abs(score_z(_ratio(p, keep) * (a + h)))
+    gap, gap_se = clustered_mean(-a - h, rows)
+    agree = abs(float(p.l[keep].double().mean())) < 0.1 * abs(gap)
+    return {"detected": z > Z_DETECT and abs(gap) > MIN_ENTROPY_GAP and agree, "entropy_gap": gap,
+            "ci": _ci(gap, gap_se), "z": z, "log_offset": float(p.l[keep].double().mean()), "n_tokens": n}
+
+
+def policy_lag_test(p: _Pairs, keep: torch.Tensor) -> dict[str, Any] | None:
+    """Null: the trainer's policy scores no higher than the sampler's on this batch's rewards. gain = mean over
+    rollouts of G_j = sum_t A_t (rho_t - 1) (the per-decision IS estimate of E_pi[A] - E_mu[A]), its se from
+    the rollouts' G_j (independent across rollouts). Detected when gain / se > Z_DETECT (one-sided: ahead).
+    None without finite, varying advantages."""
+    if p.advantages is None or int(keep.sum()) < _MIN_FIT_TOKENS:
         return None
-    return mean if positive / total < 0.05 and mean < -5 * se else None
+    adv = p.advantages[keep]
+    if float(adv.abs().max()) == 0:
+        return None
+    rows = p.rows[keep]
+    B = int(p.rows.max()) + 1
+    per = torch.zeros(B, dtype=torch.float64).index_add_(0, rows, adv * (_ratio(p, keep) - 1))  # (B,) G_j
+    per = per[torch.bincount(rows, minlength=B) > 0]  # the rollouts with kept tokens
+    gain = float(per.mean())
+    se = float(per.std()) / math.sqrt(per.numel()) if per.numel() > 1 else math.inf
+    z = gain / se if se > 0 else 0.0
+    return {"detected": z > Z_DETECT, "gain": gain, "ci": _ci(gain, se), "z": z, "n_rollouts": per.numel()}
 
 
 def noise_floor(p: _Pairs, keep: torch.Tensor) -> float:
@@ -286,17 +474,25 @@ def noise_floor(p: _Pairs, keep: torch.Tensor) -> float:
     return float(_sample(p.l[sel]).abs().median()) if bool(sel.any()) else 0.0
 
 
+def rounding_formats(floor: float) -> list[str]:
+    """The number formats whose rounding gives a noise floor of this size: u/4 .. 32 u of the format's unit
+    roundoff u (ROUNDING_RANGE), finest first."""
+    lo, hi = ROUNDING_RANGE
+    return [name for name, u in sorted(UNIT_ROUNDOFF.items(), key=lambda kv: kv[1]) if lo * u <= floor <= hi * u]
+
+
 def rounding_dtype(floor: float) -> str:
-    """The number format whose rounding a noise floor is consistent with (tiny-transformer calibration:
-    about 1.6 unit roundoffs; the boundaries sit at the geometric midpoints)."""
-    ratio = floor / UNIT_ROUNDOFF["bf16"]
-    if ratio < 1 / 512:
-        return "fp32"
-    if ratio < 0.5:
-        return "fp16"
-    if ratio < 16:
-        return "bf16"
-    return "coarser than bf16"
+    """The formats a noise floor is consistent with, in words ("bf16 or fp16"); "none (exact)" for a floor
+    below fp32's range, "finer than fp16" between fp32's and fp16's, "coarser than fp8" above every range."""
+    names = rounding_formats(floor)
+    if names:
+        return " or ".join(reversed(names))  # the coarsest, the likelier sampler format, first
+    lo, hi = ROUNDING_RANGE
+    if floor < lo * UNIT_ROUNDOFF["fp32"]:
+        return "none (exact)"
+    if floor > hi * UNIT_ROUNDOFF["fp8"]:
+        return "coarser than fp8"
+    return "finer than fp16"
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -318,24 +514,63 @@ def _misalignment(shift: int, agreement: dict[int, float]) -> Finding:
 def _temperature(fit: dict[str, Any], stats: dict[str, float]) -> Finding:
     tau = fit["temperature"]
     level = _level(stats)
+    lo, hi = fit["ci"]
+    how = (f"the line explains {fit['r2']:.0%} of its variance" if fit["uses_entropy"] else
+           "fitted without the trainer's entropy, so how much of the mismatch it explains is not known")
     return Finding(
         "temperature_mismatch", "warn" if level == "ok" else "bad",
-        f"The sampler runs at {tau:.3g}x the trainer's temperature (log-ratio linear in log pi, slope "
-        f"{fit['slope']:+.3f} = 1 - 1/tau, R^2 {fit['r2']:.2f}): divide the trainer's logits by the sampling "
-        "temperature (or sample at the trainer's). " + _threshold_clause(stats),
-        {"temperature": tau, "slope": fit["slope"], "intercept": fit["intercept"], "r2": fit["r2"],
-         "n_fit": fit["n_fit"], "uses_entropy": fit["uses_entropy"], **stats})
+        f"The sampler runs at {tau:.3g}x the trainer's temperature (95% CI {lo:.3g}-{hi:.3g}; log-ratio "
+        f"linear in log pi, slope {fit['slope']:+.3f} = 1 - 1/tau, {how}): divide the trainer's logits by the "
+        "sampling temperature (or sample at the trainer's). " + _threshold_clause(stats),
+        {"temperature": tau, "ci": fit["ci"], "slope": fit["slope"], "slope_ci": fit["slope_ci"], "z": fit["z"],
+         "share": fit["share"], "r2": fit["r2"] if fit["uses_entropy"] else None, "n_fit": fit["n_fit"],
+         "uses_entropy": fit["uses_entropy"], **stats})
 
 
-def _truncation(offset: float, stats: dict[str, float]) -> Finding:
+def _truncation(t: dict[str, Any], stats: dict[str, float]) -> Finding:
     level = _level(stats)
+    offset, (lo, hi) = t["log_offset"], t["ci"]
     return Finding(
         "sampler_truncation", "warn" if level == "ok" else "bad",
-        f"The sampler renormalises over a top-p / top-k set the trainer does not: the log-ratio is one-sided, "
-        f"{offset:+.4f} nats per token on average (the kept mass is {math.exp(offset):.3f}). Apply the same "
-        "top-p / top-k to the trainer's logits, or have the sampler return its unprocessed log-probs. "
-        + _threshold_clause(stats),
-        {"log_offset": offset, "kept_mass": math.exp(offset), **stats})
+        f"The sampler renormalises over a top-p / top-k set the trainer does not: E_mu[pi/mu], 1 for any "
+        f"sampler that can draw every token, is {t['kept_mass']:.4f} ({t['z']:.0f} standard errors below 1), "
+        f"and the log-ratio is {offset:+.4f} nats per token on average (95% CI {lo:+.4f} to {hi:+.4f}; the "
+        f"kept mass is {math.exp(offset):.3f}). Apply the same top-p / top-k to the trainer's logits, or have "
+        "the sampler return its unprocessed log-probs. " + _threshold_clause(stats),
+        {"log_offset": offset, "ci": t["ci"], "kept_mass": t["kept_mass"], "kept_mass_ci": t["kept_mass_ci"],
+         "z": t["z"], **stats})
+
+
+def _raw_logprobs(r: dict[str, Any], stats: dict[str, float]) -> Finding:
+    gap, (lo, hi) = r["entropy_gap"], r["ci"]
+    sharper = "sharper" if gap < 0 else "flatter"
+    return Finding(
+        "raw_logprobs", "bad",
+        f"The tokens are {sharper} than the distribution the sampler reported: -log pi(y) exceeds the trainer's "
+        f"entropy by {gap:+.3f} nats per token (95% CI {lo:+.3f} to {hi:+.3f}) while the log-probs agree, so "
+        "the sampler drew from a processed distribution (temperature, top-p, top-k) and reported raw log-probs "
+        "(vLLM's logprobs_mode='raw_logprobs'). Report the processed log-probs (logprobs_mode="
+        "'processed_logprobs'), or sample without processing: every importance ratio of this batch is "
+        "computed against the wrong distribution. " + _threshold_clause(stats),
+        {"entropy_gap": gap, "ci": r["ci"], "z": r["z"], **stats})
+
+
+def _policy_lag(lag: dict[str, Any], stats: dict[str, float]) -> Finding:
+    level = _level(stats)
+    lo, hi = lag["ci"]
+    need = ("below every framework's line, but a trainer ahead of its sampler needs an importance correction all "
+            "the same" if level == "ok" else "past the frameworks' lines: correct it and bound the lag")
+    return Finding(
+        "policy_lag", level,
+        f"A systematic mismatch from the trainer side, not a sampler fault: the trainer's policy scores higher "
+        f"than the sampler's on this batch's own rewards (the importance-sampling estimate of the gain, sum_t "
+        f"A (rho - 1) per rollout, is {lag['gain']:+.3g}, 95% CI {lo:+.3g} to {hi:+.3g}, {lag['z']:.1f} standard "
+        f"errors above 0), which a sampler's rounding, truncation or temperature cannot do: the trainer's "
+        f"weights are ahead of the sampler's (policy lag, an asynchronous step). No sampler setting fixes it; "
+        f"it is {need} (NeMo-RL's async GRPO guide requires importance-sampling correction for convergence; "
+        "verl's rollout correction treats model staleness as an off-policy gap; prime-rl's default loss is "
+        "built for max_async_level 2). " + _threshold_clause(stats),
+        {"gain": lag["gain"], "ci": lag["ci"], "z": lag["z"], "n_rollouts": lag["n_rollouts"], **stats})
 
 
 def _catastrophic(p: _Pairs, bad: torch.Tensor) -> Finding:
@@ -357,19 +592,54 @@ def _catastrophic(p: _Pairs, bad: torch.Tensor) -> Finding:
          "where": [[int(rows[k]), int(pos[k])] for k in worst.tolist()]})
 
 
-def _precision(p: _Pairs, keep: torch.Tensor, stats: dict[str, float]) -> Finding:
+def _precision(p: _Pairs, keep: torch.Tensor, stats: dict[str, float], tests: dict[str, Any]) -> Finding:
     floor = noise_floor(p, keep)
     dtype = rounding_dtype(floor)
     level = _level(stats)
-    advice = ("plain rounding noise; a geometric or token band absorbs it" if level == "ok" else
-              "more than rounding alone explains (policy lag, a kernel difference): correct it (a geometric "
-              "band or sequence TIS) and look for the source")
+    ruled_out = _ruled_out(tests)
+    size = (f"{floor:.2g} nats at branching tokens ({floor / UNIT_ROUNDOFF['bf16']:.2g} bf16 unit roundoffs)")
+    if rounding_formats(floor):
+        what = (f"the size {dtype} rounding leaves; the data do not tell rounding from any other two-sided mismatch "
+                "of that size (a kernel difference, policy lag the advantages do not show)")
+    else:
+        what = f"no common format's rounding leaves a floor of that size ({dtype})"
+    advice = ("a geometric or token band absorbs it" if level == "ok" else
+              "more than the frameworks accept: correct it (a geometric band or sequence TIS) and look for the "
+              "source")
     return Finding(
         "precision_noise", level,
-        f"The remaining mismatch is a noise floor of {floor:.2g} nats at branching tokens, consistent with "
-        f"{dtype} rounding ({floor / UNIT_ROUNDOFF['bf16']:.2g} bf16 unit roundoffs): {advice}. "
+        f"No sampler fault shows ({ruled_out}). What remains is two-sided noise of {size}: {what}; {advice}. "
         + _threshold_clause(stats),
-        {"dtype": dtype, "noise_floor": floor, "roundoffs_bf16": floor / UNIT_ROUNDOFF["bf16"], **stats})
+        {"dtype": dtype, "dtypes": rounding_formats(floor), "noise_floor": floor,
+         "roundoffs_bf16": floor / UNIT_ROUNDOFF["bf16"], "tests": _test_summary(tests), **stats})
+
+
+def _ruled_out(tests: dict[str, Any]) -> str:
+    """What the tests that did not fire saw, in words."""
+    out = []
+    t = tests["truncation"]
+    if "kept_mass" in t:
+        lo, hi = t["kept_mass_ci"]
+        out.append(f"E_mu[pi/mu] {t['kept_mass']:.4f}, 95% CI {lo:.4f}-{hi:.4f}: no truncation")
+    temp = tests["temperature"]
+    if temp is not None:
+        lo, hi = temp["ci"]
+        out.append(f"temperature {temp['temperature']:.3f} ({lo:.3f}-{hi:.3f})")
+    raw = tests["raw"]
+    if raw is not None:
+        lo, hi = raw["ci"]
+        out.append(f"entropy gap {raw['entropy_gap']:+.3f} ({lo:+.3f} to {hi:+.3f})")
+    lag = tests["lag"]
+    if lag is not None:
+        out.append(f"not along the advantages ({lag['z']:+.1f} standard errors)")
+    return "; ".join(out) or "too few tokens to test"
+
+
+def _test_summary(tests: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Each test's estimate, ci and z, for the evidence (plain numbers)."""
+    keys = {"truncation": ("kept_mass", "kept_mass_ci", "z"), "temperature": ("temperature", "ci", "z", "share"),
+            "raw": ("entropy_gap", "ci", "z"), "lag": ("gain", "ci", "z")}
+    return {name: {k: t[k] for k in keys[name] if k in t} for name, t in tests.items() if t is not None}
 
 
 def _threshold_clause(stats: dict[str, float]) -> str:

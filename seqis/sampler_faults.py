@@ -71,12 +71,9 @@ class TinyLMFaultConfig(Knobs):
 
     def make(self, *, seed: int = 0, device=None, dtype: torch.dtype = torch.float32) -> Batch:
         """The batch for this fault and seed (cached on the CPU; a fresh copy on `device`)."""
-        b = _rollouts(self, int(seed))
-        return Batch(b.trainer_logprobs.to(device=device, dtype=dtype, copy=True),
-                     b.inference_logprobs.to(device=device, dtype=dtype, copy=True),
-                     b.advantages.to(device=device, dtype=dtype, copy=True), b.loss_mask.to(device, copy=True),
-                     {k: list(v) for k, v in b.metadata.items()},
-                     {k: x.to(device, copy=True) for k, x in b.extras.items()})
+        from .generators import fresh_copy
+
+        return fresh_copy(_rollouts(self, int(seed)), device, dtype)
 
 
 @functools.cache
@@ -88,13 +85,15 @@ def _model():
 
 @functools.lru_cache(maxsize=16)
 def _rollouts(cfg: TinyLMFaultConfig, seed: int) -> Batch:
+    from .generators import one_thread
     from .tiny_lm import Sampling, rollouts
 
     lm, lang = _model()
     sampling = Sampling(temperature=cfg.temperature, top_k=cfg.top_k, top_p=cfg.top_p, bug_token=cfg.bug_token,
                         bug_rate=cfg.bug_rate)
-    b = rollouts(lm, lang, n_prompts=cfg.n_prompts, group_size=cfg.group_size, seed=seed,
-                 sampler_dtype=DTYPES[cfg.sampler_dtype], sampling=sampling)
+    with one_thread():  # decoding's small steps: see seqis.generators.one_thread
+        b = rollouts(lm, lang, n_prompts=cfg.n_prompts, group_size=cfg.group_size, seed=seed,
+                     sampler_dtype=DTYPES[cfg.sampler_dtype], sampling=sampling)
     if cfg.shift:  # position t reports the sampler's log-prob of position t - shift
         late = torch.roll(b.inference_logprobs, cfg.shift, dims=1)  # (B, T)
         b = Batch(b.trainer_logprobs, late, b.advantages, b.loss_mask, b.metadata, b.extras)

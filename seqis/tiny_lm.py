@@ -224,18 +224,23 @@ class Sampling:
             bugged = logits.max(-1).values + self.bug_margin  # (B,)
             logits = logits.clone()
             logits[:, self.bug_token] = torch.where(hit, bugged, logits[:, self.bug_token])
-        logp = (logits / self.temperature).log_softmax(-1)  # (B, V)
-        if not self.top_k and self.top_p >= 1.0:
-            return logp, torch.zeros(logp.shape[0])
-        keep = torch.ones_like(logp, dtype=torch.bool)
-        if self.top_k:
-            keep &= logp >= logp.topk(self.top_k, -1).values[:, -1:]
-        if self.top_p < 1.0:  # keep a token while the mass of the more likely ones is below top_p
-            srt, idx = logp.sort(-1, descending=True)
-            before = srt.exp().cumsum(-1) - srt.exp()  # (B, V) mass ahead of each token
-            keep &= torch.zeros_like(keep).scatter(-1, idx, before < self.top_p)
-        kept_mass = logp.masked_fill(~keep, -math.inf).logsumexp(-1)  # (B,)
-        return (logp - kept_mass[:, None]).masked_fill(~keep, -math.inf), kept_mass
+        return truncate((logits / self.temperature).log_softmax(-1), self.top_k, self.top_p)
+
+
+def truncate(logp: torch.Tensor, top_k: int = 0, top_p: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """(B, V) log-probs -> the top-k / top-p renormalised log-probs (-inf off the kept set) and (B,) log of the
+    kept mass (0 without truncation): log mu = log p - log(kept mass) on every kept token."""
+    if not top_k and top_p >= 1.0:
+        return logp, torch.zeros(logp.shape[0])
+    keep = torch.ones_like(logp, dtype=torch.bool)
+    if top_k:
+        keep &= logp >= logp.topk(top_k, -1).values[:, -1:]
+    if top_p < 1.0:  # keep a token while the mass of the more likely ones is below top_p
+        srt, idx = logp.sort(-1, descending=True)
+        before = srt.exp().cumsum(-1) - srt.exp()  # (B, V) mass ahead of each token
+        keep &= torch.zeros_like(keep).scatter(-1, idx, before < top_p)
+    kept_mass = logp.masked_fill(~keep, -math.inf).logsumexp(-1)  # (B,)
+    return (logp - kept_mass[:, None]).masked_fill(~keep, -math.inf), kept_mass
 
 
 @torch.no_grad()

@@ -1,5 +1,6 @@
-"""diagnose: each real sampler fault of the tiny transformer is named with its evidence, at several seeds;
-clean batches are never bad; the statistics behind the findings match their formulas."""
+"""diagnose on the tiny transformer it was first built on: each real sampler fault is named with its evidence, at
+several seeds; clean batches are never bad; the statistics behind the findings match their formulas (the
+detectors on generators it was not tuned on: tests/test_diagnose_generators.py)."""
 
 import math
 
@@ -11,9 +12,13 @@ from seqis.diagnose import (
     CATASTROPHIC_LOG_RATIO,
     aligned_pairs,
     best_shift,
+    clustered_mean,
+    clustered_ratio,
     mismatch_stats,
+    rounding_dtype,
+    rounding_formats,
     temperature_fit,
-    truncation_offset,
+    truncation_test,
 )
 from seqis.fast import Ratios
 from seqis.sampler_faults import truth
@@ -42,6 +47,8 @@ def test_sampler_truncation_and_its_log_offset(seed, fault):
     expected = truth(b)["log_offset"]  # mean log of the mass the sampler kept, per loss token
     assert expected < 0
     assert f.evidence["log_offset"] == pytest.approx(expected, rel=0.25)
+    lo, hi = f.evidence["ci"]
+    assert lo < f.evidence["log_offset"] < hi < 0 and f.evidence["kept_mass"] < 1
     assert f.severity in ("warn", "bad")
     assert not any(g.kind == "temperature_mismatch" for g in diagnose(b))
 
@@ -52,6 +59,8 @@ def test_temperature_mismatch_and_the_temperature(seed, tau):
     b = lm_batch(seed, temperature=tau)
     f = the(diagnose(b), "temperature_mismatch")
     assert f.evidence["temperature"] == pytest.approx(tau, rel=0.05) and f.evidence["uses_entropy"]
+    lo, hi = f.evidence["ci"]
+    assert lo < f.evidence["temperature"] < hi and f.evidence["r2"] > 0.8
     assert f.severity in ("warn", "bad")
     if tau < 1:  # without the trainer's entropy the fit is on log pi alone: still within 5% for a cooler sampler
         bare = diagnose(Batch(b.trainer_logprobs, b.inference_logprobs, b.advantages, b.loss_mask))
@@ -84,10 +93,13 @@ def test_catastrophic_tokens_from_a_kernel_bug(seed):
 
 @pytest.mark.parametrize("dtype", ["bf16", "fp16"])
 @pytest.mark.parametrize("seed", SEEDS)
-def test_clean_samplers_are_precision_noise_of_their_dtype_and_never_bad(dtype, seed):
+def test_clean_samplers_are_precision_noise_consistent_with_their_dtype_and_never_flagged(dtype, seed):
     findings = diagnose(lm_batch(seed, sampler_dtype=dtype))
-    assert the(findings, "precision_noise").evidence["dtype"] == dtype
-    assert all(f.severity != "bad" for f in findings)
+    f = the(findings, "precision_noise")
+    assert dtype in f.evidence["dtypes"]  # the data's range of formats holds the sampler's
+    if dtype == "fp16":
+        assert "bf16" not in f.evidence["dtypes"]  # 1.6 fp16 unit roundoffs: below what bf16 rounding leaves
+    assert all(f.severity == "ok" for f in findings)
     assert findings[-1].kind == "healthy"
 
 
@@ -135,21 +147,88 @@ def test_mismatch_stats_are_the_frameworks_formulas():
     assert s["chi2_token"] == pytest.approx(sum(math.exp(2 * x) - 1 for x in l.tolist()) / 5, rel=1e-6)
 
 
-def test_temperature_fit_recovers_an_exact_line():
-    g = torch.Generator().manual_seed(0)
-    a = -8 * torch.rand(4, 500, generator=g, dtype=torch.float64)  # (4, 500) log pi, mostly branching
-    tau = 0.8
-    l = (1 - 1 / tau) * a - 0.3  # exactly linear: one log Z_t for every position
-    fit = temperature_fit(aligned_pairs(hand_batch(a, a - l)), torch.ones(a.numel(), dtype=torch.bool))
-    assert fit["detected"] and fit["temperature"] == pytest.approx(tau, rel=1e-4)
-    assert fit["intercept"] == pytest.approx(-0.3, abs=1e-4) and fit["r2"] == pytest.approx(1.0)
+def exact_sampler(tau=1.0, keep_top=None, contexts=(40, 64), V=50, seed=0, report_raw=False):
+    """A batch drawn from exact distributions, written from the formulas: per (rollout, position) a context's
+    logits z ~ N(0, 2^2) over V tokens; the trainer's pi = softmax(z), the sampler's mu = softmax(z / tau),
+    truncated to its keep_top most likely tokens and renormalised; y ~ mu. Returns the batch with the trainer's
+    entropy and the truth (mean log kept mass, mean entropy gap)."""
+    B, T = contexts
+    g = torch.Generator().manual_seed(seed)
+    z = 2 * torch.randn(B, T, V, generator=g, dtype=torch.float64)
+    logpi = z.log_softmax(-1)
+    logq = (z / tau).log_softmax(-1)
+    kept = torch.zeros(B, T, dtype=torch.float64)
+    if keep_top is not None:
+        cut = logq.topk(keep_top, -1).values[..., -1:]
+        kept = logq.masked_fill(logq < cut, -math.inf).logsumexp(-1)  # (B, T) log kept mass
+        logq = (logq - kept[..., None]).masked_fill(logq < cut, -math.inf)
+    y = torch.multinomial(logq.exp().view(-1, V), 1, generator=g).view(B, T, 1)
+    a, b = logpi.gather(-1, y)[..., 0], logq.gather(-1, y)[..., 0]
+    if report_raw:
+        b = (z / 1.0).log_softmax(-1).gather(-1, y)[..., 0]  # the unprocessed distribution's log-prob
+    H = -(logpi.exp() * logpi).sum(-1)
+    gap = ((logq.exp() * -logpi).nan_to_num().sum(-1) - H).mean()
+    batch = Batch(a, b, torch.zeros(B, dtype=torch.float64), extras={"entropy": H})
+    return batch, {"log_offset": float(kept.mean()), "entropy_gap": float(gap)}
 
 
-def test_truncation_offset_is_the_mean_of_a_one_sided_log_ratio():
-    l = -torch.linspace(0.0, 0.2, 1000, dtype=torch.float64)  # log of kept masses in [0.82, 1]
-    assert truncation_offset(l) == pytest.approx(-0.1)
-    two_sided = torch.cat([l, -l[-100:]])  # 16% of |l|'s mass above 0: not truncation
-    assert truncation_offset(two_sided) is None
+@pytest.mark.parametrize("tau", [0.7, 1.3])
+def test_temperature_fit_on_exact_tempered_distributions(tau):
+    b, _ = exact_sampler(tau=tau)
+    p = aligned_pairs(b)
+    keep = torch.ones(p.l.numel(), dtype=torch.bool)
+    fit = temperature_fit(p, keep)
+    lo, hi = fit["ci"]
+    assert fit["detected"] and lo < tau < hi and fit["temperature"] == pytest.approx(tau, rel=0.03)
+    assert fit["share"] == pytest.approx(1.0, abs=0.1)  # a pure temperature explains the whole divergence
+    bare = aligned_pairs(Batch(b.trainer_logprobs, b.inference_logprobs, b.advantages))
+    fit = temperature_fit(bare, keep)  # the rho - 1 instrument alone: still consistent, wider
+    assert not fit["uses_entropy"] and fit["share"] is None and fit["temperature"] == pytest.approx(tau, rel=0.05)
+    clean = temperature_fit(aligned_pairs(exact_sampler(tau=1.0)[0]), keep)
+    assert not clean["detected"] and clean["ci"][0] <= 1 <= clean["ci"][1]  # exact: l = 0, ci [1, 1]
+
+
+def test_truncation_test_on_an_exact_top_k_sampler():
+    b, truth_ = exact_sampler(keep_top=10)
+    p = aligned_pairs(b)
+    t = truncation_test(p, torch.ones(p.l.numel(), dtype=torch.bool))
+    # pi / mu = the kept mass on every kept token: the mean of l is the mean log kept mass, exactly
+    assert t["detected"] and t["log_offset"] == pytest.approx(truth_["log_offset"], rel=1e-6)
+    assert t["kept_mass"] < 1 and t["ci"][0] < t["log_offset"] < t["ci"][1]
+    for tau in (0.7, 1.0, 1.3):  # any full-support sampler: E_mu[pi / mu] = 1 whatever its temperature
+        full = aligned_pairs(exact_sampler(tau=tau, seed=1)[0])
+        t = truncation_test(full, torch.ones(full.l.numel(), dtype=torch.bool))
+        assert not t["detected"] and t["kept_mass_ci"][0] <= 1 <= t["kept_mass_ci"][1]
+
+
+def test_raw_logprobs_on_an_exact_processed_sampler():
+    b, truth_ = exact_sampler(tau=0.8, report_raw=True, contexts=(64, 64))
+    f = the(diagnose(b), "raw_logprobs")
+    assert f.evidence["entropy_gap"] == pytest.approx(truth_["entropy_gap"], rel=0.25) and f.severity == "bad"
+    assert f.evidence["entropy_gap"] < 0  # the tokens are sharper than the reported distribution
+    processed, _ = exact_sampler(tau=0.8, contexts=(64, 64))  # the processed log-probs reported: a temperature
+    assert {f.kind for f in diagnose(processed)} >= {"temperature_mismatch"}
+    assert "raw_logprobs" not in {f.kind for f in diagnose(processed)}
+
+
+def test_clustered_estimates_against_a_loop_over_rollouts():
+    g = torch.Generator().manual_seed(5)
+    rows = torch.randint(0, 7, (300,), generator=g).sort().values
+    x, y = torch.randn(300, generator=g, dtype=torch.float64), torch.rand(300, generator=g, dtype=torch.float64) + 1
+    mean, se = clustered_mean(x, rows)
+    sums = [float((x[rows == j] - x.mean()).sum()) for j in range(7)]
+    assert mean == pytest.approx(float(x.mean())) and se == pytest.approx(math.sqrt(sum(s * s for s in sums)) / 300)
+    r, se = clustered_ratio(x, y, rows)
+    resid = [float((x[rows == j] - r * y[rows == j]).sum()) for j in range(7)]
+    assert r == pytest.approx(float(x.sum() / y.sum()))
+    assert se == pytest.approx(math.sqrt(sum(v * v for v in resid)) / float(y.sum()))
+
+
+def test_rounding_formats_are_ranges_of_unit_roundoffs():
+    assert rounding_formats(2.0**-8) == ["fp16", "bf16"]  # 1 bf16 roundoff is 8 fp16 ones: both in range
+    assert rounding_formats(2.0**-11) == ["fp16"] and rounding_dtype(2.0**-11) == "fp16"
+    assert rounding_dtype(0.05) == "fp8 or bf16" and rounding_dtype(0.0) == "none (exact)"
+    assert rounding_dtype(5.0) == "coarser than fp8" and rounding_dtype(1e-5) == "finer than fp16"
 
 
 def test_best_shift_finds_an_off_by_one_row_by_row():
@@ -220,3 +299,4 @@ def test_command_line_prints_the_findings_and_strict_fails_on_bad(capsys):
     found = json.loads(capsys.readouterr().out)
     assert {f["group"] for f in found} == {None, 0.0, 1.0} and found[0]["kind"] == "catastrophic_tokens"
     assert main(["diagnose", str(ASSETS_DIR / "tiny_lm_fp16.parquet"), "--strict"]) == 0
+    assert "dtype fp16" in capsys.readouterr().out  # a clean fp16 sampler is not called bf16

@@ -144,3 +144,28 @@ def rollout_figure(tokens: pd.DataFrame) -> go.Figure:
                                   zerolinecolor="#bbb"),
                       xaxis2=dict(anchor="y2", title_text="position"), bargap=0.1)
     return fig
+
+
+def power_figure(view: dict, measured: float | None, batch_tokens: int) -> go.Figure:
+    """What a finding's detector can see: detection rate against the fault's size on generators it was not tuned
+    on (seqis.diagnose_power), at the simulated batch size nearest this batch's, the batch's own estimate
+    marked. x on a log scale for sizes that span decades (offsets, gaps, shares, KL), linear for temperature."""
+    fig = go.Figure()
+    temperature = view["evidence"] == "temperature"
+    for i, (name, points) in enumerate(view["points"].items()):
+        points = sorted(points, key=lambda p: p["x"])
+        hover = [f"{name} {p['value']}: found in {p['rate']:.0%} of {p['n']} batches" for p in points]
+        fig.add_trace(go.Scatter(x=[p["x"] for p in points], y=[p["rate"] for p in points], mode="lines+markers",
+                                 name=name, text=hover, line=dict(color=PALETTE[i], width=2), marker=dict(size=7),
+                                 hovertemplate="%{text}<br>x %{x:.3g}<extra></extra>"))
+    if measured is not None and math.isfinite(measured) and (temperature or measured > 0):
+        fig.add_vline(x=measured, line=dict(color=EXTRA[4], width=2, dash="dash"),
+                      annotation_text=f"this batch: {measured:.3g}", annotation_position="top left")
+    fig.add_hline(y=0.9, line=dict(color=EXTRA[0], dash="dot", width=1))
+    if not temperature:
+        fig.update_xaxes(type="log")
+    fig.update_yaxes(range=[-0.05, 1.05], tickformat=".0%")
+    scale = (f"; yours has {view['ratio']:.0f}x the tokens (the smallest effect seen shrinks about as "
+             "1/sqrt(tokens))" if view["ratio"] > 3 else "")
+    return _layout(fig, f"What this detector can see: at ~{view['tokens']:,} tokens (yours {batch_tokens:,}){scale}",
+                   view["label"], "batches where it is found", height=340)

@@ -10,8 +10,9 @@ import plotly.graph_objects as go
 import streamlit as st
 import torch
 
-from seqis import ESTIMATORS, Finding, diagnose, run_many
+from seqis import ESTIMATORS, Finding, diagnose, diagnose_power, run_many
 from seqis.fast import Ratios
+from seqis.generators import GENERATORS
 from seqis.sampler_faults import TinyLMFaultConfig
 from seqis.summaries import band_shares, correction_fractions, ratio_quantiles
 from seqis.token_tables import rollout_tokens, sample_tokens, worst_rollout, worst_tokens
@@ -19,22 +20,41 @@ from seqis.token_tables import rollout_tokens, sample_tokens, worst_rollout, wor
 from . import diagnose_charts as charts
 from .explore_data import HASH, Source, load_batch
 
-# the tiny transformer's sampler faults offered as demos: label -> the config's overrides
+# the sampler faults offered as demos: label -> the scenario's config (the tiny transformer's, 128 rollouts; then
+# seqis.generators' recurrent LMs, which the diagnosis was not tuned on)
 FAULTS = {
-    "top-p 0.9 in the sampler": dict(top_p=0.9),
-    "top-k 20 in the sampler": dict(top_k=20),
-    "sampler at temperature 0.7": dict(temperature=0.7),
-    "sampler at temperature 1.25": dict(temperature=1.25),
-    "log-probs one position late": dict(shift=1),
-    "kernel bug on one token": dict(bug_rate=0.005),
-    "clean bf16 sampler": dict(),
-    "clean fp16 sampler": dict(sampler_dtype="fp16"),
+    "top-p 0.9 in the sampler": TinyLMFaultConfig(top_p=0.9),
+    "top-k 20 in the sampler": TinyLMFaultConfig(top_k=20),
+    "sampler at temperature 0.7": TinyLMFaultConfig(temperature=0.7),
+    "sampler at temperature 1.25": TinyLMFaultConfig(temperature=1.25),
+    "log-probs one position late": TinyLMFaultConfig(shift=1),
+    "kernel bug on one token": TinyLMFaultConfig(bug_rate=0.005),
+    "clean bf16 sampler": TinyLMFaultConfig(),
+    "clean fp16 sampler": TinyLMFaultConfig(sampler_dtype="fp16"),
+    "raw log-probs: drawn at temperature 0.8, reported raw (1k-token LM)": GENERATORS["lm_mixed1k"](temperature=0.8,
+                                                                                            report="raw"),
+    "top-p 0.95 on a 32k vocabulary (32k-token LM)": GENERATORS["lm_chat32k"](top_p=0.95),
+    "trainer 4 steps ahead of the sampler: policy lag (4k-token LM, 256 rollouts)": GENERATORS["lm_code4k"](
+        lag_steps=4, n_prompts=32),
 }
-HASH = {**HASH, TinyLMFaultConfig: repr}
+HASH = {**HASH, TinyLMFaultConfig: repr, **{cls: repr for cls in GENERATORS.values()}}
 
 
 def fault_source(label: str, seed: int) -> Source:
-    return Source("synthetic", "tiny_lm", TinyLMFaultConfig(**FAULTS[label]), seed)
+    cfg = FAULTS[label]
+    return Source("synthetic", cfg.name, cfg, seed)
+
+
+def fault_caption(label: str) -> str:
+    """Where a demo's batch comes from, in a sentence."""
+    cfg = FAULTS[label]
+    if isinstance(cfg, TinyLMFaultConfig):
+        return ("128 rollouts of the tiny transformer (seqis.tiny_lm) sampled through this fault and rescored by "
+                "the fp32 trainer; a few seconds the first time.")
+    rollouts = cfg.n_prompts * cfg.group_size
+    return (f"{rollouts} rollouts of {cfg.name} (seqis.generators: a {cfg.vocab:,}-token recurrent LM the diagnosis "
+            f"was not tuned on, its sampler rounding through {cfg.sampler_dtype}) sampled through this fault and "
+            "rescored by the fp32 trainer; seconds to a minute the first time.")
 
 
 @dataclass(frozen=True)
@@ -76,6 +96,43 @@ def figure(d: Diagnosis, f: Finding) -> go.Figure | None:
     """The chart that proves a finding (None for a kind without one)."""
     build = FIGURES.get(f.kind)
     return build(d, f) if build is not None else None
+
+
+@st.cache_resource(max_entries=1, show_spinner=False)
+def power_table() -> dict | None:
+    """The committed power table (assets/diagnose_power.json, written by `python -m seqis.bench --only
+    diagnose-power`), read once; None when it is missing."""
+    return diagnose_power.load()
+
+
+def power_view(f: Finding) -> tuple[dict, float | None, int] | None:
+    """What the detector behind finding f can see at its batch's size: the view of the power table, the
+    finding's own estimate on that axis and its batch's loss tokens. None for a kind without a detector or
+    without the table."""
+    table = power_table()
+    tokens = int(f.evidence.get("n_tokens", 0))
+    v = diagnose_power.view(table, f.kind, tokens) if table is not None and tokens else None
+    if v is None:
+        return None
+    key, read = diagnose_power.EVIDENCE[f.kind]
+    value = f.evidence.get(key)
+    return v, (read(value) if isinstance(value, (int, float)) else None), tokens
+
+
+def power_figure(f: Finding) -> go.Figure | None:
+    got = power_view(f)
+    return charts.power_figure(*got) if got is not None else None
+
+
+def power_summary(tokens: int) -> pd.DataFrame | None:
+    """Per fault: the mildest magnitude its detector found in 90% of simulated batches near this size."""
+    table = power_table()
+    if table is None or not tokens:
+        return None
+    rows = [{"fault": name, "finding": s["kind"], "smallest found in 90%": "none simulated" if s["value"] is None
+             else f"{s['knob']} = {s['value']} ({s['label']} {s['x']:.3g})", "at tokens": s["tokens"]}
+            for name, s in diagnose_power.smallest_seen(table, tokens).items()]
+    return pd.DataFrame(rows)
 
 
 def _corrections() -> list[str]:

@@ -1,10 +1,11 @@
 """Diagnose: why the trainer and the sampler disagree, from one batch (seqis.diagnose).
 
-Findings as cards coloured by severity, each with the chart that proves it; the findings per group of a
-metadata column; the raw ratios before any correction and what each correction truncates and masks; the
-worst rollout token by token. The batch is a tiny-transformer sampler fault (the truth known) or the
-explorer's batch (upload, example or synthetic, shared with Explore). A new upload on Explore opens here
-first; a button carries it back to Explore.
+Findings as cards coloured by severity, each with the chart that proves it and, beside it, what its detector can
+see at this batch's size (the committed power table of `python -m seqis.bench --only diagnose-power`); the
+findings per group of a metadata column; the raw ratios before any correction and what each correction
+truncates and masks; the worst rollout token by token. The batch is a sampler fault of the tiny transformer or
+of a recurrent LM of seqis.generators (the truth known) or the explorer's batch (upload, example or synthetic,
+shared with Explore). A new upload on Explore opens here first; a button carries it back to Explore.
 """
 
 import streamlit as st
@@ -14,13 +15,16 @@ from ui.runtime.chart import chart
 from ui.state import ARRIVED_KEY, bound, first_look, hold_batch, set_view
 
 P = "dg."
-SOURCES = {"fault": "Sampler fault demo (tiny transformer)", "batch": "Your batch (upload, example, synthetic)"}
+SOURCES = {"fault": "Sampler fault demo (tiny transformer, recurrent LMs)",
+           "batch": "Your batch (upload, example, synthetic)"}
 BADGE = {"bad": ":red-background[**bad**]", "warn": ":orange-background[**warn**]", "ok": ":green-background[ok]"}
 TITLES = {"sampler_truncation": "Sampler truncation (top-p / top-k)", "temperature_mismatch": "Temperature mismatch",
+          "raw_logprobs": "Raw log-probs reported", "policy_lag": "Policy lag (trainer side)",
           "token_misalignment": "Token misalignment", "catastrophic_tokens": "Catastrophic tokens",
           "precision_noise": "Precision noise", "healthy": "Healthy"}
 HEADLINE = {"sampler_truncation": "log_offset", "temperature_mismatch": "temperature", "token_misalignment": "shift",
-            "catastrophic_tokens": "count", "precision_noise": "dtype"}
+            "catastrophic_tokens": "count", "precision_noise": "dtype", "raw_logprobs": "entropy_gap",
+            "policy_lag": "gain"}
 
 st.title("Diagnose")
 st.caption("Why do the trainer's and the sampler's log-probs disagree? Each finding names a cause, shows the "
@@ -35,8 +39,7 @@ if kind == "fault":
     seed = bound(c2.number_input, "Seed", f"{P}seed", 0, min_value=0, max_value=2**31 - 1, step=1,
                  valid=lambda v: isinstance(v, int) and v >= 0)
     src, payload = data.fault_source(fault, int(seed)), None
-    st.caption("128 rollouts of the tiny transformer (seqis.tiny_lm) sampled through this fault and rescored by "
-               "the fp32 trainer; a few seconds the first time.")
+    st.caption(data.fault_caption(fault))
     hold_batch(src, payload)  # Explore shows the same batch
 else:
     src, payload = batch_source()
@@ -70,9 +73,24 @@ for f in d.findings:
         st.markdown(f"{BADGE[f.severity]} **{TITLES.get(f.kind, f.kind)}**" + (f" · {head} = `{shown}`" if head
                                                                                else ""))
         st.write(f.message)
-        fig = data.figure(d, f)
-        if fig is not None:
+        fig, power = data.figure(d, f), data.power_figure(f)
+        if fig is not None and power is not None:
+            left, right = st.columns(2)
+            with left:
+                chart(fig, key=f"{P}chart.{f.kind}")
+            with right:
+                chart(power, key=f"{P}power.{f.kind}")
+        elif fig is not None:
             chart(fig, key=f"{P}chart.{f.kind}")
+        if f.kind in ("precision_noise", "healthy") and f.group is None:
+            seen = data.power_summary(int(f.evidence.get("n_tokens", 0)))
+            if seen is not None:
+                with st.expander("What the tests could have seen at this size"):
+                    st.caption("Each detector on generators it was not tuned on (seqis.generators): the mildest "
+                               "fault it found in 90% of simulated batches of about this many tokens. Milder "
+                               "faults can hide in a batch this size. Regenerate: `python -m seqis.bench --only "
+                               "diagnose-power` (docs/diagnose.md).")
+                    st.dataframe(seen, hide_index=True)
         with st.expander("Evidence"):  # a chi-square estimate below 0 is noise: shown as 0, as the message says
             st.json({k: max(v, 0.0) if k.startswith("chi2") and isinstance(v, float) else v
                      for k, v in f.evidence.items() if k != "agreement"})

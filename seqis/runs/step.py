@@ -42,10 +42,16 @@ def _finding(f) -> dict:
 
 
 def _plain(v):
+    """Evidence as JSON's plain values: tensors as numbers or lists, a non-finite float as its string, lists and
+    dicts (a confidence interval, diagnose's test summary) element by element."""
     if isinstance(v, torch.Tensor):
         v = v.item() if v.numel() == 1 else v.tolist()
     if isinstance(v, float) and not math.isfinite(v):
         return str(v)
+    if isinstance(v, (list, tuple)):
+        return [_plain(x) for x in v]
+    if isinstance(v, dict):
+        return {k: _plain(x) for k, x in v.items()}
     return v
 
 

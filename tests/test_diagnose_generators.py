@@ -1,0 +1,121 @@
+"""diagnose on samplers it was not tuned on: every generator of seqis.generators (256 to 32k tokens, three entropy
+profiles, rounding of logits, of the whole model or of probabilities), several seeds, each line of issue 24's
+"Done when": truncation found with its log offset within 25%, temperatures within 5%, raw log-probs with their
+entropy gap within 25%, off-by-one and catastrophic tokens as on the tiny transformer, policy lag named as a
+trainer-side mismatch and never as a sampler fault, and no warn or bad on a clean batch."""
+
+import pytest
+
+from seqis import diagnose
+from seqis.generators import GENERATORS, make, truth
+
+SEEDS = (0, 1)
+
+
+def cases(seeds=SEEDS):
+    """(generator, seed) for every generator and seed; the fast suite keeps seed 0 of the three small
+    generators, the slow one adds the 32k-token generator (seconds a batch on 2 shared cores) and the other
+    seeds."""
+    return [pytest.param(n, s, marks=pytest.mark.slow) if s != seeds[0] or GENERATORS[n]().vocab > 8192
+            else pytest.param(n, s) for n in GENERATORS for s in seeds]
+
+
+SAMPLER_FAULTS = {"sampler_truncation", "temperature_mismatch", "raw_logprobs", "catastrophic_tokens",
+                  "token_misalignment"}
+
+
+def the(findings, kind):
+    found = [f for f in findings if f.kind == kind]
+    assert found, f"no {kind} among {[(f.kind, f.severity) for f in findings]}"
+    return found[0]
+
+
+def kinds(findings):
+    return {f.kind for f in findings}
+
+
+@pytest.mark.parametrize("fault", ["top_p=0.8", "top_p=0.95", "top_k=V/4"])
+@pytest.mark.parametrize("name, seed", cases())
+def test_truncation_is_found_with_its_log_offset(name, fault, seed):
+    knob, value = fault.split("=")
+    value = GENERATORS[name]().vocab // 4 if value == "V/4" else float(value)
+    b = make(name, seed=seed, **{knob: value})
+    findings = diagnose(b)
+    f = the(findings, "sampler_truncation")
+    expected = truth(b)["log_offset"]  # the mean log of the mass the sampler kept, per loss token
+    assert f.evidence["log_offset"] == pytest.approx(expected, rel=0.25)
+    assert f.evidence["ci"][0] < f.evidence["log_offset"] < f.evidence["ci"][1] < 0
+    assert f.severity in ("warn", "bad") and not kinds(findings) & {"temperature_mismatch", "raw_logprobs",
+                                                                    "policy_lag"}
+
+
+@pytest.mark.parametrize("tau", [0.7, 0.9, 1.1, 1.3])
+@pytest.mark.parametrize("name, seed", cases())
+def test_temperature_is_found_within_5_percent(name, tau, seed):
+    findings = diagnose(make(name, seed=seed, temperature=tau))
+    f = the(findings, "temperature_mismatch")
+    assert f.evidence["temperature"] == pytest.approx(tau, rel=0.05)
+    assert f.evidence["ci"][0] < f.evidence["temperature"] < f.evidence["ci"][1]
+    assert f.severity in ("warn", "bad") and not kinds(findings) & {"sampler_truncation", "raw_logprobs"}
+
+
+@pytest.mark.parametrize("processing", ["temperature=0.8", pytest.param("top_p=0.9", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("name, seed", cases())
+def test_raw_logprobs_are_found_with_their_entropy_gap(name, processing, seed):
+    knob, value = processing.split("=")
+    size = dict(n_prompts=16) if name == "lm_chat32k" and knob == "top_p" else {}  # a gap of 0.14 nats needs 5k tokens
+    b = make(name, seed=seed, report="raw", **{knob: float(value)}, **size)
+    findings = diagnose(b)
+    f = the(findings, "raw_logprobs")
+    assert f.evidence["entropy_gap"] == pytest.approx(truth(b)["entropy_gap"], rel=0.25)
+    assert f.evidence["entropy_gap"] < 0 and f.severity == "bad"
+    assert not kinds(findings) & {"sampler_truncation", "temperature_mismatch", "policy_lag"}
+
+
+@pytest.mark.parametrize("name, seed", cases())
+def test_off_by_one_and_catastrophic_tokens_as_on_the_tiny_transformer(name, seed):
+    for shift in (1, -1):
+        findings = diagnose(make(name, seed=seed, shift=shift))
+        assert findings[0].kind == "token_misalignment" and findings[0].evidence["shift"] == shift
+        assert kinds(findings) <= {"token_misalignment", "precision_noise"}  # re-aligned: a clean sampler
+    b = make(name, seed=seed, bug_rate=0.01)
+    f = the(diagnose(b), "catastrophic_tokens")
+    assert f.evidence["count"] == pytest.approx(truth(b)["bug_tokens"], rel=0.2, abs=1)
+    assert f.severity in ("warn", "bad")
+
+
+@pytest.mark.slow  # four training steps before the batch: a dozen batches' work
+@pytest.mark.parametrize("name, seed", cases())
+def test_policy_lag_names_no_sampler_cause(name, seed):
+    b = make(name, seed=seed, lag_steps=4)  # the trainer 4 trust-region steps ahead: per-token KL ~ 1e-3
+    assert 3e-4 < truth(b)["kl"] < 1e-2
+    findings = diagnose(b)
+    assert not kinds(findings) & SAMPLER_FAULTS, [(f.kind, f.message) for f in findings]
+    for f in findings:
+        if f.kind == "precision_noise":  # not detected at this size: the message claims no cause
+            assert "do not tell rounding from" in f.message or "no common format" in f.message
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("name", [n for n in GENERATORS if GENERATORS[n]().vocab <= 8192])
+def test_policy_lag_is_named_as_a_trainer_side_mismatch_at_256_rollouts(name, seed):
+    findings = diagnose(make(name, seed=seed, lag_steps=4, n_prompts=32))
+    f = the(findings, "policy_lag")
+    assert f.evidence["gain"] > 0 and f.evidence["ci"][0] > 0 and "trainer side" in f.message
+    assert "NeMo-RL" in f.message and not kinds(findings) & SAMPLER_FAULTS
+
+
+@pytest.mark.parametrize("precision", [dict(), dict(sampler_dtype="fp16"),
+                                       pytest.param(dict(rounding="model"), marks=pytest.mark.slow),
+                                       pytest.param(dict(rounding="probs"), marks=pytest.mark.slow)])
+@pytest.mark.parametrize("name, seed", cases((0, 1, 2)))
+def test_clean_batches_raise_no_alarm(name, precision, seed):
+    if name == "lm_mixed1k" and precision.get("sampler_dtype") == "fp16":
+        precision = dict(sampler_dtype="fp16", rounding="logits")  # its preset rounds probabilities
+    findings = diagnose(make(name, seed=seed, **precision))
+    assert all(f.severity == "ok" for f in findings), [(f.kind, f.severity, f.message) for f in findings]
+    assert kinds(findings) <= {"precision_noise", "healthy"}
+    f = the(findings, "precision_noise")
+    dtype = precision.get("sampler_dtype", "bf16")
+    assert dtype in f.evidence["dtypes"] and f.evidence["dtype"] != ("bf16" if dtype == "fp16" else None)
