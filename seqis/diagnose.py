@@ -160,40 +160,20 @@ def _diagnose(batch: Batch, group) -> list[Finding]:
     pairs = aligned_pairs(batch, shift)
     if pairs.l.numel() == 0:
         return [Finding("healthy", "ok", "No loss tokens to diagnose.", {"n_tokens": 0}, group)]
-    catastrophic = pairs.l.abs() > CATASTROPHIC_LOG_RATIO  # (N,)
-    trunc = truncation_test(pairs, ~catastrophic)
-    temp = temperature_fit(pairs, ~catastrophic)
-    if temp is not None and temp["detected"]:
-        if temp["uses_entropy"]:
-            # a sampler sharper than the trainer misses the rare tokens where pi / mu is large, so in a finite
-            # batch its mean pi / mu can fall below 1; the temperature's own test (two-sided l on its line) decides
-            trunc = {**trunc, "detected": False}
-        elif trunc["detected"]:  # without the entropy the temperature is not identified against a truncation
-            temp = {**temp, "detected": False}
-    if temp is not None and temp["detected"]:  # tokens the temperature line explains are not catastrophes
-        catastrophic = (pairs.l - temp["line"]).abs() > CATASTROPHIC_LOG_RATIO
-    keep = ~catastrophic
-    stats = mismatch_stats(pairs.l[keep])  # what the systematic causes do, without the outliers
-    sampler_fault = trunc["detected"] or (temp is not None and temp["detected"])
-    raw = None if sampler_fault else raw_logprobs_test(pairs, keep)
-    sampler_fault = sampler_fault or (raw is not None and raw["detected"])
-    lag = policy_lag_test(pairs, keep)
-    if temp is not None and temp["detected"] and not temp["uses_entropy"] and lag is not None and lag["detected"]:
-        sampler_fault = False  # without the entropy a temperature is not told from lag: the advantages decide
-        temp = {**temp, "detected": False}
-    if trunc["detected"]:
-        findings.append(_truncation(trunc, stats))
-    if temp is not None and temp["detected"]:
-        findings.append(_temperature(temp, stats))
-    if raw is not None and raw["detected"]:
-        findings.append(_raw_logprobs(raw, stats))
-    if bool(catastrophic.any()):
-        findings.append(_catastrophic(pairs, catastrophic))
-    if not sampler_fault and lag is not None and lag["detected"]:
-        findings.append(_policy_lag(lag, stats))
-    elif not sampler_fault:
-        findings.append(_precision(pairs, keep, stats, {"truncation": trunc, "temperature": temp, "raw": raw,
-                                                        "lag": lag}))
+    t = run_tests(pairs)
+    stats = mismatch_stats(pairs.l[t["keep"]])  # what the systematic causes do, without the outliers
+    if _fired(t["truncation"]):
+        findings.append(_truncation(t["truncation"], stats))
+    if _fired(t["temperature"]):
+        findings.append(_temperature(t["temperature"], stats))
+    if _fired(t["raw"]):
+        findings.append(_raw_logprobs(t["raw"], stats))
+    if bool((~t["keep"]).any()):
+        findings.append(_catastrophic(pairs, ~t["keep"]))
+    if not any(_fired(t[k]) for k in ("truncation", "temperature", "raw")):  # no sampler fault: the trainer's?
+        findings.append(_policy_lag(t["lag"], stats) if _fired(t["lag"]) else
+                        _precision(pairs, t["keep"], stats, {k: t[k] for k in ("truncation", "temperature", "raw",
+                                                                               "lag")}))
     if all(f.severity == "ok" for f in findings):
         findings.append(Finding("healthy", "ok", "Trainer and sampler agree within the frameworks' guidance "
                                 f"(mean exp|l| {stats['mult_prob_error']:.4f} <= NeMo-RL's "
@@ -310,6 +290,43 @@ def _ratio(p: _Pairs, keep: torch.Tensor) -> torch.Tensor:
 
 # ---------------------------------------------------------------------------------------------------------
 # the tests behind each finding
+
+
+def run_tests(p: _Pairs) -> dict[str, Any]:
+    """Every test on a batch's pairs, each result's "detected" settled against the others; "keep": the tokens
+    that are not catastrophic.
+
+    - catastrophic tokens (|l| > ln 20) leave every test; a detected temperature re-reads them off its line (its
+      own tail is not a catastrophe);
+    - a detected temperature (with the entropy) overrides the truncation test: a sampler sharper than the trainer
+      misses the rare tokens where pi / mu is large, so in a finite batch its mean pi / mu can fall below 1, and
+      the temperature's own checks (two-sided l, R^2, a positive share) refuse truncations; without the entropy
+      the temperature is not identified against a truncation, so a truncation that fires wins;
+    - raw log-probs are tested only when no truncation or temperature fired (both move rho (a + H) too);
+    - without the entropy, a temperature whose mismatch also points along the advantages is not told from lag:
+      the advantages decide."""
+    catastrophic = p.l.abs() > CATASTROPHIC_LOG_RATIO  # (N,)
+    trunc = truncation_test(p, ~catastrophic)
+    temp = temperature_fit(p, ~catastrophic)
+    if _fired(temp):
+        if temp["uses_entropy"]:
+            trunc = {**trunc, "detected": False}
+        elif trunc["detected"]:
+            temp = {**temp, "detected": False}
+    if _fired(temp):
+        catastrophic = (p.l - temp["line"]).abs() > CATASTROPHIC_LOG_RATIO
+    keep = ~catastrophic
+    raw = None if trunc["detected"] or _fired(temp) else raw_logprobs_test(p, keep)
+    lag = policy_lag_test(p, keep)
+    if _fired(temp) and not temp["uses_entropy"] and _fired(lag):
+        temp = {**temp, "detected": False}
+    return {"truncation": trunc, "temperature": temp, "raw": raw, "lag": lag, "keep": keep}
+
+
+def _fired(test: dict[str, Any] | None) -> bool:
+    return test is not None and bool(test["detected"])
+
+
 
 
 def mismatch_stats(l: torch.Tensor) -> dict[str, float]:

@@ -47,3 +47,19 @@ def worst_rollout(batch: Batch, shift: int = 0) -> int:
     trainer, inference, mask = realign(batch, shift)
     l = torch.where(mask, trainer - inference, 0.0).nan_to_num(0.0).abs()  # (B, T)
     return int(l.amax(-1).argmax()) if l.numel() else 0
+
+
+def rollout_gains(batch: Batch, shift: int = 0) -> pd.DataFrame:
+    """One row per rollout with loss tokens: its advantage (the mean over its tokens when advantages are per
+    token), sum_t (rho_t - 1) and sum_t A_t (rho_t - 1), the policy-lag test's term (seqis.diagnose), with
+    |l| clamped at 20 as there."""
+    trainer, inference, mask = realign(batch, shift)
+    rho = torch.where(mask, (trainer - inference).nan_to_num(0.0).clamp(-20.0, 20.0).exp() - 1, 0.0)  # (B, T)
+    adv = batch.advantages.detach().cpu().float()
+    adv = adv[:, None].expand_as(rho) if adv.dim() == 1 else adv  # (B, T)
+    n = mask.sum(-1)  # (B,)
+    rows = (n > 0).nonzero()[:, 0]
+    mean_adv = torch.where(mask, adv, 0.0).sum(-1) / n.clamp(min=1)
+    return pd.DataFrame({"rollout": rows.numpy(), "advantage": mean_adv[rows].numpy(),
+                         "sum_rho_minus_1": rho.sum(-1)[rows].numpy(),
+                         "gain": torch.where(mask, adv * rho, 0.0).sum(-1)[rows].numpy()})

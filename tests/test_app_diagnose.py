@@ -1,5 +1,6 @@
-"""The Diagnose page through AppTest: each tiny-transformer fault shows its finding first with its chart, the
-per-group table, the raw ratio tables and the worst rollout; the explorer's batch is diagnosed too."""
+"""The Diagnose page through AppTest: each tiny-transformer fault shows its finding first with its chart and,
+beside it, what its detector can see at the batch's size; the per-group table, the raw ratio tables and the worst
+rollout; a recurrent LM's raw log-probs; the explorer's batch is diagnosed too."""
 
 
 import pytest
@@ -18,7 +19,12 @@ def test_a_fault_is_named_first_with_its_chart_and_the_tables():
     assert at.title[0].value == "Diagnose"
     first = [m.value for m in at.markdown if "**" in m.value and "background" in m.value][0]
     assert "Sampler truncation" in first and "log_offset" in first
-    assert len(charts(at)) == 2  # the finding's histogram and the worst rollout
+    drawn = charts(at)
+    assert len(drawn) == 3  # the finding's histogram, what its detector can see, the worst rollout
+    power = drawn[1]
+    assert "What this detector can see" in power["layout"]["title"]["text"]
+    assert {t["name"] for t in power["data"]} == {"top-p", "top-k"}  # the faults sampler_truncation detects
+    assert all(0 <= y <= 1 for t in power["data"] for y in t["y"])
     tokens, rollouts = at.dataframe[2].value, at.dataframe[3].value  # the corrections: tokens, then rollouts
     worst = at.dataframe[4].value
     assert {"position", "token_id", "trainer_logprob", "inference_logprob", "entropy"} <= set(worst.columns)
@@ -45,6 +51,23 @@ def test_a_fault_opens_in_explore():
     assert not at.exception, [e.value for e in at.exception]
     assert at.title[0].value.startswith("Explore")
     assert any("tiny_lm" in c.value for c in at.caption)  # Explore names the batch it shows
+
+
+def test_raw_logprobs_of_a_recurrent_lm_lead_with_their_detector_beside():
+    at = diagnose_page(**{"dg.fault": "raw log-probs: drawn at temperature 0.8, reported raw (1k-token LM)"})
+    first = [m.value for m in at.markdown if "background" in m.value][0]
+    assert "Raw log-probs reported" in first and "entropy_gap" in first and "bad" in first
+    assert any("lm_mixed1k" in c.value for c in at.caption)
+    gap, power = charts(at)[:2]  # the tokens' -log pi - H beside what the detector can see
+    assert "Raw log-probs" in gap["layout"]["title"]["text"]
+    assert "What this detector can see" in power["layout"]["title"]["text"]
+
+
+def test_a_clean_sampler_says_what_the_tests_could_have_seen():
+    at = diagnose_page(**{"dg.fault": "clean bf16 sampler"})
+    seen = at.dataframe[0].value
+    assert {"top-p", "temperature", "raw log-probs", "lag"} <= set(seen["fault"])
+    assert {"sampler_truncation", "policy_lag"} <= set(seen["finding"])
 
 
 def test_the_explorers_batch():

@@ -118,6 +118,39 @@ def catastrophic_figure(points: pd.DataFrame, worst: pd.DataFrame) -> go.Figure:
                    "trainer log-prob log pi", "log-ratio l")
 
 
+def entropy_gap_figure(points: pd.DataFrame, evidence: dict) -> go.Figure:
+    """-log pi(y) - H at each token: centred on 0 when the tokens come from the distribution reported (and the
+    trainer's), below 0 when they are sharper; the mean (the entropy gap) marked."""
+    if "entropy" not in points:
+        return histogram_figure(points)
+    gap = -points["trainer_logprob"].to_numpy() - points["entropy"].to_numpy()
+    fig = go.Figure(go.Histogram(x=gap, nbinsx=80, name="loss tokens", marker_color=PALETTE[0]))
+    fig.add_vline(x=0.0, line=dict(color=EXTRA[0], width=1))
+    fig.add_vline(x=evidence["entropy_gap"], line=dict(color=EXTRA[4], width=2, dash="dash"),
+                  annotation_text=f"entropy gap {evidence['entropy_gap']:+.3f}", annotation_position="top left")
+    return _layout(fig, "Raw log-probs: the tokens are sharper than the distribution reported",
+                   "-log pi(y) - H (nats)", "tokens", legend=False)
+
+
+def lag_figure(gains: pd.DataFrame, evidence: dict) -> go.Figure:
+    """Per rollout, sum_t (rho_t - 1) against its advantage: a trainer ahead of the sampler gives the rollouts
+    that did well higher ratios (the slope is the test's gain per unit of advantage variance)."""
+    fig = go.Figure()
+    x, y = gains["advantage"].to_numpy(), gains["sum_rho_minus_1"].to_numpy()
+    hover = [f"rollout {r}" for r in gains["rollout"]]
+    fig.add_trace(go.Scatter(x=x, y=y, mode="markers", name="rollouts", text=hover,
+                             marker=dict(size=6, color=PALETTE[0], opacity=0.6),
+                             hovertemplate="%{text}<br>advantage %{x:.3g}<br>sum (rho - 1) %{y:.3g}<extra></extra>"))
+    if len(x) > 1 and float(np.var(x)) > 0:
+        slope = float(np.mean((x - x.mean()) * (y - y.mean())) / np.var(x))
+        xs = np.array([float(x.min()), float(x.max())])
+        fig.add_trace(go.Scatter(x=xs, y=float(y.mean()) + slope * (xs - x.mean()), mode="lines",
+                                 name=f"least squares, gain {evidence['gain']:+.3g} per rollout",
+                                 line=dict(color=EXTRA[4], width=3)))
+    return _layout(fig, "Policy lag: the rollouts that did well have the higher trainer / sampler ratio",
+                   "advantage", "sum over the rollout of (rho - 1)")
+
+
 def histogram_figure(points: pd.DataFrame) -> go.Figure:
     """The per-token log-ratios of a healthy batch."""
     fig = go.Figure(go.Histogram(x=points["log_ratio"].to_numpy(), nbinsx=80, marker_color=PALETTE[2]))

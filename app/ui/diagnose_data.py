@@ -15,7 +15,7 @@ from seqis.fast import Ratios
 from seqis.generators import GENERATORS
 from seqis.sampler_faults import TinyLMFaultConfig
 from seqis.summaries import band_shares, correction_fractions, ratio_quantiles
-from seqis.token_tables import rollout_tokens, sample_tokens, worst_rollout, worst_tokens
+from seqis.token_tables import rollout_gains, rollout_tokens, sample_tokens, worst_rollout, worst_tokens
 
 from . import diagnose_charts as charts
 from .explore_data import HASH, Source, load_batch
@@ -68,6 +68,7 @@ class Diagnosis:
     rollout: int  # the rollout holding the worst token
     rollout_tokens: pd.DataFrame
     metadata_columns: tuple[str, ...]  # columns a `by` may group on (few distinct values)
+    gains: pd.DataFrame  # per rollout: advantage and sum (rho - 1), the policy-lag test's terms
 
 
 @st.cache_resource(max_entries=8, show_spinner="Diagnosing...", hash_funcs=HASH)
@@ -78,7 +79,7 @@ def diagnosis(src: Source, by: str | None, _payload: bytes | None = None) -> Dia
     j = worst_rollout(batch, shift)
     groupable = tuple(k for k, v in batch.metadata.items() if 1 < len(set(map(str, v))) <= 32)
     return Diagnosis(tuple(findings), shift, sample_tokens(batch, shift), worst_tokens(batch, shift), j,
-                     rollout_tokens(batch, j, shift), groupable)
+                     rollout_tokens(batch, j, shift), groupable, rollout_gains(batch, shift))
 
 
 # the chart that proves each kind of finding, from the page's token tables and the finding's evidence
@@ -88,6 +89,8 @@ FIGURES = {
     "token_misalignment": lambda d, f: charts.misalignment_figure(f.evidence),
     "precision_noise": lambda d, f: charts.precision_figure(d.points, f.evidence),
     "catastrophic_tokens": lambda d, f: charts.catastrophic_figure(d.points, d.worst),
+    "raw_logprobs": lambda d, f: charts.entropy_gap_figure(d.points, f.evidence),
+    "policy_lag": lambda d, f: charts.lag_figure(d.gains, f.evidence),
     "healthy": lambda d, f: charts.histogram_figure(d.points),
 }
 

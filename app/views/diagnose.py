@@ -73,15 +73,11 @@ for f in d.findings:
         st.markdown(f"{BADGE[f.severity]} **{TITLES.get(f.kind, f.kind)}**" + (f" · {head} = `{shown}`" if head
                                                                                else ""))
         st.write(f.message)
-        fig, power = data.figure(d, f), data.power_figure(f)
-        if fig is not None and power is not None:
-            left, right = st.columns(2)
-            with left:
-                chart(fig, key=f"{P}chart.{f.kind}")
-            with right:
-                chart(power, key=f"{P}power.{f.kind}")
-        elif fig is not None:
-            chart(fig, key=f"{P}chart.{f.kind}")
+        drawn = [(name, g) for name, g in (("chart", data.figure(d, f)), ("power", data.power_figure(f)))
+                 if g is not None]  # the chart that proves it, and what its detector can see at this size
+        for col, (name, g) in zip(st.columns(2) if len(drawn) == 2 else [st.container()] * len(drawn), drawn):
+            with col:
+                chart(g, key=f"{P}{name}.{f.kind}")
         if f.kind in ("precision_noise", "healthy") and f.group is None:
             seen = data.power_summary(int(f.evidence.get("n_tokens", 0)))
             if seen is not None:
