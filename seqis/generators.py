@@ -391,20 +391,33 @@ def _lagged_weights(w: _World, cfg: LMGenerator, seed: int) -> tuple[torch.Tenso
     """The trainer's (U, b): lag_steps policy-gradient steps on the GRPO objective sum_j A_j sum_t log pi(y_t),
     each from a fresh batch of the trainer's own rollouts, each sized so the policy moves by lag_kl per token
     (KL(before || after) on that batch: a trust-region step). Only U and b move: the state h does not depend
-    on them, so the gradient is exact in closed form."""
-    U, b = w.U.clone(), w.b.clone()
-    g = torch.Generator().manual_seed(10_000 + seed)
+    on them, so the gradient is exact in closed form. The steps of a (config, seed) are one sequence from one
+    random stream, so the weights after k steps are kept and a longer lag continues from them."""
+    path = _lag_path(cfg.replace(lag_steps=0), seed)  # [(U, b) after 0, 1, ... steps]
+    while len(path) <= cfg.lag_steps:
+        path.append(_lag_step(w, cfg, *path[-1]))
+    return path[cfg.lag_steps][:2]
+
+
+@functools.lru_cache(maxsize=8)
+def _lag_path(cfg: LMGenerator, seed: int) -> list:
+    """The trajectory of a (config without lag, seed): (U, b, the random stream after that step) per step."""
+    w = _world(cfg)
+    return [(w.U, w.b, torch.Generator().manual_seed(10_000 + seed))]
+
+
+def _lag_step(w: _World, cfg: LMGenerator, U: torch.Tensor, b: torch.Tensor, g: torch.Generator):
+    """One trust-region policy-gradient step from (U, b), drawing its rollouts from a copy of the stream g."""
+    g = torch.Generator().set_state(g.get_state())
     P = w.prompts.shape[0]
-    for _ in range(cfg.lag_steps):
-        prompt = torch.randint(P, (cfg.n_prompts,), generator=g).repeat_interleave(cfg.group_size)
-        r = _decode(w, cfg, prompt, g, U, b, sampler=False)
-        adv = _grpo(_reward(w, r), cfg.group_size).float()  # (B,)
-        gU, gb = _replay(w, cfg, r, prompt, U, b, adv=adv)
-        trial = 1e-2 / max(float(torch.cat([gU.flatten(), gb]).norm()), 1e-30)
-        kl = float(_replay(w, cfg, r, prompt, U, b, step=(trial * gU, trial * gb)))  # KL is about c * eta^2
-        eta = trial * math.sqrt(cfg.lag_kl / kl) if kl > 0 else 0.0
-        U, b = U + eta * gU, b + eta * gb
-    return U, b
+    prompt = torch.randint(P, (cfg.n_prompts,), generator=g).repeat_interleave(cfg.group_size)
+    r = _decode(w, cfg, prompt, g, U, b, sampler=False)
+    adv = _grpo(_reward(w, r), cfg.group_size).float()  # (B,)
+    gU, gb = _replay(w, cfg, r, prompt, U, b, adv=adv)
+    trial = 1e-2 / max(float(torch.cat([gU.flatten(), gb]).norm()), 1e-30)
+    kl = float(_replay(w, cfg, r, prompt, U, b, step=(trial * gU, trial * gb)))  # KL is about c * eta^2
+    eta = trial * math.sqrt(cfg.lag_kl / kl) if kl > 0 else 0.0
+    return U + eta * gU, b + eta * gb, g
 
 
 def _replay(w: _World, cfg: LMGenerator, r: _Rollouts, prompt: torch.Tensor, U: torch.Tensor, b: torch.Tensor,
