@@ -327,8 +327,6 @@ def _fired(test: dict[str, Any] | None) -> bool:
     return test is not None and bool(test["detected"])
 
 
-
-
 def mismatch_stats(l: torch.Tensor) -> dict[str, float]:
     """The frameworks' mismatch metrics over loss tokens: NeMo-RL's mean exp|l|, verl's KL (k1), k3, chi2."""
     n = max(l.numel(), 1)
@@ -485,9 +483,14 @@ def policy_lag_test(p: _Pairs, keep: torch.Tensor) -> dict[str, Any] | None:
 
 
 def noise_floor(p: _Pairs, keep: torch.Tensor) -> float:
-    """Median |l| over the kept branching tokens (over all kept tokens when there are too few)."""
+    """Median |l| over the kept branching tokens; with fewer than _MIN_FIT_TOKENS of them, over the
+    _MIN_FIT_TOKENS kept tokens the trainer finds least likely. Not over all tokens: at a near-certain token
+    rounding leaves l = 0 exactly, so a peaked batch's median would call a bf16 sampler exact."""
     sel = keep & (p.a < _BRANCHING)
-    sel = sel if int(sel.sum()) >= _MIN_FIT_TOKENS else keep
+    if int(sel.sum()) < _MIN_FIT_TOKENS:
+        a = torch.where(keep, p.a, math.inf)
+        sel = torch.zeros_like(keep)
+        sel[a.topk(min(_MIN_FIT_TOKENS, int(keep.sum())), largest=False).indices] = True
     return float(_sample(p.l[sel]).abs().median()) if bool(sel.any()) else 0.0
 
 

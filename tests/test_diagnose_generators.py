@@ -7,7 +7,7 @@ trainer-side mismatch and never as a sampler fault, and no warn or bad on a clea
 import pytest
 
 from seqis import diagnose
-from seqis.generators import GENERATORS, make, truth
+from seqis.generators import GENERATORS, LMGenerator, make, truth
 
 SEEDS = (0, 1)
 
@@ -119,3 +119,55 @@ def test_clean_batches_raise_no_alarm(name, precision, seed):
     f = the(findings, "precision_noise")
     dtype = precision.get("sampler_dtype", "bf16")
     assert dtype in f.evidence["dtypes"] and f.evidence["dtype"] != ("bf16" if dtype == "fp16" else None)
+
+
+# issue 24's own cases, on 256-token LMs whose faults have the issue's sizes: the nucleus 0.9 of an LM whose
+# branching positions hold most of their mass in a few tokens (true mean log offset about -0.023 per token,
+# measured -0.021 to -0.027 over seeds 0-2) and the top-k 20 of a peaked one (about -0.005: -0.005 to -0.008,
+# 7.4k tokens); each sampler rounds its logits through bf16
+NUCLEUS_LM = LMGenerator(vocab=256, certain_frac=0.5, scale=1.2)
+TOP_K_LM = LMGenerator(vocab=256, certain_frac=0.8, scale=0.5, n_prompts=16)
+ISSUE_SEEDS = [0, pytest.param(1, marks=pytest.mark.slow), pytest.param(2, marks=pytest.mark.slow)]
+
+
+@pytest.mark.parametrize("lm, fault, offset", [(NUCLEUS_LM, dict(top_p=0.9), (-0.035, -0.015)),
+                                               (NUCLEUS_LM, dict(top_p=0.8), (-0.06, -0.02)),
+                                               (TOP_K_LM, dict(top_k=20), (-0.01, -0.003))])
+@pytest.mark.parametrize("seed", ISSUE_SEEDS)
+def test_the_issues_mild_truncations_are_found(lm, fault, offset, seed):
+    b = lm.replace(**fault).make(seed=seed)
+    expected = truth(b)["log_offset"]
+    assert offset[0] < expected < offset[1]  # the issue's size, not a stronger fault
+    findings = diagnose(b)
+    f = the(findings, "sampler_truncation")  # was: "precision_noise / healthy"
+    assert f.evidence["log_offset"] == pytest.approx(expected, rel=0.25) and f.severity in ("warn", "bad")
+    assert "precision_noise" not in kinds(findings)
+
+
+@pytest.mark.parametrize("tau", [0.7, 1.3])
+@pytest.mark.parametrize("seed", ISSUE_SEEDS)
+def test_the_issues_temperatures_are_found(tau, seed):
+    findings = diagnose(NUCLEUS_LM.replace(temperature=tau).make(seed=seed))
+    f = the(findings, "temperature_mismatch")  # 0.7 was: "precision_noise / warn"
+    assert f.evidence["temperature"] == pytest.approx(tau, rel=0.05)
+    assert "precision_noise" not in kinds(findings)
+
+
+@pytest.mark.parametrize("seed", ISSUE_SEEDS)
+def test_the_issues_clean_fp16_sampler_is_not_called_bf16(seed):
+    f = the(diagnose(NUCLEUS_LM.replace(sampler_dtype="fp16").make(seed=seed)), "precision_noise")
+    assert f.severity == "ok" and "fp16" in f.evidence["dtypes"] and f.evidence["dtype"] != "bf16"
+    g = the(diagnose(NUCLEUS_LM.make(seed=seed)), "precision_noise")  # its bf16 twin
+    assert "bf16" in g.evidence["dtypes"] and g.evidence["noise_floor"] > 4 * f.evidence["noise_floor"]
+
+
+@pytest.mark.parametrize("seed", ISSUE_SEEDS)
+def test_the_issues_policy_lag_claims_no_rounding_cause(seed):
+    b = NUCLEUS_LM.replace(lag_steps=4, lag_kl=4e-4).make(seed=seed)
+    assert 7e-4 < truth(b)["kl"] < 5e-3  # the issue's lag: per-token KL 1.5e-3
+    findings = diagnose(b)
+    assert not kinds(findings) & SAMPLER_FAULTS
+    for f in findings:
+        assert "consistent with bf16" not in f.message
+        if f.kind == "precision_noise":  # the lag test could not see it at this size: no cause is named
+            assert "do not tell rounding from" in f.message and "policy lag" in f.message
