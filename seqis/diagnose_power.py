@@ -209,22 +209,31 @@ EVIDENCE = {"sampler_truncation": ("log_offset", abs), "temperature_mismatch": (
             "policy_lag": ("kl_k3", float)}
 
 
-def view(table: dict[str, Any], kind: str, tokens: int) -> dict[str, Any] | None:
+def view(table: dict[str, Any], kind: str, tokens: int, size: str | None = None) -> dict[str, Any] | None:
     """What the detector of a finding kind can see at a batch of `tokens` loss tokens: the simulated size
-    nearest it (in log scale) and, per fault it detects, the points (x: the truth in the fault's measure,
-    |.| for offsets and gaps; rate; the knob's value) at that size. None for a kind without a detector."""
+    nearest it (in log scale; or the size named, one of SIZES) and, per fault it detects, the points (x: the
+    truth in the fault's measure, |.| for offsets and gaps; rate; the knob's value; the median tokens of its
+    batches) at that size. None for a kind without a detector."""
     faults = {name: f for name, f in table["faults"].items() if f["kind"] == kind}
     if not faults:
         return None
     sizes = {s: _median([c["tokens"] for f in faults.values() for c in f["cells"] if c["size"] == s]) for s in SIZES}
     sizes = {s: t for s, t in sizes.items() if t}
-    size = min(sizes, key=lambda s: abs(math.log(max(tokens, 1) / sizes[s])))
+    if size is None:
+        size = min(sizes, key=lambda s: abs(math.log(max(tokens, 1) / sizes[s])))
     read = EVIDENCE[kind][1]
-    points = {name: [{"x": read(c["truth"]), "rate": c["rate"], "value": c["value"], "n": c["n"]}
-                     for c in f["cells"] if c["size"] == size] for name, f in faults.items()}
+    points = {name: [{"x": read(c["truth"]), "rate": c["rate"], "value": c["value"], "n": c["n"],
+                      "tokens": c["tokens"]} for c in f["cells"] if c["size"] == size] for name, f in faults.items()}
     label = next(iter(faults.values()))["label"]
     return {"size": size, "tokens": sizes[size], "ratio": tokens / sizes[size], "points": points, "label": label,
             "evidence": EVIDENCE[kind][0]}
+
+
+def views(table: dict[str, Any], tokens: int, size: str | None = None) -> dict[str, dict[str, Any]]:
+    """Every detector's view at a batch of `tokens` loss tokens (or at the size named), kind -> view(), in the
+    table's order."""
+    kinds = dict.fromkeys(f["kind"] for f in table["faults"].values())
+    return {k: view(table, k, tokens, size) for k in kinds}
 
 
 def smallest_seen(table: dict[str, Any], tokens: int, rate: float = 0.9) -> dict[str, Any]:

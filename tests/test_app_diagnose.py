@@ -65,6 +65,10 @@ def test_raw_logprobs_of_a_recurrent_lm_lead_with_their_detector_beside():
 
 def test_a_clean_sampler_says_what_the_tests_could_have_seen():
     at = diagnose_page(**{"dg.fault": "clean bf16 sampler"})
+    grid = next(c for c in charts(at) if "What each test could have seen" in c["layout"]["title"]["text"])
+    panels = {a["text"] for a in grid["layout"]["annotations"]}  # one panel per detector
+    assert {"Truncation (top-p, top-k)", "Temperature", "Raw log-probs", "Policy lag"} <= panels
+    assert all(0 <= y <= 1 for t in grid["data"] for y in t["y"]) and len(grid["data"]) >= 6
     seen = at.dataframe[0].value
     assert {"top-p", "temperature", "raw log-probs", "lag"} <= set(seen["fault"])
     assert {"sampler_truncation", "policy_lag"} <= set(seen["finding"])

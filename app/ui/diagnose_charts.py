@@ -8,6 +8,7 @@ import math
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
+from plotly.subplots import make_subplots
 
 from .style import EXTRA, PALETTE, STATUS_COLORS, base_layout, labels_apart, two_lines
 
@@ -202,3 +203,48 @@ def power_figure(view: dict, measured: float | None, batch_tokens: int) -> go.Fi
              "1/sqrt(tokens))" if view["ratio"] > 3 else "")
     return _layout(fig, f"What this detector can see: at ~{view['tokens']:,} tokens (yours {batch_tokens:,}){scale}",
                    view["label"], "batches where it is found", height=340)
+
+
+# each detector's panel in the grid: its title and the x axis (the fault's size, as the power table measures it)
+PANELS = {"sampler_truncation": ("Truncation (top-p, top-k)", "|mean log kept mass| (nats / token)"),
+          "temperature_mismatch": ("Temperature", "sampler's temperature / trainer's"),
+          "raw_logprobs": ("Raw log-probs", "|entropy gap| (nats / token)"),
+          "catastrophic_tokens": ("Catastrophic tokens", "share of tokens the bug forced"),
+          "policy_lag": ("Policy lag", "per-token KL of the lag")}
+
+
+def power_grid_figure(sizes: list[tuple[str, dict[str, dict]]], title: str, *, faults: list[str]) -> go.Figure:
+    """Every detector's detection rate against its fault's size, one panel each, at one or more batch sizes
+    (sizes: (label, kind -> seqis.diagnose_power.view) per size; a solid line for the first, dotted after);
+    faults: every fault's name, in the power table's order (one colour each, across panels and sizes)."""
+    kinds = [k for k in PANELS if any(v.get(k) for _, v in sizes)]
+    cols = 3
+    rows = math.ceil(len(kinds) / cols)
+    fig = make_subplots(rows=rows, cols=cols, subplot_titles=[PANELS[k][0] for k in kinds], horizontal_spacing=0.08,
+                        vertical_spacing=0.2)
+    for j, (label, views) in enumerate(sizes):
+        for i, kind in enumerate(kinds):
+            v = views.get(kind)
+            if v is None:
+                continue
+            r, c = i // cols + 1, i % cols + 1
+            for name, points in v["points"].items():
+                points = sorted(points, key=lambda p: p["x"])
+                colour = PALETTE[faults.index(name) % len(PALETTE)]
+                hover = [f"{name} {p['value']}: found in {p['rate']:.0%} of {p['n']} batches of "
+                         f"~{p.get('tokens', 0):,} tokens" for p in points]
+                fig.add_trace(go.Scatter(x=[p["x"] for p in points], y=[p["rate"] for p in points],
+                                         mode="lines+markers", name=f"{name}, {label}", text=hover,
+                                         legendgroup=label, line=dict(color=colour, width=2,
+                                                                      dash="solid" if j == 0 else "dot"),
+                                         marker=dict(size=6), hovertemplate="%{text}<br>x %{x:.3g}<extra></extra>"),
+                              row=r, col=c)
+    fig = _layout(fig, title, "", "", height=300 * rows + 80)
+    for i, kind in enumerate(kinds):  # after _layout, which titles every axis alike
+        r, c = i // cols + 1, i % cols + 1
+        fig.add_hline(y=0.9, line=dict(color=EXTRA[1], dash="dot", width=1), row=r, col=c)
+        fig.update_xaxes(title_text=PANELS[kind][1], type="linear" if kind == "temperature_mismatch" else "log",
+                         row=r, col=c)
+        fig.update_yaxes(range=[-0.05, 1.05], tickformat=".0%", title_text="found" if c == 1 else None, row=r, col=c)
+    fig.update_layout(legend=dict(orientation="h", y=-0.12, x=0, font=dict(size=11)))
+    return fig

@@ -127,6 +127,24 @@ def power_figure(f: Finding) -> go.Figure | None:
     return charts.power_figure(*got) if got is not None else None
 
 
+def power_grid(tokens: int) -> go.Figure | None:
+    """Every detector's curve at the simulated size nearest a batch of `tokens` loss tokens (None without the
+    table)."""
+    table = power_table()
+    if table is None or not tokens:
+        return None
+    seen = diagnose_power.views(table, tokens)
+    return charts.power_grid_figure([(f"at ~{_median_tokens(seen):,} tokens", seen)],
+                                    f"What each test could have seen: at a batch of about this size (yours "
+                                    f"{tokens:,} tokens), on generators it was not tuned on",
+                                    faults=list(table["faults"]))
+
+
+def _median_tokens(views: dict[str, dict]) -> int:
+    toks = sorted(v["tokens"] for v in views.values() if v is not None)
+    return toks[len(toks) // 2] if toks else 0
+
+
 def power_summary(tokens: int) -> pd.DataFrame | None:
     """Per fault: the mildest magnitude its detector found in 90% of simulated batches near this size."""
     table = power_table()

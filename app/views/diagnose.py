@@ -78,10 +78,13 @@ for f in d.findings:
         for col, (name, g) in zip(st.columns(2) if len(drawn) == 2 else [st.container()] * len(drawn), drawn):
             with col:
                 chart(g, key=f"{P}{name}.{f.kind}")
-        if f.kind in ("precision_noise", "healthy") and f.group is None:
-            seen = data.power_summary(int(f.evidence.get("n_tokens", 0)))
+        if f.kind == "precision_noise" and f.group is None:  # nothing fired: what could have been seen here
+            tokens = int(f.evidence.get("n_tokens", 0))
+            grid, seen = data.power_grid(tokens), data.power_summary(tokens)
+            if grid is not None:
+                chart(grid, key=f"{P}power.grid")
             if seen is not None:
-                with st.expander("What the tests could have seen at this size"):
+                with st.expander("The mildest fault each test found at this size, as a table"):
                     st.caption("Each detector on generators it was not tuned on (seqis.generators): the mildest "
                                "fault it found in 90% of simulated batches of about this many tokens. Milder "
                                "faults can hide in a batch this size. Regenerate: `python -m seqis.bench --only "
