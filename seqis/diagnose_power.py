@@ -225,7 +225,7 @@ def view(table: dict[str, Any], kind: str, tokens: int, size: str | None = None)
     points = {name: [{"x": read(c["truth"]), "rate": c["rate"], "value": c["value"], "n": c["n"],
                       "tokens": c["tokens"]} for c in f["cells"] if c["size"] == size] for name, f in faults.items()}
     label = next(iter(faults.values()))["label"]
-    return {"size": size, "tokens": sizes[size], "ratio": tokens / sizes[size], "points": points, "label": label,
+    return {"kind": kind, "size": size, "tokens": sizes[size], "points": points, "label": label,
             "evidence": EVIDENCE[kind][0]}
 
 

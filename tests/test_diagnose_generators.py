@@ -102,11 +102,11 @@ def test_policy_lag_names_no_sampler_cause(name, seed):
             assert "do not tell rounding from" in f.message or "no common format" in f.message
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # eight training steps of 256 rollouts before the batch (the power bench has the other generators)
 @pytest.mark.parametrize("seed", SEEDS)
-@pytest.mark.parametrize("name", [n for n in GENERATORS if GENERATORS[n]().vocab <= 8192])
+@pytest.mark.parametrize("name", ["lm_byte256", "lm_mixed1k"])
 def test_policy_lag_is_named_as_a_trainer_side_mismatch_at_256_rollouts(name, seed):
-    findings = diagnose(make(name, seed=seed, lag_steps=4, n_prompts=32))
+    findings = diagnose(make(name, seed=seed, lag_steps=8, n_prompts=32))  # per-token KL ~6e-3
     f = the(findings, "policy_lag")
     assert f.evidence["gain"] > 0 and f.evidence["ci"][0] > 0 and "trainer side" in f.message
     assert "NeMo-RL" in f.message and not kinds(findings) & SAMPLER_FAULTS

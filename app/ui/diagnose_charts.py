@@ -193,16 +193,28 @@ def power_figure(view: dict, measured: float | None, batch_tokens: int) -> go.Fi
                                  name=name, text=hover, line=dict(color=PALETTE[i], width=2), marker=dict(size=7),
                                  hovertemplate="%{text}<br>x %{x:.3g}<extra></extra>"))
     if measured is not None and math.isfinite(measured) and (temperature or measured > 0):
-        fig.add_vline(x=measured, line=dict(color=EXTRA[4], width=2, dash="dash"),
-                      annotation_text=f"this batch: {measured:.3g}", annotation_position="top left")
+        # a trace, not add_vline: plotly places a vline's annotation off a log axis (x read as log10 x)
+        fig.add_trace(go.Scatter(x=[measured, measured], y=[0, 1], mode="lines", name=f"this batch: {measured:.3g}",
+                                 line=dict(color=EXTRA[4], width=2, dash="dash"), hoverinfo="skip"))
     fig.add_hline(y=0.9, line=dict(color=EXTRA[0], dash="dot", width=1))
     if not temperature:
         fig.update_xaxes(type="log")
     fig.update_yaxes(range=[-0.05, 1.05], tickformat=".0%")
-    scale = (f"; yours has {view['ratio']:.0f}x the tokens (the smallest effect seen shrinks about as "
-             "1/sqrt(tokens))" if view["ratio"] > 3 else "")
-    return _layout(fig, f"What this detector can see: at ~{view['tokens']:,} tokens (yours {batch_tokens:,}){scale}",
-                   view["label"], "batches where it is found", height=340)
+    return _layout(fig, f"What this detector can see: at ~{view['tokens']:,} tokens"
+                   f"{size_note(view['tokens'], batch_tokens)}", PANELS.get(view["kind"], ("", view["label"]))[1],
+                   "batches where it is found",
+                   height=340)
+
+
+def size_note(simulated: int, tokens: int) -> str:
+    """"; yours has N, ..." for a batch of `tokens` against curves simulated at `simulated` tokens: the smallest
+    effect a test finds shrinks about as 1/sqrt(tokens)."""
+    ratio = tokens / max(simulated, 1)
+    if ratio > 2:
+        return f"; yours has {tokens:,}, so it sees effects ~{math.sqrt(ratio):.1f}x smaller"
+    if ratio < 0.5:
+        return f"; yours has {tokens:,}, so it needs effects ~{1 / math.sqrt(ratio):.1f}x larger"
+    return f"; yours has {tokens:,}"
 
 
 # each detector's panel in the grid: its title and the x axis (the fault's size, as the power table measures it)
@@ -234,7 +246,8 @@ def power_grid_figure(sizes: list[tuple[str, dict[str, dict]]], title: str, *, f
                 hover = [f"{name} {p['value']}: found in {p['rate']:.0%} of {p['n']} batches of "
                          f"~{p.get('tokens', 0):,} tokens" for p in points]
                 fig.add_trace(go.Scatter(x=[p["x"] for p in points], y=[p["rate"] for p in points],
-                                         mode="lines+markers", name=f"{name}, {label}", text=hover,
+                                         mode="lines+markers", name=f"{name}, {label}" if label else name,
+                                         text=hover,
                                          legendgroup=label, line=dict(color=colour, width=2,
                                                                       dash="solid" if j == 0 else "dot"),
                                          marker=dict(size=6), hovertemplate="%{text}<br>x %{x:.3g}<extra></extra>"),
@@ -246,5 +259,9 @@ def power_grid_figure(sizes: list[tuple[str, dict[str, dict]]], title: str, *, f
         fig.update_xaxes(title_text=PANELS[kind][1], type="linear" if kind == "temperature_mismatch" else "log",
                          row=r, col=c)
         fig.update_yaxes(range=[-0.05, 1.05], tickformat=".0%", title_text="found" if c == 1 else None, row=r, col=c)
-    fig.update_layout(legend=dict(orientation="h", y=-0.12, x=0, font=dict(size=11)))
+    if len(kinds) % cols:  # the legend in the grid's empty cell
+        fig.update_layout(legend=dict(orientation="v", x=1 - 0.9 * (cols - len(kinds) % cols) / cols, xanchor="left",
+                                      y=0.0, yanchor="bottom", font=dict(size=11)))
+    else:
+        fig.update_layout(legend=dict(orientation="h", y=-0.12, x=0, font=dict(size=11)))
     return fig

@@ -134,9 +134,9 @@ def power_grid(tokens: int) -> go.Figure | None:
     if table is None or not tokens:
         return None
     seen = diagnose_power.views(table, tokens)
-    return charts.power_grid_figure([(f"at ~{_median_tokens(seen):,} tokens", seen)],
-                                    f"What each test could have seen: at a batch of about this size (yours "
-                                    f"{tokens:,} tokens), on generators it was not tuned on",
+    at = _median_tokens(seen)
+    return charts.power_grid_figure([("", seen)], f"What each test could have seen: on generators it was not tuned "
+                                    f"on, in batches of ~{at:,} tokens{charts.size_note(at, tokens)}",
                                     faults=list(table["faults"]))
 
 
