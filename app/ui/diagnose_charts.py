@@ -218,11 +218,11 @@ def size_note(simulated: int, tokens: int) -> str:
 
 
 # each detector's panel in the grid: its title and the x axis (the fault's size, as the power table measures it)
-PANELS = {"sampler_truncation": ("Truncation (top-p, top-k)", "|mean log kept mass| (nats / token)"),
-          "temperature_mismatch": ("Temperature", "sampler's temperature / trainer's"),
+PANELS = {"sampler_truncation": ("Truncation (top-p, top-k)", "|log kept mass| (nats / token)"),
+          "temperature_mismatch": ("Temperature", "temperature ratio"),
           "raw_logprobs": ("Raw log-probs", "|entropy gap| (nats / token)"),
-          "catastrophic_tokens": ("Catastrophic tokens", "share of tokens the bug forced"),
-          "policy_lag": ("Policy lag", "per-token KL of the lag")}
+          "catastrophic_tokens": ("Catastrophic tokens", "share of tokens forced"),
+          "policy_lag": ("Policy lag", "per-token KL")}
 
 
 def power_grid_figure(sizes: list[tuple[str, dict[str, dict]]], title: str, *, faults: list[str]) -> go.Figure:
@@ -230,10 +230,10 @@ def power_grid_figure(sizes: list[tuple[str, dict[str, dict]]], title: str, *, f
     (sizes: (label, kind -> seqis.diagnose_power.view) per size; a solid line for the first, dotted after);
     faults: every fault's name, in the power table's order (one colour each, across panels and sizes)."""
     kinds = [k for k in PANELS if any(v.get(k) for _, v in sizes)]
-    cols = 3
+    cols = 2  # two panels a row: legible in half of a 900 px window too
     rows = math.ceil(len(kinds) / cols)
-    fig = make_subplots(rows=rows, cols=cols, subplot_titles=[PANELS[k][0] for k in kinds], horizontal_spacing=0.08,
-                        vertical_spacing=0.2)
+    fig = make_subplots(rows=rows, cols=cols, subplot_titles=[PANELS[k][0] for k in kinds], horizontal_spacing=0.12,
+                        vertical_spacing=0.14)
     for j, (label, views) in enumerate(sizes):
         for i, kind in enumerate(kinds):
             v = views.get(kind)
@@ -252,7 +252,7 @@ def power_grid_figure(sizes: list[tuple[str, dict[str, dict]]], title: str, *, f
                                                                       dash="solid" if j == 0 else "dot"),
                                          marker=dict(size=6), hovertemplate="%{text}<br>x %{x:.3g}<extra></extra>"),
                               row=r, col=c)
-    fig = _layout(fig, title, "", "", height=300 * rows + 80)
+    fig = _layout(fig, title, "", "", height=250 * rows + 90)
     for i, kind in enumerate(kinds):  # after _layout, which titles every axis alike
         r, c = i // cols + 1, i % cols + 1
         fig.add_hline(y=0.9, line=dict(color=EXTRA[1], dash="dot", width=1), row=r, col=c)

@@ -135,9 +135,8 @@ def power_grid(tokens: int) -> go.Figure | None:
         return None
     seen = diagnose_power.views(table, tokens)
     at = _median_tokens(seen)
-    return charts.power_grid_figure([("", seen)], f"What each test could have seen: on generators it was not tuned "
-                                    f"on, in batches of ~{at:,} tokens{charts.size_note(at, tokens)}",
-                                    faults=list(table["faults"]))
+    return charts.power_grid_figure([("", seen)], f"What each test could have seen: at ~{at:,} tokens"
+                                    f"{charts.size_note(at, tokens)}", faults=list(table["faults"]))
 
 
 def _median_tokens(views: dict[str, dict]) -> int:

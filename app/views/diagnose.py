@@ -83,6 +83,9 @@ for f in d.findings:
             grid, seen = data.power_grid(tokens), data.power_summary(tokens)
             if grid is not None:
                 chart(grid, key=f"{P}power.grid")
+                st.caption("The share of simulated batches in which each test named its fault, against the "
+                           "fault's size, on recurrent LMs the diagnosis was not tuned on (seqis.generators; "
+                           "`python -m seqis.bench --only diagnose-power`, docs/diagnose.md).")
             if seen is not None:
                 with st.expander("The mildest fault each test found at this size, as a table"):
                     st.caption("Each detector on generators it was not tuned on (seqis.generators): the mildest "
