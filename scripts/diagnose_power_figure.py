@@ -1,7 +1,7 @@
 """docs/diagnose_power.png, the power bench's curves as a picture: `python scripts/diagnose_power_figure.py [TABLE]
 [--out PNG]`.
 
-Reads the power table (default assets/diagnose_power.json, written by `python -m seqis.bench --only
+Reads the power table (default assets/bench/diagnose_power.json, written by `python -m seqis.bench --only
 diagnose-power`) and draws the Diagnose page's grid of every detector's detection rate against its fault's size,
 at both simulated sizes (one draw solid, a quarter of it dotted), through kaleido and Debian's chromium. Simulates
 nothing.

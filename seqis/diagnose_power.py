@@ -8,7 +8,7 @@ log offset, the temperature, the entropy gap, the per-token KL of the lag, the s
 and diagnose's estimate of it. Clean batches (bf16 logits, bf16 model, bf16 probabilities, fp16) count a false
 alarm for any warn or bad finding or any kind but precision_noise / healthy.
 
-`python -m seqis.bench --only diagnose-power` runs it and writes POWER_TABLE (assets/diagnose_power.json), which
+`python -m seqis.bench --only diagnose-power` runs it and writes POWER_TABLE (assets/bench/diagnose_power.json), which
 the Diagnose page reads through `load()` and `curves()` so it never simulates on load.
 """
 
@@ -24,7 +24,7 @@ from typing import Any
 
 from .io import ASSETS_DIR
 
-POWER_TABLE = ASSETS_DIR / "diagnose_power.json"
+POWER_TABLE = ASSETS_DIR / "bench" / "diagnose_power.json"  # a folder of its own: not a batch
 COMMAND = "python -m seqis.bench --only diagnose-power"
 
 
@@ -190,6 +190,7 @@ def _rate(sel):
 
 
 def write(table: dict[str, Any], path: Path = POWER_TABLE) -> None:
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
     Path(path).write_text(json.dumps(table, indent=1, allow_nan=False, default=_finite) + "\n")
 
 

@@ -1,5 +1,5 @@
 """seqis.diagnose_power, the power bench's table: its rates against a plain count, the page's views of it, and the
-committed table (assets/diagnose_power.json) as what the bench measures now and what issue 24's "Done when" asks
+committed table (assets/bench/diagnose_power.json) as what the bench measures now and what issue 24's "Done when" asks
 of it: each fault found at the sizes it names, estimates within their tolerance, no false alarm on >= 100 clean
 batches."""
 
@@ -12,7 +12,7 @@ from seqis.diagnose_power import FAULTS, SIZES, measure, smallest_seen, summariz
 @pytest.fixture(scope="module")
 def table():
     t = dp.load()
-    assert t is not None, f"assets/diagnose_power.json is missing: run {dp.COMMAND}"
+    assert t is not None, f"assets/bench/diagnose_power.json is missing: run {dp.COMMAND}"
     return t
 
 

@@ -103,7 +103,7 @@ def figure(d: Diagnosis, f: Finding) -> go.Figure | None:
 
 @st.cache_resource(max_entries=1, show_spinner=False)
 def power_table() -> dict | None:
-    """The committed power table (assets/diagnose_power.json, written by `python -m seqis.bench --only
+    """The committed power table (assets/bench/diagnose_power.json, written by `python -m seqis.bench --only
     diagnose-power`), read once; None when it is missing."""
     return diagnose_power.load()
 

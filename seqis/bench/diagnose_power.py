@@ -3,7 +3,7 @@
 Detection rate against each fault's magnitude (top-p 0.8-0.99, top-k 5-200, temperature 0.7-1.3, raw log-probs,
 catastrophic share, policy lag) at two batch sizes, pooled over every generator of seqis.generators (never
 tiny_lm), and the false-alarm rate over clean batches (seqis.diagnose_power). A full run writes
-assets/diagnose_power.json for the Diagnose page; --quick runs two generators, one seed and each fault's
+assets/bench/diagnose_power.json for the Diagnose page; --quick runs two generators, one seed and each fault's
 mildest and strongest magnitude, and writes nothing. Prints counts and rates, no timings.
 """
 
