@@ -286,8 +286,8 @@ def m2po_dropped(l: torch.Tensor, m: torch.Tensor, threshold: float) -> torch.Te
     the mean of the rest is below the threshold; if no count gets there, all but the smallest go."""
     m2 = l[m].square()  # (n,) the loss tokens, row by row
     n = m2.numel()
-    if n == 0:
-        return torch.zeros_like(m)
+    if n == 0 or float(m2.double().mean()) < 0.9 * threshold:  # the mean is already below: nothing goes (the
+        return torch.zeros_like(m)  # margin covers the rounding of the sorted sums below; no sort needed)
     order = torch.sort(m2, descending=True, stable=True).indices  # (n,)
     suffix = m2[order].flip(0).cumsum(0).flip(0) / torch.arange(n, 0, -1, dtype=m2.dtype, device=m2.device)
     below = (suffix < threshold).nonzero()
