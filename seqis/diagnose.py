@@ -132,7 +132,14 @@ class _Pairs:
 @torch.no_grad()
 def diagnose(batch: Batch, by: str | None = None) -> list[Finding]:
     """Findings about why the batch's trainer and sampler log-probs disagree, worst first. With `by` (a
-    metadata column: environment, turn, rank), the whole batch's findings are followed by each value's."""
+    metadata column: environment, turn, rank), the whole batch's findings are followed by each value's.
+    A batch without a loss token gets one finding, `no_loss_tokens` (bad), and nothing else."""
+    if not bool(batch.loss_mask.any()):  # nothing was measured: no finding may read as "healthy"
+        B = batch.shape[0]
+        return [Finding("no_loss_tokens", "bad", f"No loss tokens: the loss mask is 0 on every token of the batch's "
+                        f"{B} rollouts, so nothing could be diagnosed. Check which column is the loss mask "
+                        f"(response_mask, loss_mask; --columns / columns= map another name).",
+                        {"n_tokens": 0, "n_rollouts": B})]
     findings = _diagnose(batch, None)
     if by is not None:
         if by not in batch.metadata:
@@ -162,6 +169,7 @@ def _diagnose(batch: Batch, group) -> list[Finding]:
         return [Finding("healthy", "ok", "No loss tokens to diagnose.", {"n_tokens": 0}, group)]
     t = run_tests(pairs)
     stats = mismatch_stats(pairs.l[t["keep"]])  # what the systematic causes do, without the outliers
+    stats["n_left_out"] = int((~t["keep"]).sum())  # a few such tokens would swamp every mean: said apart
     if _fired(t["truncation"]):
         findings.append(_truncation(t["truncation"], stats))
     if _fired(t["temperature"]):
@@ -665,6 +673,9 @@ def _test_summary(tests: dict[str, Any]) -> dict[str, dict[str, Any]]:
 def _threshold_clause(stats: dict[str, float]) -> str:
     chi2 = stats["chi2_token"]  # mean of rho^2 - 1: below 0 only by sampling noise (a chi-square is at least 0)
     said = f"{chi2:.2e}" if chi2 >= 0 else f"0 (the estimate came out at {chi2:.1e}: noise, the true value is >= 0)"
-    return (f"Batch: mean exp|l| {stats['mult_prob_error']:.4f} (NeMo-RL investigates above "
+    left = stats.get("n_left_out", 0)
+    over = (f"Over the {stats['n_tokens']:,} loss tokens besides the {left} catastrophic one{'s' if left > 1 else ''}"
+            if left else "Batch")
+    return (f"{over}: mean exp|l| {stats['mult_prob_error']:.4f} (NeMo-RL investigates above "
             f"{NEMO_MULT_PROB_ERROR}), KL {stats['kl_k1']:.2e} (verl: significant above {VERL_KL}), chi2 "
             f"{said} (verl: severe above {VERL_CHI2}).")

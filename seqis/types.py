@@ -1,7 +1,8 @@
 """The records seqis passes around: a rollout batch, an estimator's output, and declared knobs.
 
 Shapes: B rollouts, T positions. Positions where `loss_mask` is False are padding or prompt tokens
-and are ignored entirely; they may hold anything, -inf and NaN included.
+and are ignored entirely; they may hold anything, -inf and NaN included. A loss token's log-probs must be
+finite (`Batch` refuses NaN and +-inf there, or leaves such tokens out with drop_nonfinite=True).
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import InitVar, dataclass, field
 from typing import Any
 
 import torch
@@ -130,6 +131,12 @@ class Batch:
     metadata            optional per-rollout columns (prompt id, env, step, ...): name -> list of B values
     extras              optional per-token columns for the views (a prime-rl export's "entropy",
                         "token_ids"): name -> (B, T) tensor aligned with trainer_logprobs
+    drop_nonfinite      a NaN or +-inf log-prob (either one) on a loss token raises ValueError naming the first
+                        row and token and how many there are; True leaves those tokens out of loss_mask instead
+                        and counts them in `n_dropped_nonfinite`
+
+    A framework's own answer to such a token differs (0 weight, a NaN loss); replacing log pi by 0 would give
+    token TIS a weight e^1 on it. Padding (loss_mask False) may hold anything.
     """
 
     trainer_logprobs: torch.Tensor
@@ -138,8 +145,10 @@ class Batch:
     loss_mask: torch.Tensor | None = None
     metadata: dict[str, list] = field(default_factory=dict)
     extras: dict[str, torch.Tensor] = field(default_factory=dict)
+    drop_nonfinite: InitVar[bool] = False
+    n_dropped_nonfinite: int = field(default=0, init=False)  # loss tokens drop_nonfinite=True left out
 
-    def __post_init__(self):
+    def __post_init__(self, drop_nonfinite: bool = False):
         tl, il, adv = self.trainer_logprobs, self.inference_logprobs, self.advantages
         got = (
             f"got trainer_logprobs {_shape(tl)}, inference_logprobs {_shape(il)}, advantages {_shape(adv)}, "
@@ -175,6 +184,56 @@ class Batch:
         for k, x in self.extras.items():
             if not isinstance(x, torch.Tensor) or x.shape != tl.shape or x.device != tl.device:
                 raise ValueError(f"Batch.extras[{k!r}] must be a ({B}, {T}) tensor on {tl.device}, got {_shape(x)}")
+        self._check_finite(drop_nonfinite)
+
+    def _check_finite(self, drop: bool) -> None:
+        """One vectorised pass: NaN or +-inf in either log-prob makes their sum non-finite (inf - inf is NaN).
+        In 16-bit floats a sum of two large finite log-probs could overflow: each is tested on its own there."""
+        tl, il, m = self.trainer_logprobs, self.inference_logprobs, self.loss_mask
+        with torch.no_grad():
+            if torch.promote_types(tl.dtype, il.dtype).itemsize >= 4:
+                finite = torch.isfinite(tl + il)  # (B, T)
+            else:
+                finite = torch.isfinite(tl).logical_and_(torch.isfinite(il))
+            bad = finite.logical_not_().logical_and_(m)  # (B, T) loss tokens to refuse
+            if not bool(bad.any()):  # one read back (a sync on a GPU)
+                return
+            n = int(bad.sum())
+            if drop:
+                self.loss_mask = m & ~bad  # a new tensor: the caller's mask is not written to
+                self.n_dropped_nonfinite = n
+                return
+            row, tok = divmod(int(bad.view(-1).byte().argmax()), tl.shape[1])  # the first, in row-major order
+        named = (("trainer_logprobs", tl), ("inference_logprobs", il))
+        values = [f"{name} is {float(x[row, tok])}" for name, x in named if not math.isfinite(float(x[row, tok]))]
+        raise ValueError(f"Batch: row {row}, token {tok}: {' and '.join(values)} on a loss token ({n} loss token"
+                         f"{'s' if n != 1 else ''} with a non-finite log-prob); fix the source, mask them out, or "
+                         f"pass drop_nonfinite=True to leave them out of loss_mask")
+
+    @classmethod
+    def _trusted(cls, tl, il, adv, mask, metadata, extras, n_dropped: int = 0) -> Batch:
+        """A Batch of pieces taken from a checked one (to, select): no second validation pass."""
+        b = cls.__new__(cls)
+        b.trainer_logprobs, b.inference_logprobs, b.advantages, b.loss_mask = tl, il, adv, mask
+        b.metadata, b.extras, b.n_dropped_nonfinite = metadata, extras, n_dropped
+        return b
+
+    def __repr__(self) -> str:
+        B, T = self.shape
+        tl = self.trainer_logprobs
+        tokens = int(self.loss_mask.sum())
+        adv = "per token" if self.advantages.dim() == 2 else "per rollout"
+        parts = [f"{B} rollouts x {T} positions", f"{tokens:,} loss tokens", f"{str(tl.dtype).replace('torch.', '')}",
+                 f"{self.device}", f"advantages {adv}"]
+        if tl.requires_grad:
+            parts.append("trainer_logprobs requires grad")
+        if self.metadata:
+            parts.append(f"metadata {', '.join(self.metadata)}")
+        if self.extras:
+            parts.append(f"extras {', '.join(self.extras)}")
+        if self.n_dropped_nonfinite:
+            parts.append(f"{self.n_dropped_nonfinite} non-finite loss tokens dropped")
+        return f"Batch({'; '.join(parts)})"
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -185,22 +244,30 @@ class Batch:
         return self.trainer_logprobs.device
 
     def to(self, device) -> Batch:
-        return Batch(
+        return Batch._trusted(
             self.trainer_logprobs.to(device),
             self.inference_logprobs.to(device),
             self.advantages.to(device),
             self.loss_mask.to(device),
             dict(self.metadata),
             {k: x.to(device) for k, x in self.extras.items()},
+            self.n_dropped_nonfinite,
         )
 
     def select(self, index) -> Batch:
         """The rollouts at `index` (a slice, list or tensor of rollout indices)."""
         idx = torch.as_tensor(index, device=self.device) if not isinstance(index, slice) else index
+        if not isinstance(index, slice):
+            if idx.dtype == torch.bool:  # a mask over rollouts: its positions
+                idx = idx.nonzero().squeeze(1)
+            if idx.dim() != 1:
+                raise ValueError(f"Batch.select takes a slice or a 1-D list or tensor of rollout indices, got a "
+                                 f"{idx.dim()}-D one")
+            idx = idx.long()  # an empty list comes as a float tensor
         rows = list(range(self.shape[0]))
         picked = rows[index] if isinstance(index, slice) else [rows[i] for i in idx.tolist()]
         meta = {k: [v[i] for i in picked] for k, v in self.metadata.items()}
-        return Batch(
+        return Batch._trusted(
             self.trainer_logprobs[idx],
             self.inference_logprobs[idx],
             self.advantages[idx],
@@ -286,7 +353,21 @@ class EstimatorOutput:
         return self._weights
 
     def __repr__(self) -> str:
-        return f"EstimatorOutput(loss={self.loss!r}, masks={self.masks!r}, metrics={list(self.metrics)})"
+        """One line: the loss, the shape, dtype and device, the tokens kept, the names of masks and metrics."""
+        parts = [f"loss {float(self.loss.detach()):.6g}"]
+        if "kept" in self.masks:  # (B, T): built here if no one read it yet
+            kept = self.masks["kept"]
+            B, T = kept.shape
+            parts.append(f"{B} rollouts x {T} positions")
+            length = self.rollouts.get("length")
+            n = f" of {int(length.sum()):,}" if isinstance(length, torch.Tensor) else ""
+            parts.append(f"{int(kept.sum()):,}{n} loss tokens kept")
+        parts += [str(self.loss.dtype).replace("torch.", ""), str(self.loss.device)]
+        if self.masks:
+            parts.append(f"masks {', '.join(self.masks)}")
+        if self.metrics:
+            parts.append(f"metrics {', '.join(self.metrics)}")
+        return f"EstimatorOutput({'; '.join(parts)})"
 
     def scalars(self) -> dict[str, float]:
         """The metrics as floats, read back from the device in one transfer."""

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from seqis import Batch, diagnostics
+from seqis import Batch, diagnose, diagnostics, run
 from seqis.diagnostics import percentiles
 
 D = torch.float64
@@ -46,6 +46,75 @@ def test_batch_metadata_length_and_integer_mask():
     b = Batch(**(ok() | dict(loss_mask=torch.tensor([[1, 0, 1], [0, 0, 1]]))))
     assert b.loss_mask.dtype == torch.bool and b.loss_mask.sum() == 3
     assert Batch(torch.zeros(2, 3), torch.zeros(2, 3), torch.zeros(2)).loss_mask.all()
+
+
+@pytest.mark.parametrize("field", ["trainer_logprobs", "inference_logprobs"])
+@pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf])
+def test_a_non_finite_log_prob_on_a_loss_token_is_refused_with_its_row_token_and_count(field, value):
+    x = torch.full((3, 5), -0.5)
+    x[1, 3] = x[2, 0] = value  # two loss tokens; the first in row-major order is (1, 3)
+    x[0, 4] = math.nan  # padding may hold anything
+    mask = torch.ones(3, 5, dtype=torch.bool)
+    mask[0, 4] = False
+    kw = dict(trainer_logprobs=torch.full((3, 5), -0.5), inference_logprobs=torch.full((3, 5), -0.7),
+              advantages=torch.ones(3), loss_mask=mask) | {field: x}
+    with pytest.raises(ValueError) as e:
+        Batch(**kw)
+    msg = str(e.value)
+    assert msg.startswith(f"Batch: row 1, token 3: {field} is {value}") and "(2 loss tokens with a non-finite" in msg
+    assert "drop_nonfinite=True" in msg
+    b = Batch(**kw, drop_nonfinite=True)
+    assert b.n_dropped_nonfinite == 2 and int(b.loss_mask.sum()) == 14 - 2
+    assert not b.loss_mask[1, 3] and not b.loss_mask[2, 0] and mask[1, 3]  # the caller's mask is not written to
+    assert b.select([1, 2]).n_dropped_nonfinite == 0 and b.to("cpu").n_dropped_nonfinite == 2
+    out = run("token_tis", b)  # nothing non-finite reaches an estimator
+    assert math.isfinite(float(out.loss)) and float(out.weights[1, 3]) == 0.0
+
+
+def test_both_log_probs_bad_on_one_token_are_named_together_and_a_clean_batch_drops_nothing():
+    tl, il = torch.zeros(2, 2), torch.zeros(2, 2)
+    tl[0, 1], il[0, 1] = -math.inf, -math.inf  # -inf - -inf is NaN: caught by their sum too
+    with pytest.raises(ValueError, match="row 0, token 1: trainer_logprobs is -inf and inference_logprobs is -inf "
+                                         r"on a loss token \(1 loss token with"):
+        Batch(tl, il, torch.zeros(2))
+    clean = Batch(torch.zeros(2, 2), torch.zeros(2, 2), torch.zeros(2), drop_nonfinite=True)
+    assert clean.n_dropped_nonfinite == 0 and clean.loss_mask.all()
+
+
+def test_large_finite_half_precision_log_probs_are_not_taken_for_infinities():
+    x = torch.full((1, 2), -40000.0, dtype=torch.float16)  # their sum overflows float16; each is finite
+    assert Batch(x, x, torch.zeros(1, dtype=torch.float16)).n_dropped_nonfinite == 0
+
+
+def test_select_and_to_keep_a_checked_batch_without_checking_again():
+    b = Batch(torch.zeros(4, 3), torch.zeros(4, 3), torch.arange(4.0), metadata={"id": list("abcd")})
+    s = b.select(torch.tensor([False, True, False, True]))  # a mask over rollouts
+    assert s.metadata["id"] == ["b", "d"] and s.advantages.tolist() == [1.0, 3.0]
+    assert b.select([]).shape == (0, 3) and b.select(slice(1, 3)).metadata["id"] == ["b", "c"]
+    with pytest.raises(ValueError, match="1-D list or tensor of rollout indices, got a 0-D one"):
+        b.select(2)
+
+
+def test_batch_prints_one_line():
+    b = Batch(torch.zeros(4, 300, requires_grad=True), torch.zeros(4, 300), torch.zeros(4),
+              torch.arange(300)[None, :] < torch.tensor([[10], [20], [0], [300]]), metadata={"env": list("abcd")})
+    text = repr(b)
+    assert "\n" not in text and len(text) < 200, text
+    assert text == ("Batch(4 rollouts x 300 positions; 330 loss tokens; float32; cpu; advantages per rollout; "
+                    "trainer_logprobs requires grad; metadata env)")
+    assert str(b) == text
+    out = run("seq_tis", b)
+    line = repr(out)
+    assert "\n" not in line and line.startswith("EstimatorOutput(loss ") and "4 rollouts x 300" in line, line
+
+
+def test_diagnose_says_no_loss_tokens_and_nothing_else():
+    b = Batch(torch.full((3, 4), -0.5), torch.full((3, 4), -0.6), torch.ones(3), torch.zeros(3, 4, dtype=torch.bool),
+              metadata={"env": ["a", "b", "a"]})
+    for found in (diagnose(b), diagnose(b, by="env")):
+        assert [(f.kind, f.severity, f.group) for f in found] == [("no_loss_tokens", "bad", None)]
+        assert found[0].evidence == {"n_tokens": 0, "n_rollouts": 3}
+        assert "nothing could be diagnosed" in found[0].message
 
 
 def test_diagnostics_by_hand():

@@ -358,11 +358,43 @@ def test_no_rollouts_and_empty_files(tmp_path):
                              "advantages": pa.array([], pa.float32())}), tmp_path / "0.parquet")
     refuse(tmp_path / "0.parquet", "no rollouts")
     refuse(write_rows(tmp_path / "t.jsonl", [dict(GOOD, trainer_logprobs=[], inference_logprobs=[])]),
-           "no tokens: every rollout in column 'trainer_logprobs' is empty")
+           "no loss tokens: every rollout in column 'trainer_logprobs' is empty")
     np.savez(tmp_path / "0.npz", trainer_logprobs=np.zeros((0, 4)), inference_logprobs=np.zeros((0, 4)),
              advantages=np.zeros(0))
     refuse(tmp_path / "0.npz", "no rollouts")
     refuse(tmp_path / "missing.parquet", "missing.parquet: cannot be opened")
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_a_batch_without_loss_tokens_is_refused(tmp_path, fmt):
+    b = example()
+    save_batch(Batch(b.trainer_logprobs, b.inference_logprobs, b.advantages, torch.zeros(b.shape, dtype=torch.bool)),
+               tmp_path / f"prompts{fmt}")
+    msg = refuse(tmp_path / f"prompts{fmt}", f"prompts{fmt}: no loss tokens: ")
+    # a rows file keeps a rollout's tokens up to its last loss token: here every list is empty
+    assert msg.endswith("the loss mask is 0 on every token of its 12 rollouts (prompts or padding only); nothing to "
+                        "estimate or diagnose") or msg.endswith("every rollout in column 'trainer_logprobs' is empty")
+
+
+def test_check_batch_refuses_what_load_batch_refuses():
+    from seqis.io import check_batch
+
+    b = example()
+    check_batch(b)  # a valid batch passes
+    tl = b.trainer_logprobs.clone()
+    tl[3, 2] = 0.25
+    with pytest.raises(BatchFormatError, match="row 3, token 2: column 'logp' is 0.25 on a loss token; a log-prob"):
+        check_batch(Batch(tl, b.inference_logprobs, b.advantages, b.loss_mask), names={"trainer_logprobs": "logp"})
+    adv = b.advantages.clone()
+    adv[4] = math.inf
+    with pytest.raises(BatchFormatError, match="row 4: column 'advantages' is inf"):
+        check_batch(Batch(b.trainer_logprobs, b.inference_logprobs, adv, b.loss_mask))
+    adv[4], adv[5] = 0.0, math.nan  # rollout 5 is empty: its advantage does not count
+    check_batch(Batch(b.trainer_logprobs, b.inference_logprobs, adv, b.loss_mask))
+    with pytest.raises(BatchFormatError, match="no loss tokens"):
+        check_batch(Batch(b.trainer_logprobs, b.inference_logprobs, b.advantages, torch.zeros_like(b.loss_mask)))
+    with pytest.raises(BatchFormatError, match="no rollouts"):
+        check_batch(Batch(torch.zeros(0, 3), torch.zeros(0, 3), torch.zeros(0)))
 
 
 @pytest.mark.parametrize("fmt", FORMATS)

@@ -21,7 +21,7 @@ BADGE = {"bad": ":red-background[**bad**]", "warn": ":orange-background[**warn**
 TITLES = {"sampler_truncation": "Sampler truncation (top-p / top-k)", "temperature_mismatch": "Temperature mismatch",
           "raw_logprobs": "Raw log-probs reported", "policy_lag": "Policy lag (trainer side)",
           "token_misalignment": "Token misalignment", "catastrophic_tokens": "Catastrophic tokens",
-          "precision_noise": "Precision noise", "healthy": "Healthy"}
+          "precision_noise": "Precision noise", "healthy": "Healthy", "no_loss_tokens": "No loss tokens"}
 HEADLINE = {"sampler_truncation": "log_offset", "temperature_mismatch": "temperature", "token_misalignment": "shift",
             "catastrophic_tokens": "count", "precision_noise": "dtype", "raw_logprobs": "entropy_gap",
             "policy_lag": "gain"}

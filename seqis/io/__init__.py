@@ -30,7 +30,8 @@ kept in Batch.extras; `load_batch` of a step folder reads every rank file of the
 Refusals raise BatchFormatError (a ValueError) naming the file, the column and the row (rows and tokens
 count from 0): missing columns (with the names looked for), lengths that differ within a row, shapes
 that disagree, non-numeric values, NaN, inf or positive log-probs on loss tokens (above 1e-6: rounding
-gives 0 + eps), no rollouts, empty, unreadable or truncated files, files over `max_bytes` (200 MB).
+gives 0 + eps), no rollouts, no loss tokens, empty, unreadable or truncated files, files over `max_bytes`
+(200 MB). `check_batch(batch)` refuses a Batch built in memory as load_batch would refuse its file.
 
 Memory: columns are read one at a time, and each is padded into the Batch before the next is read
 (parquet list columns in slices of about 2^17 values, into one preallocated buffer). Loading a
@@ -44,6 +45,7 @@ process: scripts/measure_load_memory.py).
     save_batch(batch, "copy.npz", columns=VERL_NAMES)           # verl's column names
 """
 
+from .assemble import check_batch
 from .columns import (
            ALIASES,
            ASSETS_DIR,
@@ -59,4 +61,4 @@ from .peek import column_names
 from .write import save_batch
 
 __all__ = ["ALIASES", "ASSETS_DIR", "FORMATS", "LOGPROB_TOLERANCE", "MAX_BYTES", "VERL_NAMES", "BatchFormatError",
-           "column_names", "list_assets", "load_batch", "save_batch"]
+           "check_batch", "column_names", "list_assets", "load_batch", "save_batch"]

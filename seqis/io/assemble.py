@@ -214,6 +214,40 @@ def _check_finite_tokens(x: torch.Tensor, mask: torch.Tensor, name: str, logprob
                                    f"a log-probability is at most 0 (up to {LOGPROB_TOLERANCE:g} for rounding)")
 
 
+def require_loss_tokens(batch: Batch) -> None:
+    """BatchFormatError when no token of the batch carries loss: nothing to estimate or diagnose."""
+    if not bool(batch.loss_mask.any()):
+        B = batch.shape[0]
+        raise BatchFormatError(f"no loss tokens: the loss mask is 0 on every token of its {B} rollout"
+                               f"{'s' if B != 1 else ''} (prompts or padding only); nothing to estimate or diagnose")
+
+
+def check_batch(batch: Batch, names: dict[str, str] | None = None) -> None:
+    """Refuse a Batch that load_batch would refuse if it came from a file, with the loader's messages: no
+    rollouts or positions, no loss tokens, a log-prob that is not finite or above LOGPROB_TOLERANCE on a loss
+    token, an advantage that is not finite where it counts. names: field -> the name to cite (default: the
+    field's own). Raises BatchFormatError (a ValueError)."""
+    names = names or {}
+    B, T = batch.shape
+    tl_name = names.get("trainer_logprobs", "trainer_logprobs")
+    if B == 0:
+        raise BatchFormatError(f"no rollouts: '{tl_name}' is empty")
+    if T == 0:
+        raise BatchFormatError(f"no loss tokens: every rollout in '{tl_name}' is empty")
+    require_loss_tokens(batch)
+    m = batch.loss_mask
+    for role in ("trainer_logprobs", "inference_logprobs"):
+        _check_finite_tokens(getattr(batch, role).detach(), m, names.get(role, role), logprob=True)
+    adv, adv_name = batch.advantages.detach(), names.get("advantages", "advantages")
+    if adv.dim() == 2:
+        _check_finite_tokens(adv, m, adv_name, logprob=False)
+    else:
+        bad = m.any(-1) & ~torch.isfinite(adv)  # (B,) rollouts with a loss token
+        if bool(bad.any()):
+            r = int(torch.argmax(bad.view(torch.uint8)))
+            raise BatchFormatError(f"row {r}: column '{adv_name}' is {float(adv[r])}")
+
+
 def _get(src: _Source, name: str):
     try:
         return src.load(name)
@@ -285,7 +319,7 @@ def _assemble(src: _Source, columns: dict | None) -> Batch:
     if B == 0:
         raise BatchFormatError(f"no rollouts: column '{tl_name}' is empty")
     if T == 0:
-        raise BatchFormatError(f"no tokens: every rollout in column '{tl_name}' is empty")
+        raise BatchFormatError(f"no loss tokens: every rollout in column '{tl_name}' is empty")
 
     # the mask first (small), then each log-prob column padded and checked before the next is read
     if mask_name is not None:

@@ -7,7 +7,7 @@ import warnings
 from pathlib import Path
 
 from ..types import Batch
-from .assemble import _assemble
+from .assemble import _assemble, require_loss_tokens
 from .columns import FORMATS, MAX_BYTES, BatchFormatError
 from .prime_rl import rank_files, read_prime_rl_bytes, read_prime_rl_files
 from .prime_rl_lines import is_prime_rl_export
@@ -146,6 +146,10 @@ def _load_folder(path: Path, max_bytes) -> Batch:
         raise BatchFormatError(f"{path.name}: a folder without rank_R.jsonl files (load_batch reads a file or a "
                                f"prime-rl step folder; a whole run: seqis.runs.load_run)")
     batch, notes = read_prime_rl_files(files, max_bytes=max_bytes)
+    try:
+        require_loss_tokens(batch)
+    except BatchFormatError as e:
+        raise BatchFormatError(f"{path.name}: {e}") from None
     for note in notes:
         warnings.warn(f"{path.name}/{note}", stacklevel=4)
     return batch
@@ -160,12 +164,15 @@ def _load(source, format, columns, max_bytes) -> Batch:
         data = _read(source, max_bytes)
         fmt = _suffix(format, label)
         if fmt == ".jsonl" and columns is None and is_prime_rl_export(_head(data)):
-            return read_prime_rl_bytes(data.read_bytes() if isinstance(data, Path) else data)
-        src = _open(fmt, data, max_bytes)
-        try:
-            return _assemble(src, columns)
-        finally:
-            src.close()
+            batch = read_prime_rl_bytes(data.read_bytes() if isinstance(data, Path) else data)
+        else:
+            src = _open(fmt, data, max_bytes)
+            try:
+                batch = _assemble(src, columns)
+            finally:
+                src.close()
+        require_loss_tokens(batch)  # every reader's batch: a file of prompts alone has nothing to estimate
+        return batch
     except BatchFormatError as e:
         raise BatchFormatError(f"{label}: {e}") from None
 
