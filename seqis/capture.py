@@ -15,9 +15,12 @@ both log-probs, once per step (and rank); a folder of such files, the step in ea
             env_name=data.non_tensor_batch["data_source"])       # optional per-rollout metadata
 
 Inputs are torch tensors (any device or dtype; detached and copied to the CPU as float32), numpy arrays
-or lists. Metadata keywords take one value per rollout, or one value for all of them. The file is written
-whole or not at all (a temporary file renamed into place), so a scan running beside the trainer never
-reads half of it. Formats as `save_batch` (by suffix): parquet (the default choice), npz, safetensors, jsonl.
+or lists. Metadata keywords take one value per rollout, or one value for all of them. The batch is checked
+as `load_batch` checks a file (`seqis.io.check_batch`: finite log-probs at most 0 on loss tokens, some loss
+tokens, finite advantages) before anything is written: a refused batch raises ValueError and writes no file.
+The file is written whole or not at all (a temporary file renamed into place), so a scan running beside the
+trainer never reads half of it. Formats as `save_batch` (by suffix): parquet (the default choice), npz,
+safetensors, jsonl.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .io import save_batch
+from .io import BatchFormatError, check_batch, save_batch
 from .types import Batch
 
 
@@ -62,7 +65,12 @@ def capture(path, *, trainer_logprobs, inference_logprobs, advantages, loss_mask
     mask = None if loss_mask is None else _tensor(loss_mask, "loss_mask", torch.float32) != 0  # (B, T)
     B = trainer.shape[0] if trainer.dim() > 0 else 0
     meta = {k: _per_rollout(k, v, B) for k, v in metadata.items()}
-    batch = Batch(trainer, inference, adv, mask, meta)  # ValueError naming the shapes when they disagree
+    try:
+        batch = Batch(trainer, inference, adv, mask, meta)  # ValueError naming the shapes when they disagree
+        check_batch(batch)  # what load_batch would refuse in the file, refused before it is written
+    except ValueError as e:
+        message = str(e).removeprefix("Batch: ")
+        raise BatchFormatError(f"capture: {path}: {message}") from None
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.stem}.{os.getpid()}.tmp{path.suffix}")  # hidden: load_run skips it

@@ -58,3 +58,31 @@ def test_bad_inputs_say_what_is_wrong(tmp_path):
         capture(tmp_path / "x.parquet", trainer_logprobs=data["old_log_probs"],
                 inference_logprobs=data["rollout_log_probs"], advantages=data["advantages"], env_name=["a", "b"])
     assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("spoil, message", [
+    (lambda d: d["old_log_probs"].detach().index_put_((torch.tensor([2]), torch.tensor([1])), torch.tensor(0.5)),
+     "row 2, token 1: column 'trainer_logprobs' is 0.5 on a loss token; a log-probability is at most 0"),
+    (lambda d: torch.as_tensor(d["rollout_log_probs"]).index_put((torch.tensor([3, 0]), torch.tensor([0, 1])),
+                                                                 torch.tensor(float("nan"))),
+     "row 0, token 1: inference_logprobs is nan on a loss token (2 loss tokens with a non-finite log-prob)"),
+])
+def test_a_batch_load_batch_would_refuse_is_refused_before_any_file_is_written(tmp_path, spoil, message):
+    b, data = verl_fields()
+    fields = dict(trainer_logprobs=data["old_log_probs"], inference_logprobs=data["rollout_log_probs"],
+                  loss_mask=b.loss_mask, advantages=data["advantages"])
+    key = "trainer_logprobs" if "trainer" in message else "inference_logprobs"
+    fields[key] = spoil(data)
+    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")) as e:
+        capture(tmp_path / "run" / "step_1.parquet", **fields)
+    assert str(e.value).startswith("capture: ") and "step_1.parquet" in str(e.value)
+    assert not (tmp_path / "run").exists() or not list((tmp_path / "run").iterdir())
+
+
+def test_a_batch_without_loss_tokens_is_refused(tmp_path):
+    b, data = verl_fields()
+    with pytest.raises(ValueError, match="no loss tokens: the loss mask is 0 on every token of its 6 rollouts"):
+        capture(tmp_path / "step_0.npz", trainer_logprobs=data["old_log_probs"],
+                inference_logprobs=data["rollout_log_probs"], loss_mask=torch.zeros(b.shape),
+                advantages=data["advantages"])
+    assert not list(tmp_path.iterdir())

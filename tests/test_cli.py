@@ -1,9 +1,17 @@
-"""`python -m seqis`: usage with every command, a clear refusal of an unknown one, dispatch to a command."""
+"""`python -m seqis`: usage with every command, a clear refusal of an unknown one, dispatch to a command; the
+diagnose command's column mapping and its one-line refusals."""
 
+import json
 import subprocess
 import sys
 
+import pytest
+import torch
+
+from seqis import Batch
 from seqis.__main__ import COMMANDS, main
+from seqis.io import save_batch
+from seqis.synthetic import make_batch
 
 
 def test_no_arguments_prints_usage_listing_every_command(capsys):
@@ -54,3 +62,80 @@ def test_the_seqis_console_script_runs_each_command_as_python_m_seqis(tmp_path):
     from seqis.runs import read_scan
 
     assert set(read_scan(tmp_path / "scan.parquet")["step"]) == {0, 1}
+
+
+# ---------------------------------------------------------------------------------------------------------
+# python -m seqis diagnose: --columns, one-line refusals, --debug
+
+
+@pytest.fixture(scope="module")
+def odd_names(tmp_path_factory):
+    """A batch saved under column names the loader does not know, and one without a loss token."""
+    d = tmp_path_factory.mktemp("cli")
+    b = make_batch("gaussian", seed=1, n_rollouts=16, max_len=64)
+    save_batch(b, d / "odd.parquet", columns={"trainer_logprobs": "logp_fsdp", "inference_logprobs": "logp_vllm",
+                                              "loss_mask": "mask"})
+    empty = Batch(b.trainer_logprobs, b.inference_logprobs, b.advantages, torch.zeros(b.shape, dtype=torch.bool))
+    save_batch(empty, d / "prompts.npz")
+    (d / "broken.parquet").write_bytes(b"PAR1 not really")
+    return d
+
+
+def refusal(capsys, argv) -> str:
+    assert main(["diagnose", *argv]) == 1
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in captured.err, captured.err
+    return lines[0]
+
+
+def test_a_refused_file_is_one_line_naming_the_path(odd_names, capsys):
+    path = str(odd_names / "broken.parquet")
+    line = refusal(capsys, [path])
+    assert line.startswith(f"seqis: {path}: is not a readable parquet file")
+    line = refusal(capsys, [str(odd_names / "missing.parquet")])
+    assert line.startswith(f"seqis: {odd_names / 'missing.parquet'}: cannot be opened")
+    line = refusal(capsys, [str(odd_names / "prompts.npz")])
+    assert line == (f"seqis: {odd_names / 'prompts.npz'}: no loss tokens: the loss mask is 0 on every token of its "
+                    "16 rollouts (prompts or padding only); nothing to estimate or diagnose")
+
+
+def test_odd_column_names_are_mapped_with_columns(odd_names, capsys):
+    path = str(odd_names / "odd.parquet")
+    line = refusal(capsys, [path])
+    assert "no trainer logprobs column" in line and "(pass --columns trainer_logprobs=<name>)" in line
+    assert "'logp_fsdp'" in line  # the columns present
+    assert main(["diagnose", path, "--columns", "trainer_logprobs=logp_fsdp,inference_logprobs=logp_vllm,"
+                 "loss_mask=mask", "--json"]) == 0
+    found = json.loads(capsys.readouterr().out)
+    assert found and all(f["kind"] != "no_loss_tokens" for f in found)
+    line = refusal(capsys, [path, "--columns", "trainer_logprobs=nope,inference_logprobs=logp_vllm"])
+    assert "column 'nope' (given for trainer_logprobs) is not in the file" in line
+    line = refusal(capsys, [path, "--columns", "trainer_logprobs=logp_fsdp,inference_logprobs=logp_vllm",
+                            "--by", "no_such"])
+    assert "by='no_such' is not a metadata column" in line
+
+
+@pytest.mark.parametrize("spec, message", [
+    ("trainer_logprobs", "'trainer_logprobs' is not ROLE=NAME"),
+    ("logp=trainer_logprobs", "'logp' is not a role; roles: trainer_logprobs, inference_logprobs"),
+    ("loss_mask=a,loss_mask=b", "loss_mask is given twice"),
+    (",", "give at least one ROLE=NAME"),
+])
+def test_a_bad_columns_spec_is_a_usage_error(spec, message, capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["diagnose", "x.parquet", "--columns", spec])
+    assert e.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_debug_shows_the_traceback(odd_names, capsys):
+    assert main(["diagnose", str(odd_names / "broken.parquet"), "--debug"]) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" in err and err.strip().splitlines()[-1].startswith("seqis: ")
+
+
+def test_diagnose_of_a_refused_file_as_a_process(odd_names):
+    res = subprocess.run([sys.executable, "-m", "seqis", "diagnose", str(odd_names / "broken.parquet")],
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 1 and res.stdout == "" and len(res.stderr.strip().splitlines()) == 1
