@@ -159,3 +159,45 @@ def test_follow_rescans_a_growing_folder_marks_new_incidents_and_opens_the_lates
 def test_follow_is_off_for_an_upload():
     at = run_page(**{"run.source": "upload"})
     assert at.toggle(key="run.follow").disabled
+
+
+def test_group_by_offers_only_the_columns_the_run_has(tmp_path, monkeypatch):
+    monkeypatch.setenv("SEQIS_DATA_ROOTS", str(tmp_path))
+    from seqis.io import save_batch
+    from seqis.synthetic import make_batch
+
+    verl = tmp_path / "verl"  # verl-style dumps: no env_name; data_source on the last step only
+    verl.mkdir()
+    for step in range(4):
+        b = make_batch("gaussian", seed=step, n_rollouts=8, max_len=32)
+        b.metadata.pop("group_id")
+        if step == 3:
+            b.metadata["data_source"] = ["gsm8k", "math"] * 4
+        save_batch(b, verl / f"step_{step}.parquet")
+    at = run_page(**{"run.source": "folder", "run.path": str(verl), "run.estimators": "seq_tis"})
+    assert not at.exception, [e.value for e in at.exception]
+    group_by = at.selectbox(key="run.by")
+    assert group_by.options[0] == "none" and "data_source" in group_by.options and group_by.value == "none"
+    assert not {"env_name", "step", "file"} & set(group_by.options)  # not in the run, or one value a step
+    assert set(at.dataframe[0].value["step"]) <= {0, 1, 2, 3}
+    group_by.set_value("data_source").run()
+    assert not at.exception and not at.warning, [w.value for w in at.warning]
+    assert any("3 of 4 steps have no metadata column 'data_source'" in i.value for i in at.info)
+    bare = tmp_path / "bare"  # no metadata column with few values at all
+    bare.mkdir()
+    for step in range(2):
+        b = make_batch("gaussian", seed=step, n_rollouts=8, max_len=32)
+        save_batch(b.__class__(b.trainer_logprobs, b.inference_logprobs, b.advantages, b.loss_mask),
+                   bare / f"step_{step}.parquet")
+    at = run_page(**{"run.source": "folder", "run.path": str(bare), "run.estimators": "seq_tis"})
+    assert not at.exception and "run.by" not in [w.key for w in at.selectbox]
+    assert any("carry no metadata column with a few values" in c.value for c in at.caption)
+
+
+def test_a_damaged_scan_file_is_refused_with_a_message(tmp_path, monkeypatch):
+    monkeypatch.setenv("SEQIS_DATA_ROOTS", str(tmp_path))
+    bad = tmp_path / "scan.parquet"  # found by the randomised browser session: a damaged upload raised
+    bad.write_bytes(b"PAR1 not a parquet")
+    at = run_page(**{"run.source": "file", "run.file": str(bad)})
+    assert not at.exception, [e.value for e in at.exception]
+    assert "not a scan parquet" in at.error[0].value

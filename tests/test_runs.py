@@ -199,6 +199,30 @@ def test_a_folder_of_step_named_dumps(tmp_path):
     assert read_scan(out)["group"].isna().all()  # no env_name in these dumps: whole steps only
 
 
+def test_a_step_without_the_by_column_is_one_group_with_a_note(tmp_path, capsys):
+    # verl-style dumps: only step 2 carries env_name (a mixed folder); by="env_name" skips none of them
+    for step in range(4):
+        b = make_batch("gaussian", seed=step, n_rollouts=8, max_len=32)
+        if step == 2:
+            b.metadata["env_name"] = ["math", "code"] * 4
+        save_batch(b, tmp_path / f"step_{step}.parquet")
+    df = scan(tmp_path, ("seq_tis",), by="env_name", workers=1)
+    s = df.attrs["summary"]
+    assert sorted(df["step"].unique()) == [0, 1, 2, 3] and s["failed"] == [] and s["scanned"] == 4
+    assert set(df.loc[df["step"] == 2, "group"].dropna()) == {"math", "code"}
+    assert df.loc[df["step"] != 2, "group"].isna().all()
+    assert s["ungrouped"] == [0, 1, 3]
+    assert s["notes"] == ["3 of 4 steps have no metadata column 'env_name': each is scanned as one group "
+                          "(group None): steps 0, 1, 3"]
+    out = tmp_path / "scan.parquet"
+    assert cli_main([str(tmp_path), "--out", str(out), "--estimators", "seq_tis", "--workers", "1",
+                     "--by", "data_source"]) == 0
+    printed = capsys.readouterr().out
+    assert "4 steps (4 read" in printed and "note: 4 of 4 steps have no metadata column 'data_source'" in printed
+    again = scan(tmp_path, ("seq_tis",), by="data_source", workers=1, out=out)  # from the cache: the same note
+    assert again.attrs["summary"]["cached"] == 4 and again.attrs["summary"]["ungrouped"] == [0, 1, 2, 3]
+
+
 def test_multi_run_exports_need_a_run_id(tmp_path):
     for run_id in ("a", "b"):
         write_prime_rl_run(tmp_path / run_id / "token_exports", steps=2 if run_id == "a" else 3, ranks=1,
@@ -248,3 +272,14 @@ def test_incidents_are_the_outlying_step_and_group(scanned):
     assert (found.iloc[0]["step"], found.iloc[0]["group"]) == INCIDENT
     assert found.iloc[0]["reason"].startswith(("bad:", "warn:", "kl_k3"))
     assert len(found) <= 2  # the code environment of step 3, and step 3 as a whole at most
+
+
+def test_a_scan_of_a_run_with_no_readable_step_writes_a_table_that_reads_back(tmp_path):
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "step_0.parquet").write_bytes(b"PAR1 cut short")  # found by load_run, refused by its reader
+    out = tmp_path / "scan.parquet"
+    with pytest.warns(UserWarning, match="step 0"):
+        df = scan(tmp_path / "run", ("seq_tis",), workers=1, out=out)
+    assert df.empty and len(df.attrs["summary"]["failed"]) == 1
+    again = read_scan(out)  # found by the fuzz test: an empty scan used to be written without kl_k3
+    assert again.empty and again.attrs["summary"]["failed"] == df.attrs["summary"]["failed"]

@@ -40,6 +40,29 @@ def fingerprint(path: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
+GROUP_VALUES = 32  # a column with more distinct values than this (or one per rollout) is not a grouping
+
+
+@st.cache_data(max_entries=8, show_spinner=False)
+def group_columns(path: str, digest: str) -> tuple[str, ...]:
+    """The metadata columns a scan of the run may group by: those its first or last step carries with 2 to
+    GROUP_VALUES distinct values, not one per rollout (env_name, rank; not the step, not a prompt id). `digest`:
+    the run's fingerprint (a new step may bring a column)."""
+    r = load_run(path)
+    found: dict[str, None] = {}
+    for step in dict.fromkeys(r.steps[:1] + r.steps[-1:]):
+        try:
+            batch, _ = r.read(step, extras=False)
+        except (ValueError, OSError):  # an unreadable step: the scan reports it
+            continue
+        B = batch.shape[0]
+        for name, values in batch.metadata.items():
+            n = len(set(map(str, values)))
+            if 1 < n <= GROUP_VALUES and n < B:
+                found[name] = None
+    return tuple(found)
+
+
 _SCANS: OrderedDict = OrderedDict()  # (path, digest, estimators, by) -> DataFrame, the last few, shared
 _SCANS_KEPT = 6
 _LOCK = threading.Lock()

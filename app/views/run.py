@@ -95,6 +95,30 @@ def _read_or_say(file: Path) -> pd.DataFrame | None:
         return None
 
 
+def _upload_or_say(name: str, raw: bytes) -> pd.DataFrame | None:
+    try:
+        return run_data.scan_upload(run_data.digest(raw), raw)
+    except ValueError as e:  # not a scan, or a damaged one
+        st.error(f"{literal(name)}: {e}")
+        return None
+
+
+def _group_by(where, path: str) -> str | None:
+    """The Group-by control: only the metadata columns the run's steps carry (run_data.group_columns), or a
+    line saying there are none (each step is then one group)."""
+    columns = run_data.group_columns(path, run_data.fingerprint(path))
+    if not columns:
+        where.caption("Group by: this run's steps carry no metadata column with a few values (env_name, rank, "
+                      "...): each step is one group.")
+        return None
+    options = ["none", *columns]
+    default = "env_name" if "env_name" in columns else "none"
+    by = bound(where.selectbox, "Group by (metadata column)", f"{P}by", default, options=options,
+               valid=lambda v: v in options, help="The metadata columns of this run's steps; a step without the "
+               "chosen one is scanned as one group.")
+    return None if by == "none" else by
+
+
 def open_scan(following: bool = False) -> tuple[Callable[[], pd.DataFrame | None] | None, str | None]:
     """Draw the source controls; a function that gets the scan to show (None: nothing to show yet) and the run
     folder its steps open from. Following, the function is called again at every look (a run folder is then
@@ -105,7 +129,6 @@ def open_scan(following: bool = False) -> tuple[Callable[[], pd.DataFrame | None
         left, right = st.columns([3, 1])
         names = bound(left.multiselect, "Corrections", f"{P}estimators", list(run_data.SEED_FOUR),
                       options=_choices(), valid=lambda v: isinstance(v, list) and set(v) <= set(_choices()))
-        by = bound(right.text_input, "Group by (metadata column)", f"{P}by", "env_name").strip() or None
         engine = _engine()
         if not names:
             st.info("Pick at least one correction.")
@@ -116,7 +139,7 @@ def open_scan(following: bool = False) -> tuple[Callable[[], pd.DataFrame | None
             return None, None
         path = str(run_data.EXAMPLE_RUN)
         st.caption(f"The example: a generated prime-rl token export ({path}, assets/README.md says how it was made).")
-        return partial(_scan_in_place, path, tuple(names), by, engine, following), path
+        return partial(_scan_in_place, path, tuple(names), _group_by(right, path), engine, following), path
     if kind == "folder":
         folder = served.pick(st, "Run folder on the server", f"{P}path", "folder",
                              "Pick a run, or type its folder: outputs/token_exports",
@@ -125,6 +148,11 @@ def open_scan(following: bool = False) -> tuple[Callable[[], pd.DataFrame | None
         if folder is None:
             return None, None
         path = str(folder)
+        try:
+            by = _group_by(right, path)
+        except (ValueError, OSError) as e:  # not a run (no steps), a link out of the roots, unreadable
+            st.error(e.message(literal) if isinstance(e, Refused) else str(e))
+            return None, None
         return partial(_scan_or_say, path, tuple(names), by, engine, following), path
     if kind == "file":
         file = served.pick(st, "Scan parquet on the server", f"{P}file", "file",
@@ -139,7 +167,7 @@ def open_scan(following: bool = False) -> tuple[Callable[[], pd.DataFrame | None
     if up is None:
         return None, None
     raw = up.getvalue()
-    return partial(run_data.scan_upload, run_data.digest(raw), raw), None
+    return partial(_upload_or_say, up.name, raw), None
 
 
 def report(df: pd.DataFrame) -> None:
@@ -148,6 +176,8 @@ def report(df: pd.DataFrame) -> None:
     st.caption(f"{len(steps)} steps ({steps[0] if steps else '-'} to {steps[-1] if steps else '-'}), "
                f"{df['group'].nunique()} groups, {df['estimator'].nunique()} corrections; {len(df)} rows")
     problems = [f"not read: {e}" for e in s.get("failed", [])] + [f"skipped: {n}" for n in s.get("skipped", [])]
+    for note in s.get("notes", []):
+        st.info(note)
     if s.get("unstable_left_out"):
         problems.append(f"still being written, left out: steps {', '.join(map(str, s['unstable_left_out']))}")
     if problems:

@@ -179,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
           f"in {s['seconds']:.1f} s -> {args.out}")
     if s["unstable_left_out"]:
         print(f"left out, still being written: steps {', '.join(map(str, s['unstable_left_out']))}")
-    for what, notes in (("NOT READ", s["failed"]), ("skipped", s["skipped"])):
+    for what, notes in (("NOT READ", s["failed"]), ("skipped", s["skipped"]), ("note", s.get("notes", []))):
         for note in notes:
             print(f"{what}: {note}")
     if not df.empty:

@@ -13,7 +13,9 @@ memory is bounded by a few steps whatever the run's size. Incremental: with `out
 parquet are reused for every step whose files have the same names, sizes and modification times (and
 the same estimators and `by`); only new or changed steps are read. Steps still being written (no STABLE
 marker) are left out unless `include_unstable=True` (and never cached). A step that cannot be read is
-reported (file and line) in the summary and warned about, and the scan goes on.
+reported (file and line) in the summary and warned about, and the scan goes on. A step whose batch has no
+`by` column is scanned as one group (its rows have group None alone) and listed in the summary's
+"ungrouped", with a note in its "notes".
 
 Live: `follow(path, out="scan.parquet", interval=5)` keeps a `Scanner` (each step's rows under its files'
 fingerprint) and looks at the run again every `interval` seconds, reading only the steps that landed or changed
@@ -189,7 +191,9 @@ class Scanner:
     def table(self) -> pd.DataFrame:
         """The scan of the steps held now, worst first, with its settings and summary in `.attrs`."""
         frames = [rows for step, (_, rows) in sorted(self.rows.items()) if not rows.empty]
-        df = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["step", "group", "estimator"])
+        # no step read: an empty table with the columns read_scan asks for, so the file written reads back
+        df = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["step", "group", "estimator",
+                                                                                       "kl_k3"])
         last = [c for c in _LAST if c in df]
         df = order_rows(df[[c for c in df if c not in last] + last], self.settings.estimators)
         steps = set(self.rows) | set(self.failed)
@@ -197,6 +201,7 @@ class Scanner:
                    "failed": [error for _, (_, error) in sorted(self.failed.items())],
                    "skipped": [note for step in sorted(self.rows) for note in self.notes.get(step, [])],
                    "unstable_left_out": self.unstable, "seconds": self.seconds}
+        summary["ungrouped"], summary["notes"] = _ungrouped(df, self.settings.by)
         df.attrs.update(settings=self.settings.key(), summary=summary, path=self.run_path)
         return df
 
@@ -262,6 +267,21 @@ def follow(path, estimators=None, by: str | None = None, engine: str = "local", 
         n += 1
         if stop.is_set() or (looks is not None and n >= looks) or stop.wait(interval):
             return df if df is not None else scanner.table()
+
+
+def _ungrouped(df: pd.DataFrame, by: str | None) -> tuple[list[int], list[str]]:
+    """The steps a `by` scan could not group (their batch lacks the column: whole-step rows alone), and a note.
+    Read off the rows, so steps reused from the cache count too."""
+    if by is None or df.empty:
+        return [], []
+    grouped = set(df.loc[df["group"].notna(), "step"])
+    steps = sorted(int(s) for s in set(df["step"]) - grouped)
+    if not steps:
+        return [], []
+    shown = ", ".join(map(str, steps[:20])) + (f", ... ({len(steps)} in all)" if len(steps) > 20 else "")
+    n = df["step"].nunique()
+    return steps, [f"{len(steps)} of {n} steps have no metadata column {by!r}: each is scanned as one group "
+                   f"(group None): steps {shown}"]
 
 
 def write_scan(df: pd.DataFrame, path) -> None:

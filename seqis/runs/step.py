@@ -3,10 +3,11 @@ group; the unit of work every engine runs (a plain function of plain data, so a 
 runs it as it is).
 
 A row per (group, estimator): `group` None is the whole step, else a value of the `by` metadata column (as
-a string). Columns: step, group, estimator, every `diagnostics` key, every metric of the estimator,
-`dropped` (the fraction of loss tokens whose gradient it drops, from its kept mask), and the diagnosis of
-that (step, group) by seqis.diagnose: `severity` and `finding` (the worst finding's severity and kind) and
-`findings` (all of them as JSON: kind, severity, message, evidence).
+a string); a step whose batch lacks that column has the whole-step rows alone. Columns: step, group,
+estimator, every `diagnostics` key, every metric of the estimator, `dropped` (the fraction of loss tokens
+whose gradient it drops, from its kept mask), and the diagnosis of that (step, group) by seqis.diagnose:
+`severity` and `finding` (the worst finding's severity and kind) and `findings` (all of them as JSON: kind,
+severity, message, evidence).
 """
 
 from __future__ import annotations
@@ -56,9 +57,11 @@ def _plain(v):
 
 
 def step_rows(batch, step: int, settings: ScanSettings) -> list[dict]:
-    """The scan's rows for one step's batch (seqis.monitor.summarise: the statistics a trainer logs, per group)."""
+    """The scan's rows for one step's batch (seqis.monitor.summarise: the statistics a trainer logs, per group;
+    a batch without the `by` column: its whole-step rows alone, which scan notes)."""
+    by = settings.by if settings.by in batch.metadata else None
     rows = []
-    for s in summarise(batch, settings.estimators, settings.by):
+    for s in summarise(batch, settings.estimators, by):
         n_tokens = int(s.batch.loss_mask.sum())
         found = [_finding(f) for f in s.findings]
         worst = found[0] if found else None
