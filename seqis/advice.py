@@ -14,6 +14,13 @@ batch's KL) and the literature's thresholds:
 - sequence TIS's best clip C* = sqrt(2 (1 + chi2)), chi2 = E_mu[w^2] - 1 the whole rollout's (Li, part 2), read here
   at the median length from the per-token chi2: 1 + chi2 = (1 + chi2_token)^T;
 - a catastrophic token (|l| of several nats) hides in a long rollout's mean: only a token-level rule catches it.
+
+The per-token KL that steers all this is trimmed: the mean k3 over the loss tokens with |l| at most
+max(log 10, the 99th percentile of |l|), so at most 1% of the tokens are left out and only those whose ratio
+is off by more than 10x. A few catastrophic tokens (a kernel bug: |l| of 20 and more, k3 ~ e^|l|) cannot
+swamp it; they are counted and advised on apart, and the mean over every token is kept beside it
+(`facts["kl_mean"]`). A batch where more than 1% of the tokens are that far off keeps most of them in the
+figure. The regime's sentence says which figure it shows.
 """
 
 from __future__ import annotations
@@ -37,6 +44,7 @@ KL_RANGES = ((5e-4, "below the smallest engine mismatch measured (H20: 5e-4 to 1
              (1e-2, "like an L20 engine (1e-3 to 1e-2 nats)"),
              (math.inf, "large, like an A100 engine (1e-2 to 1 nats): expect most corrections to bind"))
 CATASTROPHIC_L = math.log(10.0)  # a token whose ratio is off by 10x either way
+TRIM_SHARE = 0.01  # the trimmed KL leaves out at most this share of the loss tokens (the largest |l|)
 TIERS = ("it applies a per-rollout IS weight: unbiased up to its clip or band (Li, part 2)",
          "it applies a token-level IS weight (no per-rollout weight among the corrections that qualify)",
          "it applies no IS weight (no correction that qualifies has one)")
@@ -59,7 +67,7 @@ class EstimatorReading:
 
 @dataclass(frozen=True)
 class Advice:
-    facts: dict[str, float]  # kl, s, lengths (p50, p90, max), |l| p99 and max, catastrophic tokens, ess_seq
+    facts: dict[str, float]  # kl (trimmed) and kl_mean, s, lengths, |l| p99 and max, catastrophic tokens, ess_seq
     regime: str  # the KL against the literature's measured ranges
     readings: list[EstimatorReading]
     suggestion: str  # the estimator to start from
@@ -75,32 +83,56 @@ def _quantile(x: torch.Tensor, q: float) -> float:
     return float(x.float().kthvalue(k).values)
 
 
+def trimmed_kl(l: torch.Tensor, p99: float) -> tuple[float, float, int]:
+    """(k3 KL, chi2 per token, tokens left out) over the loss tokens' log-ratios l (N,) with |l| <= max(log 10,
+    p99 of |l|): the catastrophic tokens out, at most about TRIM_SHARE of them."""
+    edge = max(CATASTROPHIC_L, p99)
+    keep = l.abs() <= edge  # (N,)
+    n = int(keep.sum())
+    x = l[keep].double()  # (n,) within 10x, or within the 99th percentile
+    kl = float((torch.expm1(x) - x).sum() / max(n, 1))  # k3 = rho - 1 - l
+    chi2 = float(torch.expm1(2 * x).sum() / max(n, 1))  # rho^2 - 1
+    return max(kl, 0.0), chi2, l.numel() - n
+
+
 def batch_facts(batch: Batch, r: Ratios | None = None) -> dict[str, float]:
-    """The numbers the advice reads: per-token KL (k3), its Gaussian s, rollout lengths, |l| tails, ESS."""
+    """The numbers the advice reads: the trimmed per-token KL (k3; `kl_mean` over every token), its Gaussian s,
+    rollout lengths, |l| tails, ESS. ValueError for a batch without a loss token (nothing to read)."""
+    if not bool(batch.loss_mask.any()):
+        raise ValueError("advise: the batch has no loss tokens (its loss mask is 0 everywhere): nothing to read")
     r = r if r is not None else Ratios.of(batch)
     d = diagnostics(batch, r)
     lengths = r.length[r.length > 0]
-    abs_l = r.log_ratio[r.mask].abs()
-    kl = max(float(d["kl_k3"]), 0.0)
+    l = r.log_ratio[r.mask]  # (N,)
+    kl, chi2, left_out = trimmed_kl(l, float(d["abs_log_ratio_p99"]))
     return {
-        "kl": kl, "s": float(theory.s_from_kl(kl)) if kl > 0 else 0.0,
+        "kl": kl, "kl_mean": max(float(d["kl_k3"]), 0.0), "kl_left_out": float(left_out),
+        "n_tokens": float(l.numel()), "s": float(theory.s_from_kl(kl)) if kl > 0 else 0.0,
         "length_p50": _quantile(lengths, 0.5), "length_p90": _quantile(lengths, 0.9),
         "length_max": float(lengths.max()) if lengths.numel() else 0.0,
         "abs_l_p99": float(d["abs_log_ratio_p99"]), "abs_l_max": float(d["abs_log_ratio_max"]),
-        "catastrophic": float((abs_l > CATASTROPHIC_L).sum()), "ess_seq": float(d["ess_seq"]),
-        "chi2_token": float(d["chi2_token"]), "rollouts": float(lengths.numel()),
+        "catastrophic": float((l.abs() > CATASTROPHIC_L).sum()), "ess_seq": float(d["ess_seq"]),
+        "chi2_token": chi2, "chi2_token_mean": float(d["chi2_token"]), "rollouts": float(lengths.numel()),
     }
 
 
-def regime(kl: float) -> str:
+def regime(kl: float, facts: dict[str, float] | None = None) -> str:
+    """The per-token KL against the measured engine ranges, saying which figure it is (with facts: trimmed or
+    not, and the mean beside it)."""
+    which = ""
+    if facts is not None:
+        n, out = int(facts["n_tokens"]), int(facts["kl_left_out"])
+        which = (f" (mean k3 over the {n - out:,} loss tokens within 10x; with the {out:,} beyond it the mean is "
+                 f"{facts['kl_mean']:.2g})" if out else f" (mean k3 over all {n:,} loss tokens)")
     for edge, text in KL_RANGES:
         if kl < edge:
-            return f"per-token KL {kl:.2g} nats: {text}"
-    return f"per-token KL {kl:.2g} nats"
+            return f"per-token KL {kl:.2g} nats{which}: {text}"
+    return f"per-token KL {kl:.2g} nats{which}"
 
 
-def _why(comp: Composition, facts: dict[str, float], kept: float, clipped: float) -> list[str]:
-    """What binds on this batch and why, from the composition and the closed forms."""
+def _why(comp: Composition, facts: dict[str, float], kept: float, clipped: float, rollouts_kept: float) -> list[str]:
+    """What binds on this batch and why, from the composition and the closed forms (a closed form's claim is
+    said beside what the estimator keeps here)."""
     why, kl, s = [], facts["kl"], facts["s"]
     T50, Tmax = facts["length_p50"], facts["length_max"]
     for b in comp.ratio_bands():
@@ -110,7 +142,8 @@ def _why(comp: Composition, facts: dict[str, float], kept: float, clipped: float
             cut = float(theory.mis_po_kl_cutoff(low)) if low else math.inf
             if kl > cut:
                 why.append(f"its geometric band {band} is a per-token KL cutoff of {cut:.2g} nats, below this "
-                           f"batch's {kl:.2g}: long rollouts are rejected, more with length")
+                           f"batch's {kl:.2g}: long rollouts are rejected, more with length (here it keeps "
+                           f"{rollouts_kept:.0%} of the rollouts)")
             elif s > 0:
                 acc = float(theory.geo_band_acceptance(T50, s, low or 0.0, high or math.inf))
                 why.append(f"its geometric band {band} (KL cutoff {cut:.2g} nats) keeps long rollouts here; at the "
@@ -155,7 +188,8 @@ def read(name: str, comp: Composition, effective: dict[str, float], facts: dict[
     kept, clipped = effective["tokens_kept_frac"], effective["clipped_frac"]
     return EstimatorReading(name=name, description=comp.describe(), tokens_kept=kept,
                             rollouts_kept=effective["rollouts_kept_frac"], clipped=clipped, ess=effective["ess_frac"],
-                            why=_why(comp, facts, kept, clipped), catches_single_tokens=token_rule,
+                            why=_why(comp, facts, kept, clipped, effective["rollouts_kept_frac"]),
+                            catches_single_tokens=token_rule,
                             tier=0 if comp.weight.per_rollout else 1 if comp.weight.level != "none" else 2)
 
 
@@ -176,6 +210,10 @@ def suggest(facts: dict[str, float], readings: list[EstimatorReading], knobs: di
     if facts["kl"] > 1e-2:
         caveats.append("the mismatch is large: fix the engine first (FP16 removes most of it, Qi et al.); any "
                        "correction here trades a lot of bias or variance")
+    if facts["kl_left_out"] and facts["kl_mean"] > 10 * max(facts["kl"], 1e-12):
+        caveats.append(f"{facts['kl_left_out']:.0f} tokens off by more than 10x raise the mean per-token KL to "
+                       f"{facts['kl_mean']:.2g} nats (the rest: {facts['kl']:.2g}): a few tokens, not the engine's "
+                       "noise (a kernel bug? Diagnose names them)")
     if facts["catastrophic"] and not best.catches_single_tokens:
         caveats.append(f"{facts['catastrophic']:.0f} tokens have |l| > log 10 and this correction has no token-level "
                        "rule: a long rollout's mean hides them")
@@ -187,7 +225,7 @@ def suggest(facts: dict[str, float], readings: list[EstimatorReading], knobs: di
                        "more so for long rollouts (Li, part 2)")
     if best.tier == 2:
         caveats.append("no IS weight: the gradient is biased by the mismatch")
-    return Advice(facts=facts, regime=regime(facts["kl"]), readings=readings, suggestion=best.name,
+    return Advice(facts=facts, regime=regime(facts["kl"], facts), readings=readings, suggestion=best.name,
                   knobs=knobs[best.name], reasons=reasons, caveats=caveats)
 
 

@@ -5,6 +5,7 @@ then a per-rollout IS weight)."""
 import math
 
 import pytest
+import torch
 
 from seqis import ESTIMATORS, run_many
 from seqis.advice import advise, batch_facts, regime
@@ -73,3 +74,48 @@ def test_a_geometric_band_below_the_batchs_kl_says_long_rollouts_go():
 def test_a_preset_key_is_read_from_its_composition(gaussian):
     a = advise(gaussian, ["seq_tis", "verl/bypass_pg_geo_rs"])
     assert [r.name for r in a.readings] == ["seq_tis", "verl/bypass_pg_geo_rs"]
+
+
+def test_a_few_catastrophic_tokens_cannot_swamp_the_kl_that_steers_the_advice():
+    # the issue's case: the catastrophic scenario's mean k3 is ~2.5e7 nats from 62 tokens with |l| up to 27
+    b = make_batch("catastrophic", seed=0)
+    f = batch_facts(b)
+    assert f["kl_mean"] > 1e6 and f["kl"] < 1e-3 and f["kl_left_out"] == f["catastrophic"] == 62
+    # the trimmed figure by hand: the mean of rho - 1 - l over the tokens with |l| <= log 10 (p99 is below it)
+    l = Ratios.of(b).log_ratio[b.loss_mask].double()
+    bulk = l[l.abs() <= math.log(10)]
+    assert f["kl"] == pytest.approx(float((bulk.exp() - 1 - bulk).mean()), rel=1e-9)
+    a = advise(b)
+    assert a.regime.startswith("per-token KL 0.0002 nats (mean k3 over the 50,954 loss tokens within 10x; with the 62 "
+                               "beyond it the mean is 2.5e+07)") and "A100" not in a.regime
+    assert any("62 tokens off by more than 10x raise the mean per-token KL" in c for c in a.caveats)
+    for r in a.readings:  # a band said to reject long rollouts is not one that keeps them all here
+        for why in r.why:
+            assert not ("long rollouts are rejected" in why and r.rollouts_kept > 0.99), (r.name, why)
+
+
+def test_the_trimmed_kl_leaves_out_at_most_one_percent():
+    # a batch where 5% of the tokens are off by more than 10x: that is the mismatch, not a few outliers
+    b = make_batch("gaussian", seed=1, n_rollouts=64, max_len=256, s=0.05)
+    n = int(b.loss_mask.sum())
+    hit = torch.zeros_like(b.loss_mask).view(-1)
+    hit[b.loss_mask.view(-1).nonzero().squeeze(1)[:: 20]] = True  # every 20th loss token
+    hit = hit.view(b.shape)
+    off = 2.5 + torch.rand(b.shape, generator=torch.Generator().manual_seed(0))  # l of 2.5 to 3.5: over log 10
+    il = torch.where(hit, b.trainer_logprobs - off, b.inference_logprobs)
+    f = batch_facts(type(b)(b.trainer_logprobs, il, b.advantages, b.loss_mask))
+    assert f["catastrophic"] > 0.04 * n and f["kl_left_out"] <= 0.011 * n  # the 99th percentile is the edge
+    assert f["kl"] > 0.5  # k3 of l = 3 is 16: 5% of the tokens give most of the KL, and stay in it
+
+
+def test_clean_batches_trim_nothing(gaussian):
+    f = batch_facts(gaussian)
+    assert f["kl_left_out"] == 0 and f["kl"] == pytest.approx(f["kl_mean"], rel=1e-6)
+    assert f"(mean k3 over all {int(f['n_tokens']):,} loss tokens)" in regime(f["kl"], f)
+
+
+def test_a_batch_without_loss_tokens_is_refused():
+    b = make_batch("gaussian", seed=0, n_rollouts=4, max_len=32)
+    empty = type(b)(b.trainer_logprobs, b.inference_logprobs, b.advantages, torch.zeros(b.shape, dtype=torch.bool))
+    with pytest.raises(ValueError, match="no loss tokens"):
+        advise(empty)
