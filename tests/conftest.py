@@ -1,7 +1,8 @@
 """Shared test setup: GPU tests skip without CUDA, and say so; the app does not warm its caches in the
 background (SEQIS_WARM=0: the tests open pages, and the warm-up would compete with them for the cores); under
 `make test` (SEQIS_HYPOTHESIS=full) hypothesis draws the same examples on every run (derandomized: a clean
-clone's run repeats the one that passed here; plain `pytest` keeps exploring with fresh seeds)."""
+clone's run repeats the one that passed here; plain `pytest` keeps exploring with fresh seeds); lines a test
+leaves with the `summary` fixture (how many inputs a fuzz tried) are printed at the end of the run."""
 
 import os
 
@@ -16,6 +17,21 @@ settings.register_profile("full", derandomize=True, print_blob=True)
 def pytest_configure(config):
     if os.environ.get("SEQIS_HYPOTHESIS") == "full" and config.getoption("hypothesis_seed", None) is None:
         settings.load_profile("full")  # --hypothesis-seed=N explores at full size instead
+
+
+def pytest_configure(config):
+    config.seqis_summary = []
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    for line in getattr(config, "seqis_summary", []):
+        terminalreporter.write_line(line)
+
+
+@pytest.fixture(scope="session")
+def summary(request) -> list[str]:
+    """Append a line to print at the end of the run, whatever the capture (make test runs pytest -q)."""
+    return request.config.seqis_summary
 
 
 def pytest_collection_modifyitems(config, items):
