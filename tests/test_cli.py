@@ -93,7 +93,7 @@ def refusal(capsys, argv) -> str:
 def test_a_refused_file_is_one_line_naming_the_path(odd_names, capsys):
     path = str(odd_names / "broken.parquet")
     line = refusal(capsys, [path])
-    assert line.startswith(f"seqis: {path}: is not a readable parquet file")
+    assert line.startswith(f"seqis: {path}: is truncated: it starts as a parquet file but its footer")
     line = refusal(capsys, [str(odd_names / "missing.parquet")])
     assert line.startswith(f"seqis: {odd_names / 'missing.parquet'}: cannot be opened")
     line = refusal(capsys, [str(odd_names / "prompts.npz")])
