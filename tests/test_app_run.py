@@ -76,6 +76,12 @@ def test_the_timelines_mark_the_incident_and_keep_one_colour_per_group(tmp_path)
     colors = {t.name: t.line.color for t in drops.data}
     assert colors["a"] == lines["a"].line.color and len(drops.data) == 2 * 3
     assert all(0 <= y <= 1 for t in drops.data for y in t.y)
+    # every correction picked (the random browser session did): a panel each, the gaps narrowed to fit
+    many = pd.concat([df[df["estimator"] == "seq_tis"].assign(estimator=f"e{k}") for k in range(110)])
+    tall = dropped_timelines(many, [f"e{k}" for k in range(110)])
+    assert len(tall.layout.annotations) == 110 and len(tall.data) == 110 * 3
+    tops = sorted(tall.layout[f"yaxis{k}" if k > 1 else "yaxis"].domain[1] for k in range(1, 111))
+    assert all(b > a for a, b in zip(tops, tops[1:]))  # the panels in order, none squeezed to nothing
 
 
 def test_opening_a_step_in_diagnose_shows_its_batch():

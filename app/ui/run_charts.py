@@ -72,7 +72,11 @@ def mismatch_timeline(df: pd.DataFrame, metric: str, incidents: pd.DataFrame | N
 def dropped_timelines(df: pd.DataFrame, estimators: list[str], *, height_each: int = 170) -> go.Figure:
     """For each estimator, the fraction of loss tokens it drops at each step, a line per group."""
     estimators = [e for e in estimators if e in set(df["estimator"])]
-    fig = make_subplots(rows=max(len(estimators), 1), cols=1, shared_xaxes=True, vertical_spacing=0.06,
+    panels = max(len(estimators), 1)
+    height = 80 + height_each * panels
+    # the gap between panels: 6% of a few panels' height, at most 45 px (a fixed fraction of a hundred panels'
+    # height is more than plotly allows: found by the random browser session, every correction picked)
+    fig = make_subplots(rows=panels, cols=1, shared_xaxes=True, vertical_spacing=min(0.06, 45 / height),
                         subplot_titles=estimators or ["no estimator in this scan"])
     fig.update_annotations(font_size=13)  # the panel titles a size under the chart's title
     colors = _group_colors(df)
@@ -87,8 +91,6 @@ def dropped_timelines(df: pd.DataFrame, estimators: list[str], *, height_each: i
                 line=dict(width=1.5, dash="dash" if whole else "solid", color=colors[name]),
                 hovertemplate=f"{est}<br>step %{{x}}<br>{name}: %{{y:.1%}} dropped<extra></extra>"), row=i, col=1)
         fig.update_yaxes(range=[-0.03, 1.03], tickformat=".0%", row=i, col=1)
-    panels = max(len(estimators), 1)
-    height = 80 + height_each * panels
     _layout(fig, height, "fraction of loss tokens dropped, per correction")
     # one shared x axis: its title under the last panel only (under each, it ran into the next panel's title),
     # the legend under it at a fixed distance (a fraction of a tall chart left a gap of 200 px)
