@@ -17,9 +17,6 @@ settings.register_profile("full", derandomize=True, print_blob=True)
 def pytest_configure(config):
     if os.environ.get("SEQIS_HYPOTHESIS") == "full" and config.getoption("hypothesis_seed", None) is None:
         settings.load_profile("full")  # --hypothesis-seed=N explores at full size instead
-
-
-def pytest_configure(config):
     config.seqis_summary = []
 
 
