@@ -87,7 +87,7 @@ ROUNDING_RANGE = (0.25, 32.0)  # a format's floors, in its unit roundoffs: one p
 SEVERITY_RANK = {"bad": 0, "warn": 1, "ok": 2}
 # every kind a Finding may have (seqis.monitor logs each, found or not)
 KINDS = ("token_misalignment", "catastrophic_tokens", "temperature_mismatch", "sampler_truncation",
-         "raw_logprobs", "policy_lag", "precision_noise", "healthy")
+         "raw_logprobs", "policy_lag", "precision_noise", "healthy", "no_loss_tokens")
 Z_DETECT = 5.0  # a detector fires beyond 5 standard errors (one-sided p ~ 3e-7): clean batches stay silent
 Z_CI = 1.959964  # evidence["ci"] is a 95% interval
 MIN_DEFICIT = 1e-4  # a kept-mass deficit below this per token is below any correction's notice
