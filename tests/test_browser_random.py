@@ -161,12 +161,10 @@ class Session:
 
     def upload(self, files: dict[str, tuple[Path, bool]], name: str) -> str:
         path, _ = files[name]
-        on_run = "/run" in self.page.url
-        here = self.page.locator('[data-testid="stFileUploader"] input[type="file"]').count() and (
-            on_run == ("scan" in name))  # already at an uploader of the right kind: drop it there
-        if not here and "scan" in name:  # the Run page's upload takes a scan parquet; Explore's and Diagnose's a batch
+        # a fresh visit each time (an uploader already on the page may go in the rerun a last action started)
+        if "scan" in name:  # the Run page's upload takes a scan parquet; Explore's and Diagnose's a batch
             self.page.goto(f"{self.base}/run?run.source=upload")
-        elif not here:
+        else:
             where = self.rng.choice(["?", "diagnose?dg.source=batch&"])
             self.page.goto(f"{self.base}/{where}ex.source=upload&{SMALL}")
         _settle(self.page, timeout_s=120)
