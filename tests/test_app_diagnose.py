@@ -40,12 +40,14 @@ def test_a_fault_is_named_first_with_its_chart_and_the_tables():
 
 @pytest.mark.parametrize("fault, kind", [("log-probs one position late", "Token misalignment"),
                                          ("kernel bug on one token", "Catastrophic tokens")])
+@pytest.mark.slow  # make test runs it; the fast suite stays under two minutes
 def test_other_faults_lead_with_their_finding(fault, kind):
     at = diagnose_page(**{"dg.fault": fault})
     first = [m.value for m in at.markdown if "background" in m.value][0]
     assert kind in first and "bad" in first
 
 
+@pytest.mark.slow  # make test runs it; the fast suite stays under two minutes
 def test_a_fault_opens_in_explore():
     at = diagnose_page(**{"dg.fault": "sampler at temperature 0.7"})
     at.button(key="dg.open.explore").click().run()
@@ -64,6 +66,7 @@ def test_raw_logprobs_of_a_recurrent_lm_lead_with_their_detector_beside():
     assert "What this detector can see" in power["layout"]["title"]["text"]
 
 
+@pytest.mark.slow  # make test runs it; the fast suite stays under two minutes
 def test_a_clean_sampler_says_what_the_tests_could_have_seen():
     at = diagnose_page(**{"dg.fault": "clean bf16 sampler"})
     grid = next(c for c in charts(at) if "What each test could have seen" in c["layout"]["title"]["text"])

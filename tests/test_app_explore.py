@@ -210,6 +210,7 @@ def _png_renderer_present() -> bool:
     return browser_path() is not None
 
 
+@pytest.mark.slow  # kaleido drives chromium: make test runs it
 def test_figures_render_as_png():
     """With kaleido and a chromium present the zip must come (a rendering failure fails this test); without
     them the page must say why."""
@@ -223,6 +224,7 @@ def test_figures_render_as_png():
         assert any("camera icon" in e.value for e in at.error)
 
 
+@pytest.mark.slow  # kaleido drives chromium: make test runs it
 def test_to_png_gives_png_bytes_and_leaves_the_environment_alone(monkeypatch):
     if not _png_renderer_present():
         pytest.skip("kaleido or chromium missing")

@@ -204,6 +204,7 @@ def test_self_check_answers_come_from_the_library(screens):
     assert at.title[0].value.startswith("A band on w") and at.query_params["step"] == "1"
 
 
+@pytest.mark.slow  # make test runs it; the fast suite stays under two minutes
 def test_navigation_and_the_step_in_the_url():
     at = lesson(2)
     assert at.title[0].value.startswith("One token 10 nats off")

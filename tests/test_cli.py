@@ -33,6 +33,7 @@ def test_runs_as_a_module():
     assert res.returncode == 0 and "bench" in res.stdout
 
 
+@pytest.mark.slow  # make test runs it; the fast suite stays under two minutes
 def test_the_seqis_console_script_runs_each_command_as_python_m_seqis(tmp_path):
     # the script pip installed from [project.scripts] (pip install -e . puts it beside this interpreter)
     from pathlib import Path

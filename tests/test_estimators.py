@@ -626,7 +626,8 @@ def _sequence_level(name):
     return not c.per_token and c.profile is None  # a token weight's profile is a (B, T) tensor of its own
 
 
-@pytest.mark.parametrize("name", [n for n in NAMES if _sequence_level(n)])
+@pytest.mark.parametrize("name", [n if n in ("seq_tis", "mis_po") else pytest.param(n, marks=pytest.mark.slow)
+                                  for n in NAMES if _sequence_level(n)])
 def test_a_sequence_level_output_lets_the_batch_log_ratios_go(name):
     # its weights and masks are built on first read from the loss mask alone: holding the output must not
     # hold the batch's (B, T) log-ratios, log-probs and k3 terms (a training loop keeps last step's output)

@@ -3,6 +3,7 @@
 import re
 from pathlib import Path
 
+import pytest
 import torch
 
 
@@ -17,6 +18,7 @@ def test_readme_example_runs():
     assert set(scope["many"]) == {"seq_tis", "seq_mis", "geo_mask", "mis_po"}
 
 
+@pytest.mark.slow  # make test runs it; the fast suite stays under two minutes
 def test_a_folder_named_seqis_beside_the_script_shadows_the_package_as_the_readme_says(tmp_path):
     """From a clone's parent folder `import seqis` finds the clone (no __init__.py: a namespace package), so no
     code of the package can run to explain it; the README says so, and `python -P` (the current folder off
