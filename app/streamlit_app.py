@@ -71,7 +71,8 @@ def frame() -> None:
     with st.sidebar:
         chart.preload()
     try:
-        page.run()
+        with warm.page_running():  # the background warm-up waits while a page runs
+            page.run()
     finally:  # also after a page stops or switches: once per server, the other batches, Learn's presets, Bias &
         warm.start_background()  # variance's first run and the lessons warm in a low-priority thread
 

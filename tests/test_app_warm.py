@@ -72,3 +72,43 @@ def test_compares_first_view_is_computed_by_the_warm_up(monkeypatch):
     _no_computing(monkeypatch)
     at = open_view("views/compare.py")
     assert not at.error and len(charts(at)) == 3
+
+
+def test_the_background_warm_up_waits_while_a_page_runs(monkeypatch):
+    """A page run and the warm-up share the interpreter's lock: no warm-up step starts while a page runs, nor
+    within QUIET_S of its end; each starts once pages are quiet."""
+    import threading
+    import time
+
+    monkeypatch.setattr(warm, "QUIET_S", 0.2)
+    started = []
+    steps = [lambda i=i: started.append((i, time.monotonic())) for i in range(3)]
+    with warm.page_running():
+        t = threading.Thread(target=warm.run_when_quiet, args=(steps,), kwargs={})
+        t0 = time.monotonic()
+        t.start()
+        time.sleep(0.4)
+        assert started == []  # the page is still running
+        with warm.page_running():  # a second page, overlapping
+            pass
+        assert started == []
+    ended = time.monotonic()
+    t.join(timeout=10)
+    assert [i for i, _ in started] == [0, 1, 2]
+    assert started[0][1] - ended >= 0.2 - 0.01 and started[0][1] > t0
+
+
+def test_the_background_steps_hold_every_scenario_and_compares_first_view(monkeypatch):
+    """The warm-up's steps cover Explore's views, Compare's first view, the lab's default run and every Lessons
+    screen: run through the gate, they leave Compare's first view computed."""
+    from ui import lessons_data
+
+    monkeypatch.setattr(lessons_data, "warm_steps", lambda device: [])
+    monkeypatch.setattr(warm, "QUIET_S", 0.0)
+    steps = warm.background_steps()
+    assert warm.compare_view in steps
+    assert len(steps) >= len(seqis.synthetic.SCENARIOS) + 2
+    warm.run_when_quiet([warm.compare_view])
+    _no_computing(monkeypatch)
+    at = open_view("views/compare.py")
+    assert not at.error and len(charts(at)) == 3

@@ -10,6 +10,8 @@ are DataFrames and plain numbers, never tensors.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from functools import partial
 
 import numpy as np
 import pandas as pd
@@ -230,20 +232,19 @@ def self_check(device: str) -> list[dict]:
 # ---- start-up
 
 
+def warm_steps(device: str) -> list[Callable[[], object]]:
+    """Every screen at every setting it offers, one call each (the launcher's background warm-up runs them one at
+    a time, pausing while a page runs)."""
+    steps: list[Callable[[], object]] = [partial(opening, s, r, device) for s in OPEN_S for r in OPEN_ROLLOUTS]
+    steps += [partial(bands, s, device) for s in BAND_S]
+    steps += [partial(catastrophic, float(L), low, device) for L in CAT_L for low in CAT_LOW]
+    steps += [partial(token_bias, r, device) for r in REWARD_OPTIONS]
+    steps += [partial(clip_sweep, B, device) for B in CLIP_B]
+    steps += [partial(lag, k, device) for k in LAG_OPTIONS]
+    return steps + [partial(self_check, device)]
+
+
 def warm_all(device: str) -> None:
-    """Every screen at every setting it offers (the launcher's background warm-up calls this)."""
-    for s in OPEN_S:
-        for r in OPEN_ROLLOUTS:
-            opening(s, r, device)
-    for s in BAND_S:
-        bands(s, device)
-    for L in CAT_L:
-        for low in CAT_LOW:
-            catastrophic(float(L), low, device)
-    for r in REWARD_OPTIONS:
-        token_bias(r, device)
-    for B in CLIP_B:
-        clip_sweep(B, device)
-    for k in LAG_OPTIONS:
-        lag(k, device)
-    self_check(device)
+    """Every screen at every setting it offers."""
+    for step in warm_steps(device):
+        step()

@@ -4,7 +4,7 @@
 synthetic scenario's and example batch's first view and the views Learn's presets open: the launcher
 (app/__main__.py) calls it before the server listens, so a switch to any of them is a cache hit. Then
 `start_background()` computes Bias & variance's first run and every Lessons screen (and, under a bare `streamlit
-run app`, the Explore views too) once per process in a low-priority thread.
+run app`, the Explore views too) once per process in a low-priority thread, one step at a time while no page runs.
 SEQIS_WARM=0 in the environment turns the background part off (the tests set it: they open pages, not speed).
 """
 
@@ -15,6 +15,9 @@ import contextlib
 import logging
 import os
 import threading
+import time
+from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from seqis.synthetic import SCENARIOS
@@ -90,20 +93,29 @@ def explore_inputs(view: dict[str, Any]) -> tuple[data.Source, data.Estimators]:
     return scenario(sc, batch, view.get(f"{PREFIX}seed", 0)), estimators(names, knobs)
 
 
+def explore_view_steps() -> list[Callable[[], None]]:
+    """Each scenario's and example's first view, and the views Learn's presets open, one call each."""
+    first = estimators(FIRST_ESTIMATORS)
+    steps = [partial(view, scenario(name), first) for name in SCENARIOS]
+    for name, path in sorted(data.assets().items()):
+        steps.append(partial(_asset_view, name, path, first))
+    for presets in PRESETS.values():
+        steps += [partial(view, *explore_inputs(preset.view)) for preset in presets]
+    return steps
+
+
+def _asset_view(name: str, path, ests: data.Estimators) -> None:
+    raw = path.read_bytes()
+    try:
+        view(data.source_of_file(raw, name, kind="asset"), ests, raw)
+    except (ValueError, OSError, ImportError):  # a broken asset shows its error when picked
+        pass
+
+
 def explore_views() -> None:
     """Each scenario's and example's first view, and the views Learn's presets open."""
-    first = estimators(FIRST_ESTIMATORS)
-    for name in SCENARIOS:
-        view(scenario(name), first)
-    for name, path in sorted(data.assets().items()):
-        raw = path.read_bytes()
-        try:
-            view(data.source_of_file(raw, name, kind="asset"), first, raw)
-        except (ValueError, OSError, ImportError):  # a broken asset shows its error when picked
-            continue
-    for presets in PRESETS.values():
-        for preset in presets:
-            view(*explore_inputs(preset.view))
+    for step in explore_view_steps():
+        step()
 
 
 def compare_view() -> None:
@@ -116,13 +128,52 @@ def compare_view() -> None:
     v.tables()
 
 
-def everything_else() -> None:
+def background_steps() -> list[Callable[[], object]]:
     """Explore's other views (cache hits after `before_serving`), Compare's first view, Bias & variance's first
-    run, and every Lessons screen at every setting it offers (the lag lesson's training runs included)."""
-    explore_views()
-    compare_view()
-    lab_data.default_run(str(device()))
-    lessons_data.warm_all(str(device()))
+    run, and every Lessons screen at every setting it offers (the lag lesson's training runs included): one
+    cached call each."""
+    return [*explore_view_steps(), compare_view, partial(lab_data.default_run, str(device())),
+            *lessons_data.warm_steps(str(device()))]
+
+
+# A page run and the warm-up share one interpreter lock: warm-up work during a page's run slowed the page (a new
+# session's load 3.6 s -> 4.7 s in an interleaved A/B), and the Lessons' 10-20 s of it overlapped every first
+# load after a start. So the warm-up runs a step only when no page has run for QUIET_S.
+QUIET_S = 0.5
+_pages = 0  # page runs in progress
+_last_page = 0.0  # time.monotonic() when the latest page run ended
+_pages_lock = threading.Lock()
+
+
+@contextlib.contextmanager
+def page_running():
+    """Around a page's run (app/streamlit_app.py): the background warm-up waits while any page runs."""
+    global _pages, _last_page
+    with _pages_lock:
+        _pages += 1
+    try:
+        yield
+    finally:
+        with _pages_lock:
+            _pages -= 1
+            _last_page = time.monotonic()
+
+
+def wait_for_quiet(quiet_s: float = QUIET_S, poll_s: float = 0.05) -> None:
+    """Return once no page runs and none has for quiet_s."""
+    while True:
+        with _pages_lock:
+            idle = _pages == 0 and time.monotonic() - _last_page >= quiet_s
+        if idle:
+            return
+        time.sleep(poll_s)
+
+
+def run_when_quiet(steps: list[Callable[[], object]]) -> None:
+    """Each step in turn, each started only while no page runs."""
+    for step in steps:
+        wait_for_quiet()
+        step()
 
 
 def _low_priority(work) -> None:
@@ -134,11 +185,12 @@ def _low_priority(work) -> None:
 
 
 def start_background() -> bool:
-    """Start `everything_else` in a low-priority daemon thread, once per process (unless SEQIS_WARM=0); True if
-    this call started it."""
+    """Run `background_steps` in a low-priority daemon thread, each when no page runs, once per process (unless
+    SEQIS_WARM=0); True if this call started it."""
     if os.environ.get("SEQIS_WARM", "1") == "0" or not _started.acquire(blocking=False):
         return False
-    threading.Thread(target=_low_priority, args=(everything_else,), name=THREAD, daemon=True).start()
+    work = lambda: run_when_quiet(background_steps())
+    threading.Thread(target=_low_priority, args=(work,), name=THREAD, daemon=True).start()
     return True
 
 
