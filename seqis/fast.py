@@ -96,6 +96,11 @@ class Ratios:
     # aggregate, clamped to [-c, c] (set on the record a composition's criteria see; see aggregate_view)
     raw: Ratios | None = None
     aggregate_clamp: float | None = None
+    # (B,) each row's max and min of log_ratio over every position (padding's 0 included), when made with the
+    # log-ratios (Ratios.of(..., extremes=True): while a block is in cache they cost little; a pass of their own
+    # over a fresh (B, T) l costs two)
+    row_max: torch.Tensor | None = None
+    row_min: torch.Tensor | None = None
     # derived once, at construction (every output reads them: a few tensor operations each, made once)
     valid: torch.Tensor = field(init=False)  # (B,) bool, T_j > 0
     valid_f: torch.Tensor = field(init=False)  # (B,) the same as 0/1
@@ -123,10 +128,11 @@ class Ratios:
 
     @classmethod
     def of(cls, batch: Batch, *, shortcuts: bool | None = None, sparse_share: float = SPARSE_ROW_SHARE,
-           k3: bool = False) -> Ratios:
+           k3: bool = False, extremes: bool = False) -> Ratios:
         """The batch's ratios, in one pass over the batch in blocks of rows (row_blocks): only l (B, T) (and k3
         (B, T) with k3=True: run_many asks for it when a token-level composition will need its kept share)
-        is made at full size. shortcuts None: on for a CPU batch, off on a GPU (where asking a value costs a
+        is made at full size; extremes=True: each row's max and min of l too (run_many asks when a token rule on the
+        ratio will read them). shortcuts None: on for a CPU batch, off on a GPU (where asking a value costs a
         sync); the forms agree either way (tests run both)."""
         tl, il, m = batch.trainer_logprobs.detach(), batch.inference_logprobs, batch.loss_mask
         dtype = compute_dtype(tl)
@@ -135,6 +141,7 @@ class Ratios:
         l = torch.empty((B, T), dtype=dtype, device=m.device)
         k3_tokens = torch.empty_like(l) if k3 else None
         length, S, logp_sum, k3_sum = (torch.empty(B, dtype=dtype, device=m.device) for _ in range(4))
+        row_max, row_min = (torch.empty(B, dtype=dtype, device=m.device) if extremes else None for _ in range(2))
         blocks = row_blocks(B, T, m.device)
         R = max((b.stop - b.start for b in blocks), default=0)
         mf_, logp_, k3_ = (torch.empty((R, T), dtype=dtype, device=m.device) for _ in range(3))  # reused per block
@@ -148,6 +155,8 @@ class Ratios:
             if not shortcuts:  # inference log-probs not finite on padding leave inf or NaN behind: cleaned
                 lr.nan_to_num_(nan=0.0, posinf=0.0, neginf=0.0).mul_(mf)
                 S[rows] = lr.sum(-1)
+            if extremes:
+                row_max[rows], row_min[rows] = row_extremes(lr)
             k3_rows = k3_tokens[rows] if k3_tokens is not None else k3_[:n]
             k3_sum[rows] = torch.sub(expm1(lr, out=k3_rows), lr, out=k3_rows).sum(-1)
         if shortcuts and not bool(torch.isfinite(S).all()):  # the sums, needed anyway, say whether any is there
@@ -159,17 +168,27 @@ class Ratios:
             k3_sum.index_copy_(0, bad, k3_rows[1])
             if k3_tokens is not None:
                 k3_tokens.index_copy_(0, bad, k3_rows[0])
+            if extremes:
+                bad_max, bad_min = row_extremes(lr)
+                row_max.index_copy_(0, bad, bad_max)
+                row_min.index_copy_(0, bad, bad_min)
         return cls(m, l, l, tl, il, batch.advantages, length, S, logp_sum, k3_sum, k3_tokens, None, shortcuts,
-                   sparse_share)
+                   sparse_share, row_max=row_max, row_min=row_min)
 
     def clamped(self, c: float) -> Ratios:
         """The same batch with l clamped to [-c, c] (verl's SAFETY_BOUND), for a composition's criteria: this
         record itself when no loss token is outside (asked with shortcuts), else a clamped copy."""
         l = self.log_ratio
-        if self.shortcuts and bool(l.amax() <= c) and bool(l.amin() >= -c):
+        if self.row_max is not None:  # the rows' extremes answer without a pass
+            if self.shortcuts and bool(self.row_max.max() <= c) and bool(self.row_min.min() >= -c):
+                return self
+        elif self.shortcuts and bool(l.amax() <= c) and bool(l.amin() >= -c):
             return self
         lc = l.clamp(-c, c)
-        return replace(self, log_ratio=lc, seq_log_ratio=lc.sum(-1), k3=None, k3_rollout=k3_row_sums(lc), clamp=c)
+        extremes = {} if self.row_max is None else {"row_max": self.row_max.clamp(-c, c),  # clamp is monotone
+                                                    "row_min": self.row_min.clamp(-c, c)}
+        return replace(self, log_ratio=lc, seq_log_ratio=lc.sum(-1), k3=None, k3_rollout=k3_row_sums(lc), clamp=c,
+                       **extremes)
 
     def aggregate_view(self, raw: Ratios, c: float) -> Ratios:
         """This (clamped) record, its rollout ratio rules reading raw's sums and means clamped to [-c, c]."""
@@ -183,7 +202,7 @@ class Ratios:
         return Ratios(take(self.mask), take(self.log_ratio), take(self.unclamped_log_ratio),
                       take(self.trainer_logprobs), take(self.inference_logprobs), adv, take(self.length),
                       take(self.seq_log_ratio), take(self.logp_rowsum), take(self.k3_rollout), take(self.k3),
-                      self.clamp, False, self.sparse_share)
+                      self.clamp, False, self.sparse_share, row_max=take(self.row_max), row_min=take(self.row_min))
 
     @property
     def dtype(self) -> torch.dtype:
@@ -401,6 +420,8 @@ def keep_of(r: Ratios, cache: Cache, c: Criterion, cond: torch.Tensor | None) ->
 def extremes(cache: Cache, shared: Shared) -> tuple[torch.Tensor, torch.Tensor]:
     """(B,) row maxima and minima of a shared (B, T) tensor, made once per call."""
     owner, key, x = shared
+    if x is owner.log_ratio and owner.row_max is not None:  # made with the log-ratios
+        return owner.row_max, owner.row_min
     return cache.memo(("extremes", owner.clamp, key), lambda: row_extremes(x))
 
 
@@ -952,8 +973,10 @@ def evaluate_many(named: dict[Composition, int], batch: Batch, agg: str = "token
     if agg not in AGGREGATIONS:
         raise ValueError(f"agg must be one of {', '.join(AGGREGATIONS)}; got {agg!r}")
     several = len(named) > 1
-    r = ratios if ratios is not None else Ratios.of(batch, k3=several)  # the (B, T) k3 once, for any token-level
-    if r.k3 is None and several:  # composition's kept share
+    extremes = any(reads_extremes(comp) for comp in named)
+    # the (B, T) k3 once, for any token-level composition's kept share
+    r = ratios if ratios is not None else Ratios.of(batch, k3=several, extremes=extremes)
+    if r.k3 is None and several:
         r = replace(r, k3=k3_of(r.log_ratio)[0])
     pieces = Cache(profiles=several if profiles is None else profiles)  # pays when several share it
     out = {}
@@ -967,6 +990,11 @@ def evaluate_many(named: dict[Composition, int], batch: Batch, agg: str = "token
 WEIGHT_LEVELS = ("none", "token", "sequence", "geometric", "prefix")
 AGGREGATES = ("token", "sum", "mean", "max", "min")
 PENALTIES = ("squared_log_ratio", "k3")
+
+
+def reads_extremes(comp: Composition) -> bool:
+    """Whether a token rule on the ratio will ask for the rows' extremes of l (Ratios.of makes them with l)."""
+    return any(c.statistic == "ratio" for c in comp.token_rules)
 
 
 def supports(comp: Composition) -> bool:

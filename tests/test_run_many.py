@@ -130,3 +130,25 @@ def test_a_callers_ratios_serves_later_calls_unchanged():
             r.log_ratio = None
         for k in keys:
             _assert_same(_everything(outs[k], batch), _everything(run(k, batch), batch), k)
+
+
+@pytest.mark.parametrize("kind", ["sparse", "dense"])
+def test_row_extremes_made_with_the_log_ratios(kind):
+    # Ratios.of(extremes=True) makes each row's max and min of l in its blocked pass: they are amax / amin of l
+    # (padding's 0 included), clamped copies carry them clamped, and every output is what a record without them
+    # gives (the extremes then come from a pass of their own)
+    from seqis.fast import Ratios
+
+    batch = _batch(kind, B=300, T=900)  # several row blocks
+    inference = batch.inference_logprobs.clone()
+    inference[7:300:50] = torch.where(batch.loss_mask[7:300:50], inference[7:300:50], -math.inf)  # rows to clean
+    batch = Batch(batch.trainer_logprobs, inference, batch.advantages, batch.loss_mask)
+    with_them, without = Ratios.of(batch, extremes=True), Ratios.of(batch)
+    assert without.row_max is None
+    for r in (with_them, with_them.clamped(1.0)):
+        torch.testing.assert_close(r.row_max, r.log_ratio.amax(-1), rtol=0, atol=0)
+        torch.testing.assert_close(r.row_min, r.log_ratio.amin(-1), rtol=0, atol=0)
+    keys = ["mis_po", "icepop", "geo_mask", "verl/bypass_ppo_clip"]
+    a, b = run_many(keys, batch, ratios=with_them), run_many(keys, batch, ratios=without)
+    for k in keys:
+        _assert_same(_everything(a[k], batch), _everything(b[k], batch), k)
