@@ -137,9 +137,11 @@ def background_steps() -> list[Callable[[], object]]:
 
 
 # A page run and the warm-up share one interpreter lock: warm-up work during a page's run slowed the page (a new
-# session's load 3.6 s -> 4.7 s in an interleaved A/B), and the Lessons' 10-20 s of it overlapped every first
-# load after a start. So the warm-up runs a step only when no page has run for QUIET_S.
-QUIET_S = 0.5
+# session's load 3.6 s -> 4.7 s in an interleaved A/B), and the Lessons' 10-40 s of it overlapped every first
+# load after a start. So the warm-up starts a step only when no page has run for QUIET_S: longer than the pause
+# between a person's clicks while they work the knobs, shorter than reading a page. A step already running when
+# a click comes still overlaps it (the lag lesson's training runs take seconds each: they come last).
+QUIET_S = 3.0
 _pages = 0  # page runs in progress
 _last_page = 0.0  # time.monotonic() when the latest page run ended
 _pages_lock = threading.Lock()
