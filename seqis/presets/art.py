@@ -89,17 +89,17 @@ def compose(cfg: ArtConfig) -> Composition:
 ESTIMATOR = framework_estimator("art", compose, ArtConfig, "ART's policy loss against the sampler.")
 SOURCE = "OpenPipe/ART@0.5.23: src/art/loss.py (loss_fn)"
 
-_SHIPPED_1 = (  # when the framework shipped it (Preset.versions)
+SHIPPED_CISPO = (  # when the framework shipped it (Preset.versions)
     'CISPO the default since 0.5.5 (ART #498); the +-20 log-ratio clamp since 0.5.21'
 )
-_SHIPPED_2 = (  # when the framework shipped it (Preset.versions)
+SHIPPED_PPO = (  # when the framework shipped it (Preset.versions)
     "ART's default through 0.5.4 (then without the +-20 clamp); ppo=True since"
 )
 
 PRESETS = [
     Preset("art/default", "ART's default (CISPO): weight clip(rho_t, 0, 5) against the sampler (epsilon 1, "
-           "epsilon_high 4), l clamped to +-20 first.", SOURCE, ESTIMATOR, ArtConfig(), versions=_SHIPPED_1),
+           "epsilon_high 4), l clamped to +-20 first.", SOURCE, ESTIMATOR, ArtConfig(), versions=SHIPPED_CISPO),
     Preset("art/ppo", "PPO-clip 0.2 / 0.2 against the sampler (ppo=True; ART's default through 0.5.4); a token with "
            "|l| > 20 gets no gradient in ART (the clamp's), seqis weighs it e^+-20.", SOURCE, ESTIMATOR,
-           ArtConfig(ppo=True), versions=_SHIPPED_2),
+           ArtConfig(ppo=True), versions=SHIPPED_PPO),
 ]

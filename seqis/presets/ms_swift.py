@@ -70,21 +70,21 @@ SOURCE = "modelscope/ms-swift@3602360a (4.6.0): swift/rlhf_trainers/grpo_trainer
 _FN = f"{SOURCE} (_apply_rollout_importance_sampling)"
 _CLAMP = "l clamped to +-20 per token"
 
-_SHIPPED_1 = (  # when the framework shipped it (Preset.versions)
+SHIPPED_MODES = (  # when the framework shipped it (Preset.versions)
     'every mode since 2025-11-26 (ms-swift #6678, release 3.11.0); OPSM since 2025-12-10 (#6978)'
 )
 
 PRESETS = [
     Preset("ms-swift/token_truncate", f"Token TIS min(rho_t, 2) ({_CLAMP}; not the default: the mode's default "
            "is None, no correction).", _FN, ESTIMATOR,
-           MsSwiftConfig(rollout_importance_sampling_mode="token_truncate"), versions=_SHIPPED_1),
+           MsSwiftConfig(rollout_importance_sampling_mode="token_truncate"), versions=SHIPPED_MODES),
     Preset("ms-swift/token_mask", f"Token MIS: rho_t where rho_t <= 2, else 0 (one-sided; {_CLAMP}).", _FN,
-           ESTIMATOR, MsSwiftConfig(rollout_importance_sampling_mode="token_mask"), versions=_SHIPPED_1),
+           ESTIMATOR, MsSwiftConfig(rollout_importance_sampling_mode="token_mask"), versions=SHIPPED_MODES),
     Preset("ms-swift/sequence_truncate", "min(g, 2) on every token, g = exp(mean_t l_t) the GEOMETRIC mean (ms-swift "
            "calls it sequence); ms-swift clamps each l_t at +-20 before the mean, seqis the mean (differs only where "
            "a token has |l| > 20).", _FN, ESTIMATOR,
-           MsSwiftConfig(rollout_importance_sampling_mode="sequence_truncate"), versions=_SHIPPED_1),
+           MsSwiftConfig(rollout_importance_sampling_mode="sequence_truncate"), versions=SHIPPED_MODES),
     Preset("ms-swift/sequence_mask", f"The token ratio rho_t on rollouts whose geometric mean exp(mean_t l_t) is <= 2, "
            f"else 0 (the weight stays per token; {_CLAMP} before the mean).", _FN, ESTIMATOR,
-           MsSwiftConfig(rollout_importance_sampling_mode="sequence_mask"), versions=_SHIPPED_1),
+           MsSwiftConfig(rollout_importance_sampling_mode="sequence_mask"), versions=SHIPPED_MODES),
 ]

@@ -84,7 +84,7 @@ ESTIMATOR = framework_estimator("open-instruct", compose, OpenInstructConfig,
                                 "open-instruct grpo_fast's train/infer rho correction.")
 SOURCE = "allenai/open-instruct@e6c3044a: open_instruct/grpo_utils.py (compute_rho_correction)"
 
-_SHIPPED_1 = (  # when the framework shipped it (Preset.versions)
+SHIPPED_DEFAULT = (  # when the framework shipped it (Preset.versions)
     'this default since 2026-03-20 (open-instruct #1547: truncated_importance_sampling_ratio_cap 0 -> '
     '2.0, the same arithmetic), under the rho_* names since 2026-05-07 (#1650); off (cap 0) from '
     '2025-10-08 (#1041) to then'
@@ -93,5 +93,5 @@ _SHIPPED_1 = (  # when the framework shipped it (Preset.versions)
 PRESETS = [
     Preset("open-instruct/default", "open-instruct's default: min(rho_t, 2) per token, l clamped to +-10 first "
            "(use_rho_correction on; CHANGELOG.md calls the cap 10, the code sets 2.0).", SOURCE, ESTIMATOR,
-           OpenInstructConfig(), versions=_SHIPPED_1),
+           OpenInstructConfig(), versions=SHIPPED_DEFAULT),
 ]

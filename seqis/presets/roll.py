@@ -83,28 +83,28 @@ SOURCE = "alibaba/ROLL@8eb27cc2 (v0.3.0): roll/utils/train_infer_corrections.py 
 _ON = dict(is_weight_enabled=True)
 _FILTER = dict(filter_enabled=True)
 
-_SHIPPED_1 = (  # when the framework shipped it (Preset.versions)
+SHIPPED_OPTIONS = (  # when the framework shipped it (Preset.versions)
     'every option since 2026-02-03 (ROLL v0.2.0); unchanged in v0.3.0 (2026-06-18)'
 )
 
 PRESETS = [
     Preset("roll/default", "ROLL's default: no train-infer correction (is_weight.enabled False, no filters).",
-           SOURCE, ESTIMATOR, RollConfig(), versions=_SHIPPED_1),
+           SOURCE, ESTIMATOR, RollConfig(), versions=SHIPPED_OPTIONS),
     Preset("roll/is_weight", "Token weight min(rho_t, 1.2): is_weight enabled at its field defaults (an upper "
            "bound of 1.2, tighter than most frameworks' 2).", SOURCE, ESTIMATOR, RollConfig(**_ON),
-           versions=_SHIPPED_1),
+           versions=SHIPPED_OPTIONS),
     Preset("roll/is_weight_geometric", "min(exp(mean_t l_t), 1.2) on every token (weight_type geometric).", SOURCE,
-           ESTIMATOR, RollConfig(**_ON, is_weight_weight_type="geometric"), versions=_SHIPPED_1),
+           ESTIMATOR, RollConfig(**_ON, is_weight_weight_type="geometric"), versions=SHIPPED_OPTIONS),
     Preset("roll/is_weight_sequence", "min(exp(S), 1.2) on every token (weight_type sequence; no log-ratio clamp).",
-           SOURCE, ESTIMATOR, RollConfig(**_ON, is_weight_weight_type="sequence"), versions=_SHIPPED_1),
+           SOURCE, ESTIMATOR, RollConfig(**_ON, is_weight_weight_type="sequence"), versions=SHIPPED_OPTIONS),
     Preset("roll/filter_token", "Drop tokens whose rho_t leaves [0.8, 1.2] (a filter at its field defaults); "
-           "weight 1.", SOURCE, ESTIMATOR, RollConfig(**_FILTER), versions=_SHIPPED_1),
+           "weight 1.", SOURCE, ESTIMATOR, RollConfig(**_FILTER), versions=SHIPPED_OPTIONS),
     Preset("roll/filter_geometric", "Drop rollouts whose geometric ratio exp(mean_t l_t) leaves [0.8, 1.2]; weight "
-           "1.", SOURCE, ESTIMATOR, RollConfig(**_FILTER, filter_agg_type="geometric"), versions=_SHIPPED_1),
+           "1.", SOURCE, ESTIMATOR, RollConfig(**_FILTER, filter_agg_type="geometric"), versions=SHIPPED_OPTIONS),
     Preset("roll/filter_sequence", "Drop rollouts whose product ratio exp(S) leaves [0.8, 1.2]; weight 1.", SOURCE,
-           ESTIMATOR, RollConfig(**_FILTER, filter_agg_type="sequence"), versions=_SHIPPED_1),
+           ESTIMATOR, RollConfig(**_FILTER, filter_agg_type="sequence"), versions=SHIPPED_OPTIONS),
     Preset("roll/filter_token_diff", "Drop tokens whose rho_t leaves [0.8, 1.2] or whose pi_old - mu leaves "
            "[-0.2, 0.2] (diff_enabled; the ratio test stays on, and at these bands the diff test never binds alone: "
            "|pi - mu| = mu |rho - 1| <= 0.2); weight 1.", SOURCE, ESTIMATOR,
-           RollConfig(**_FILTER, filter_diff_enabled=True), versions=_SHIPPED_1),
+           RollConfig(**_FILTER, filter_diff_enabled=True), versions=SHIPPED_OPTIONS),
 ]

@@ -67,29 +67,30 @@ ESTIMATOR = framework_estimator("tinker", compose, TinkerConfig, "Tinker's built
 SOURCE = "thinking-machines-lab/tinker-cookbook@9dfcc3a2: tutorials/202_loss_functions.py (Tinker's loss docs)"
 _SUM = "summed over tokens, no normaliser; no log-ratio clamp"
 
-_SHIPPED_1 = (  # when the framework shipped it (Preset.versions)
+SHIPPED_IS = (  # when the framework shipped it (Preset.versions)
     "since 2025-10-01 (Tinker's launch; documented in tinker-cookbook docs/losses.mdx from 2025-12-14, "
     '#173)'
 )
-_SHIPPED_2 = (  # when the framework shipped it (Preset.versions)
+SHIPPED_PPO = (  # when the framework shipped it (Preset.versions)
     'since 2025-10-01; thresholds 0.8 / 1.2 documented as the default since 2026-04-01 (#562)'
 )
-_SHIPPED_3 = (  # when the framework shipped it (Preset.versions)
+SHIPPED_CISPO = (  # when the framework shipped it (Preset.versions)
     'the one-sided default documented since 2026-06-05 (tinker-cookbook #763)'
 )
-_SHIPPED_4 = (  # when the framework shipped it (Preset.versions)
+SHIPPED_CISPO_TWO_SIDED = (  # when the framework shipped it (Preset.versions)
     "2026-04-01 .. 2026-06-05, when the tutorial named 0.8 / 1.2 as CISPO's default too (#562 .. #763)"
 )
 
 PRESETS = [
     Preset("tinker/importance_sampling", f"Tinker's RL default: weight rho_t = pi/mu, unbounded ({_SUM}).", SOURCE,
-           ESTIMATOR, TinkerConfig(), versions=_SHIPPED_1),
+           ESTIMATOR, TinkerConfig(), versions=SHIPPED_IS),
     Preset("tinker/ppo", f"PPO-clip against the sampler: rho_t where A > 0 and rho_t <= 1.2 or A < 0 and "
            f"rho_t >= 0.8, else no gradient ({_SUM}).", SOURCE, ESTIMATOR, TinkerConfig(loss_fn="ppo"),
-           versions=_SHIPPED_2),
+           versions=SHIPPED_PPO),
     Preset("tinker/cispo", f"CISPO: weight min(rho_t, 4) (clip_low_threshold 0: one-sided; {_SUM}).", SOURCE,
-           ESTIMATOR, TinkerConfig(loss_fn="cispo"), versions=_SHIPPED_3),
+           ESTIMATOR, TinkerConfig(loss_fn="cispo"), versions=SHIPPED_CISPO),
     Preset("tinker/cispo_two_sided", f"CISPO as the tutorial described its default before 2026-06-05: "
            f"clip(rho_t, 0.8, 1.2) ({_SUM}).", SOURCE, ESTIMATOR,
-           TinkerConfig(loss_fn="cispo", clip_low_threshold=0.8, clip_high_threshold=1.2), versions=_SHIPPED_4),
+           TinkerConfig(loss_fn="cispo", clip_low_threshold=0.8, clip_high_threshold=1.2),
+           versions=SHIPPED_CISPO_TWO_SIDED),
 ]

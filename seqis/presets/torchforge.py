@@ -41,17 +41,17 @@ def compose(cfg: TorchforgeConfig) -> Composition:
 ESTIMATOR = framework_estimator("torchforge", compose, TorchforgeConfig, "torchforge's policy losses.")
 SOURCE = "meta-pytorch/torchforge@6e77f0b3: src/forge/losses/reinforce_loss.py (ReinforceLoss)"
 
-_SHIPPED_1 = (  # when the framework shipped it (Preset.versions)
+SHIPPED_REINFORCE = (  # when the framework shipped it (Preset.versions)
     'since 2025-09-18 (torchforge #175)'
 )
-_SHIPPED_2 = (  # when the framework shipped it (Preset.versions)
+SHIPPED_GRPO = (  # when the framework shipped it (Preset.versions)
     'since 2025-09-17 (torchforge #168)'
 )
 
 PRESETS = [
     Preset("torchforge/reinforce", "ReinforceLoss: weight clamp(rho_t, 0.1, 10) (fixed bounds, no log-ratio clamp; "
-           "token-mean).", SOURCE, ESTIMATOR, TorchforgeConfig(), versions=_SHIPPED_1),
+           "token-mean).", SOURCE, ESTIMATOR, TorchforgeConfig(), versions=SHIPPED_REINFORCE),
     Preset("torchforge/grpo", "SimpleGRPOLoss, the GRPO app's loss: no sampler weight (its KL term is to the "
            "reference model).", "meta-pytorch/torchforge@6e77f0b3: src/forge/losses/grpo_loss.py (SimpleGRPOLoss)",
-           ESTIMATOR, TorchforgeConfig(loss="SimpleGRPOLoss"), versions=_SHIPPED_2),
+           ESTIMATOR, TorchforgeConfig(loss="SimpleGRPOLoss"), versions=SHIPPED_GRPO),
 ]

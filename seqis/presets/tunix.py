@@ -42,12 +42,12 @@ def compose(cfg: TunixConfig) -> Composition:
 ESTIMATOR = framework_estimator("tunix", compose, TunixConfig, "Tunix GRPO's sampler importance sampling.")
 SOURCE = "google/tunix@c7d8950f: tunix/rl/grpo/grpo_learner.py (GRPOConfig.sampler_is)"
 
-_SHIPPED_1 = (  # when the framework shipped it (Preset.versions)
+SHIPPED_SAMPLER_IS = (  # when the framework shipped it (Preset.versions)
     'agentic GRPO since 2026-05-17 (49b63f71, released in google-tunix 0.1.7), GRPO since 2026-07-27 '
     '(d14317fe)'
 )
 
 PRESETS = [
     Preset("tunix/sampler_is", "sampler_is='token': weight min(rho_t, 2), l clamped to +-20 (the option is off by "
-           "default).", SOURCE, ESTIMATOR, TunixConfig(sampler_is="token"), versions=_SHIPPED_1),
+           "default).", SOURCE, ESTIMATOR, TunixConfig(sampler_is="token"), versions=SHIPPED_SAMPLER_IS),
 ]
