@@ -198,6 +198,35 @@ def test_charts_far_below_draw_when_scrolled_near(server, browser):
     page.close()
 
 
+def test_a_drawn_chart_hidden_removed_or_resized_raises_no_page_error(server, browser):
+    # a chart follows its column's width (a ResizeObserver); when its node leaves the page (a rerun or a page
+    # switch takes its element out before the unmount lets go of the observer) the observer fires with width 0,
+    # and plotly's resize of a div that is not displayed rejects ("Resize must be passed a displayed plot div
+    # element", found by the randomised session). A drawn chart hidden, narrowed, shown again and removed must
+    # raise nothing, and follow its column's width once shown
+    page = browser.new_page(viewport={"width": 1600, "height": 1000})
+    errors = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(f"{server}/?{SMALL}")
+    _settle(page)
+    page.wait_for_function("document.querySelectorAll('.seqis-chart').length >= 4 && "
+                           "Array.from(document.querySelectorAll('.seqis-chart')).slice(0, 2)"
+                           ".every(n => n._fullLayout)", timeout=60_000)
+    first = "document.querySelectorAll('.seqis-chart')[0]"
+    page.evaluate(f"() => {{ {first}.style.display = 'none'; }}")
+    page.wait_for_timeout(300)
+    page.set_viewport_size({"width": 1000, "height": 1000})
+    page.wait_for_timeout(300)
+    page.evaluate(f"() => {{ {first}.style.display = ''; }}")
+    page.wait_for_timeout(800)
+    sizes = page.evaluate(f"() => [{first}.clientWidth, {first}._fullLayout.width]")
+    assert abs(sizes[0] - sizes[1]) <= 2, sizes  # the figure follows its column once shown again
+    page.evaluate("() => document.querySelectorAll('.seqis-chart')[1].remove()")
+    page.wait_for_timeout(800)
+    assert not errors, errors
+    page.close()
+
+
 def test_training_renders_its_default_run_and_restores_a_view_from_the_url(server, browser):
     page = _open(browser, f"{server}/training", "training")
     page.wait_for_selector('.seqis-chart .main-svg', timeout=120_000)

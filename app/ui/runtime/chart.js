@@ -58,7 +58,12 @@ function render(node) {
       if (!node.__seqisResize) {  // follow the column's width (plotly's own `responsive` leaks a window listener)
         let width = node.clientWidth;
         node.__seqisResize = new ResizeObserver(() => {
-          if (node.clientWidth !== width && node._fullLayout) { width = node.clientWidth; P.Plots.resize(node); }
+          // a node hidden or taken out of the page (before its unmount lets go of this observer) reports width 0,
+          // and plotly refuses to resize a div that is not displayed: it is resized when it is shown again
+          const w = node.clientWidth;
+          if (w === width || !w || !node.isConnected || !node._fullLayout) return;
+          width = w;
+          P.Plots.resize(node).catch(() => {});  // hidden between this check and plotly's: the next change resizes
         });
         node.__seqisResize.observe(node);
       }
