@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from functools import cache
 
 import numpy as np
 import torch
@@ -19,13 +20,16 @@ from .evaluate import MAX_LOG_WEIGHT, log_of
 LOG2_E = 1 / math.log(2)
 
 
-def capped_exp(x: torch.Tensor, clip: float = math.inf) -> torch.Tensor:
-    """min(exp(x), clip, e^40), computed as 2^(log2(e) * min(x, log clip, 40)) in a new tensor.
+def capped_exp(x: torch.Tensor, clip: float = math.inf, exact: bool = False) -> torch.Tensor:
+    """min(exp(x), clip, e^40), computed as 2^(log2(e) * min(x, log clip, 40)) in a new tensor (exact:
+    torch.exp of it, the frameworks' own exp, for a weight whose band is decided in ratio space: a token kept on
+    the edge then weighs what the framework's does, to the bit).
 
     On the CPU torch.exp goes through MKL's VML, which is slow on some CPUs (AMD's); exp2 has a SIMD
     kernel everywhere, about four times faster there. Rounding the product costs a relative error of at
     most 40 * 2^-24 (2.4e-6, at the cap) in float32, 40 * 2^-53 in float64."""
-    return x.clamp(max=min(log_of(clip), MAX_LOG_WEIGHT)).mul_(LOG2_E).exp2_()  # clamp makes a copy
+    capped = x.clamp(max=min(log_of(clip), MAX_LOG_WEIGHT))  # clamp makes a copy
+    return capped.exp_() if exact else capped.mul_(LOG2_E).exp2_()
 
 
 def exp_of(x: torch.Tensor) -> torch.Tensor:
@@ -60,20 +64,73 @@ def shortcuts_for(x: torch.Tensor) -> bool:
 
 def in_band(x: torch.Tensor, low: float, high: float, tol: torch.Tensor | float = 0.0) -> torch.Tensor:
     """low <= exp(x) <= high, inclusive, compared in log space; an x within tol of an edge counts as on it."""
-    ok = x.ge(log_of(low) - tol)
-    ok &= x.le(log_of(high) + tol)
+    return in_log_band(x, log_of(low), log_of(high), tol)
+
+
+def in_log_band(x: torch.Tensor, lo: float, hi: float, tol: torch.Tensor | float = 0.0) -> torch.Tensor:
+    """lo <= x <= hi for log-ratio edges lo, hi; an x within tol of an edge counts as on it."""
+    ok = x.ge(lo - tol)
+    ok &= x.le(hi + tol)
     return ok
 
 
-def band_f(x: torch.Tensor, low: float, high: float) -> torch.Tensor:
-    """1.0 where low <= exp(x) <= high, else 0.0, as a new float tensor (x finite): clamp and compare in
-    place. On the CPU a comparison that writes a bool tensor is a slow path; this is not."""
-    return x.clamp(log_of(low), log_of(high)).eq_(x)
+@cache
+def ratio_edges(low: float, high: float, dtype: torch.dtype, strict: bool = False) -> tuple[float, float]:
+    """(lo, hi), values of dtype: low <= exp(x) <= high (strict: low < exp(x) < high), with exp and the
+    comparison in dtype (the edges rounded to it, as `torch.exp(l) <= C` rounds C), holds for an x of dtype
+    exactly when lo <= x <= hi. So a band in ratio space is decided in log space with no exp per token.
+
+    exp is monotone in each dtype (torch's is faithfully rounded), so each side is one crossing, found by
+    bisection over the dtype's values near log(edge); it can sit many ulps of x from log(edge) (near ratio 1
+    an ulp of the ratio spans many of x). An open side stays open (-inf, inf), except that a strict edge at 0
+    or inf drops the x whose exp underflows to 0 or overflows to inf."""
+    def keeps_low(v: float) -> bool:
+        e = torch.exp(torch.tensor(v, dtype=dtype))
+        return bool(e > low) if strict else bool(e >= low)
+
+    def keeps_high(v: float) -> bool:
+        e = torch.exp(torch.tensor(v, dtype=dtype))
+        return bool(e < high) if strict else bool(e <= high)
+
+    info = torch.finfo(dtype)
+    lo = -math.inf if low == 0 and not strict else _crossing(
+        keeps_low, math.log(low) if low > 0 else math.log(info.smallest_normal * info.eps), dtype, rising=True)
+    hi = math.inf if high == math.inf and not strict else _crossing(
+        keeps_high, math.log(high) if high < math.inf else math.log(info.max), dtype, rising=False)
+    return lo, hi
 
 
-def outside_f(x: torch.Tensor, low: float, high: float) -> torch.Tensor:
-    """1.0 where exp(x) lies outside [low, high], else 0.0, as a new float tensor (x finite)."""
-    return x.clamp(log_of(low), log_of(high)).ne_(x)
+def _crossing(keeps: Callable[[float], bool], guess: float, dtype: torch.dtype, *, rising: bool) -> float:
+    """The dtype value where a monotone predicate of x turns: rising, the smallest x that keeps (False below,
+    True from it on); falling, the largest x that keeps (True up to it)."""
+    as_d = lambda v: float(torch.tensor(v, dtype=dtype))  # noqa: E731
+    step = 1e-5 * (1 + abs(guess))
+    a, b = as_d(guess - step), as_d(guess + step)  # a below the crossing, b above it, widened until they are
+    while keeps(a) == rising or keeps(b) != rising:
+        step *= 4
+        a, b = as_d(guess - step), as_d(guess + step)
+    up = torch.tensor(math.inf, dtype=dtype)
+    after = lambda v: float(torch.nextafter(torch.tensor(v, dtype=dtype), up))  # noqa: E731  the next value up
+    while after(a) < b:  # a and b not yet neighbours
+        mid = as_d((a + b) / 2)
+        if mid in (a, b):
+            mid = after(a)
+        if keeps(mid) == rising:
+            b = mid
+        else:
+            a = mid
+    return b if rising else a
+
+
+def band_f(x: torch.Tensor, lo: float, hi: float) -> torch.Tensor:
+    """1.0 where lo <= x <= hi (log-ratio edges), else 0.0, as a new float tensor (x finite): clamp and
+    compare in place. On the CPU a comparison that writes a bool tensor is a slow path; this is not."""
+    return x.clamp(lo, hi).eq_(x)
+
+
+def outside_f(x: torch.Tensor, lo: float, hi: float) -> torch.Tensor:
+    """1.0 where x lies outside [lo, hi] (log-ratio edges), else 0.0, as a new float tensor (x finite)."""
+    return x.clamp(lo, hi).ne_(x)
 
 
 def tokens_of(mask: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
@@ -82,9 +139,9 @@ def tokens_of(mask: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
     return (mask.view(torch.uint8) & gate.view(torch.uint8)[:, None]).view(torch.bool)
 
 
-def outside_band(mask: torch.Tensor, x: torch.Tensor, low: float, high: float) -> torch.Tensor:
-    """(B, T) bool: the mask's tokens where exp(x) lies outside [low, high] (x finite)."""
-    return mask & outside_f(x, low, high).bool()
+def outside_band(mask: torch.Tensor, x: torch.Tensor, lo: float, hi: float) -> torch.Tensor:
+    """(B, T) bool: the mask's tokens where x lies outside [lo, hi] (log-ratio edges; x finite)."""
+    return mask & outside_f(x, lo, hi).bool()
 
 
 # Token rules (and a token weight's truncation or band) that touch at most this share of the rollouts are kept in
@@ -147,9 +204,9 @@ def dot_rows(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return torch.cat([(x * y).sum(-1) for x, y in zip(a.split(rows), b.split(rows))])
 
 
-def band_keep(x: torch.Tensor, mask_f: torch.Tensor, low: float, high: float) -> torch.Tensor:
-    """(B, T) 0/1 floats: the loss tokens with low <= exp(x) <= high (x finite, 0 on padding)."""
-    return band_f(x, low, high).mul_(mask_f)
+def band_keep(x: torch.Tensor, mask_f: torch.Tensor, lo: float, hi: float) -> torch.Tensor:
+    """(B, T) 0/1 floats: the loss tokens with lo <= x <= hi (log-ratio edges; x finite, 0 on padding)."""
+    return band_f(x, lo, hi).mul_(mask_f)
 
 
 def above(x: torch.Tensor, c: float) -> torch.Tensor:

@@ -16,7 +16,9 @@ A composition says, as plain data, what happens to each loss token's gradient:
               clamped to [-c, c] after aggregating the raw l (token l_t, sequence S_j, geometric S_j / T_j,
               prefix sum), the criteria see each token's clamped l (prob_diff and the binary KLs excepted:
               probabilities are raw); clamp_order "aggregate" (SkyRL, slime) makes a rollout's sum or mean ratio
-              rule see its raw aggregate clamped instead
+              rule see its raw aggregate clamped instead; weight_clamp_order "token" (ms-swift, open-instruct)
+              makes the weight's exponent the aggregate of each token's clamped l, with no clamp after it
+              (l = (+25, -20), c = 20: mean 0, weight 1, where "aggregate" gives e^2.5)
     batch     a rule over the batch's loss tokens at once (AReaL's M2PO): drop the largest l_t^2 until the rest's
               mean is below a threshold; its dropped tokens leave the loss's normaliser
 
@@ -31,6 +33,11 @@ N / N_after. A sequence weight with gamma (k+, lambda+, k-, lambda-) is TRL's VE
 lambda W), (k, lambda) by the advantage's sign, W the product of the token ratios each truncated at token_clip.
 
 Bands are inclusive; a geometric or product ratio within the rounding of S_j / T_j of an edge is on it.
+Edge space: a band on a ratio (a ratio criterion's, the weight's band) compares the log-ratio x with log C
+("log", verl's and prime-rl's arithmetic), or exp(x) with C in the compute dtype ("ratio": TRL's, ms-swift's,
+open-instruct's `exp(l) <= C`), exactly as written: no rounding tolerance. The two differ only for an x within
+an ulp or so of log C (TRL: l = log 3 gives exp(l) = 3.0000000000000004 > 3 in float64, dropped; l <= log 3 keeps
+it). The truncation min(w, C) is not a decision: it stays exp(min(x, log C)).
 
 The gradient coefficient on a loss token is weights_t = w_t * 1[kept_t]; the loss is
 -sum_t s_t * weights_t * adv_tau * A_t * log pi_t (+ the penalty). Export, summaries, the lab and the widgets
@@ -45,7 +52,8 @@ from dataclasses import dataclass, field
 WEIGHT_LEVELS = ("none", "token", "sequence", "geometric", "prefix")
 STATISTICS = ("ratio", "k1", "k2", "k3", "prob_diff", "exp_abs_log_ratio", "abs_ratio_minus_one", "binary_kl",
               "binary_kl_mu")
-CLAMP_ORDERS = ("token", "aggregate")  # the criteria's clamp: each l_t first (verl), or a rollout's aggregate
+CLAMP_ORDERS = ("token", "aggregate")  # the clamp: each l_t first, or a rollout's aggregate (of the raw l)
+EDGE_SPACES = ("log", "ratio")  # a ratio band's edges: x against log C, or exp(x) against C (the compute dtype)
 AGGREGATES = ("token", "sum", "mean", "max", "min")
 ADVANTAGE_SIGNS = ("positive", "negative", "non-negative", "non-positive")
 PENALTIES = ("squared_log_ratio", "k3")
@@ -79,9 +87,13 @@ class Weight:
     normalize_all: bool = False  # self_normalize of a rollout weight: the mean over every rollout, empty ones (0)
     token_clip: float | None = None  # sequence level: each token's ratio truncated at this before the product
     gamma: tuple[float, float, float, float] | None = None  # sequence: VESPO's (k+, lambda+, k-, lambda-) of exp S
+    edge_space: str = "log"  # the band's edges: "log" (x against log C) or "ratio" (exp(x) against C: TRL)
 
     def __post_init__(self):
         _choice("Weight", "level", self.level, WEIGHT_LEVELS)
+        _choice("Weight", "edge_space", self.edge_space, EDGE_SPACES)
+        if self.edge_space == "ratio" and self.band is None:
+            raise ValueError("Weight.edge_space 'ratio' takes a band (it says how the band's edges are compared)")
         if self.token_clip is not None:
             _number("Weight", "token_clip", self.token_clip, low=0.0, open_low=True)
         if self.gamma is not None:
@@ -144,9 +156,14 @@ class Criterion:
     advantage: str | None = None  # None, or only drop where A is "positive" | "negative" | "non-negative" | ...
     strict: bool = False  # open edges: keep where low < statistic < high
     leaves_normaliser: bool = False  # the tokens it drops leave the loss's token count N too
+    edge_space: str = "log"  # a ratio's edges: "log" (x against log C) or "ratio" (exp(x) against C: ms-swift)
 
     def __post_init__(self):
         _choice("Criterion", "statistic", self.statistic, STATISTICS)
+        _choice("Criterion", "edge_space", self.edge_space, EDGE_SPACES)
+        if self.edge_space == "ratio" and self.statistic != "ratio":
+            raise ValueError(f"Criterion.edge_space 'ratio' takes the ratio statistic ({self.statistic} is compared "
+                             "in its own units)")
         for flag in ("strict", "leaves_normaliser"):
             if not isinstance(getattr(self, flag), bool):
                 raise ValueError(f"Criterion.{flag} must be True or False, got {getattr(self, flag)!r}")
@@ -247,6 +264,7 @@ class Composition:
     adv_tau: float = 1.0
     clamp_order: str = "token"  # "aggregate": a rollout's sum / mean ratio rule sees clamp(aggregate of raw l)
     batch_rule: BatchRule | None = None  # M2PO
+    weight_clamp_order: str = "aggregate"  # "token": the weight's exponent aggregates each clamped l_t (ms-swift)
 
     def __post_init__(self):
         if not isinstance(self.weight, Weight):
@@ -259,6 +277,7 @@ class Composition:
             _number("Composition", "log_ratio_clamp", self.log_ratio_clamp, low=0.0, open_low=True)
         _number("Composition", "adv_tau", self.adv_tau, low=0.0, open_low=True, allow_inf=False)
         _choice("Composition", "clamp_order", self.clamp_order, CLAMP_ORDERS)
+        _choice("Composition", "weight_clamp_order", self.weight_clamp_order, CLAMP_ORDERS)
         if self.batch_rule is not None and not isinstance(self.batch_rule, BatchRule):
             raise ValueError(f"Composition.batch_rule must be a BatchRule or None, got {self.batch_rule!r}")
 
@@ -355,6 +374,7 @@ class Composition:
                 s += f" truncated to [{lo}, {hi}]" if w.clip_low else f" truncated at {hi}"
             if w.band is not None:
                 s += f" masked to [{_fmt(w.band[0])}, {_fmt(w.band[1])}]"
+                s += " (exp(x) compared with the edges)" if w.edge_space == "ratio" else ""
             if w.self_normalize:
                 s += ", self-normalised" + (" over every rollout, empty ones included" if w.normalize_all else "")
             if w.token_clip is not None:
@@ -370,13 +390,16 @@ class Composition:
             if c.strict:
                 band = "(" + band[1:-1] + ")"
             left = ", leaving the token count" if c.leaves_normaliser else ""
-            parts.append(f"drop {where} with {c.statistic} outside {band}{cond}{left}")
+            space = " (exp(x) compared with the edges)" if c.edge_space == "ratio" else ""
+            parts.append(f"drop {where} with {c.statistic} outside {band}{space}{cond}{left}")
         if self.batch_rule is not None:
             parts.append(f"drop the batch's largest l^2 until their mean is below {_fmt(self.batch_rule.threshold)}")
         if self.penalty is not None:
             parts.append(f"plus {_fmt(self.penalty.coef)} * {self.penalty.statistic} penalty")
         if self.log_ratio_clamp is not None:
             after = ", a rollout's sum or mean after aggregating" if self.clamp_order == "aggregate" else ""
+            if self.weight_clamp_order == "token" and w.level in ("sequence", "geometric", "prefix"):
+                after += ", each token's before the weight aggregates them"
             parts.append(f"log-ratios clamped to +-{_fmt(self.log_ratio_clamp)}{after}")
         return "; ".join(parts)
 

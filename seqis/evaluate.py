@@ -88,7 +88,7 @@ def evaluate(comp: Composition, batch: Batch, agg: str = "token-mean") -> Estima
         x = statistic(rule.statistic, lc, logp, logq)  # (B, T)
         lo, hi = edges(rule)
         cond = None if rule.advantage is None else _SIGN[rule.advantage](adv, 0)  # (B,) or (B, T)
-        outside = m & ~within(x, rule.statistic, lo, hi, rule.strict)  # (B, T) tokens whose statistic is outside
+        outside = m & ~within(x, rule.statistic, lo, hi, rule.strict, rule.edge_space)  # (B, T) outside the band
         if rule.agg == "token":
             drop = outside
         else:
@@ -97,8 +97,8 @@ def evaluate(comp: Composition, batch: Batch, agg: str = "token-mean") -> Estima
             x_j = aggregate(l if raw_aggregate else x, m, T, rule.agg)  # (B,)
             if raw_aggregate and c is not None:  # SkyRL, slime: the rollout's raw sum or mean, then clamped
                 x_j = x_j.clamp(-c, c)
-            if rule.strict:
-                fails = ~within(x_j, rule.statistic, lo, hi, True)  # (B,) open edges: no rounding tolerance
+            if rule.strict or rule.edge_space == "ratio":  # (B,) open edges, or exp(x) against C: no tolerance
+                fails = ~within(x_j, rule.statistic, lo, hi, rule.strict, rule.edge_space)
             elif rule.statistic == "ratio" and rule.agg in ("sum", "mean"):  # a product or geometric band, tolerant
                 tol = (tol_geo if raw_aggregate else tol_c) * (1 if rule.agg == "mean" else T)
                 fails = (x_j < log_of(lo) - tol) | (x_j > log_of(hi) + tol)
@@ -127,17 +127,21 @@ def evaluate(comp: Composition, batch: Batch, agg: str = "token-mean") -> Estima
         token_masked |= dropped
         has_token_rule = has_tripped = True
 
-    # 2. the IS weight at its level; its exponent is the raw log-ratios aggregated, then clamped
+    # 2. the IS weight at its level; its exponent is the raw log-ratios aggregated, then clamped (weight clamp
+    # order "aggregate"), or each token's clamped log-ratio aggregated ("token": ms-swift, open-instruct)
     w = comp.weight
+    each = comp.weight_clamp_order == "token" and c is not None
     clipped_rows = None  # (B,) rollouts whose weight was truncated (None: no truncation)
     clipped_tokens = None  # (B, T) for a token or prefix weight
     if w.level == "none":
         weight = torch.ones_like(l)  # (B, T)
     else:
-        x = {"token": l, "prefix": l.cumsum(-1), "sequence": S, "geometric": G}[w.level]  # (B, T) or (B,)
+        lw = lc if each else l  # (B, T) the log-ratios the weight aggregates
+        x = {"token": lw, "prefix": lw.cumsum(-1), "sequence": lw.sum(-1),
+             "geometric": lw.sum(-1) / T.clamp(min=1)}[w.level]  # (B, T) or (B,)
         if w.token_clip is not None:  # the product of token ratios each truncated (TRL's token TIS inside VESPO)
             x = torch.where(m, lc.clamp(max=log_of(w.token_clip)), zero).sum(-1)  # (B,)
-        x = x if c is None else x.clamp(-c, c)
+        x = x if c is None or each else x.clamp(-c, c)
         raised = x.clamp(min=log_of(w.clip_low)) if w.clip_low > 0 else x
         weight = torch.exp(raised.clamp(max=min(log_of(w.upper), MAX_LOG_WEIGHT)))  # min(max(e^x, lo), hi, e^40)
         if w.gamma is not None:  # VESPO: phi(W) = exp(lambda + k log W - lambda W), (k, lambda) by A's sign
@@ -157,11 +161,14 @@ def evaluate(comp: Composition, batch: Batch, agg: str = "token-mean") -> Estima
         band_ok = None
         if w.band is not None:  # outside the band the token (or the rollout) is dropped
             lo, hi = w.band
-            if w.per_rollout:
-                tol = tol_geo if w.level == "geometric" else tol_geo * T
+            if w.edge_space == "ratio":  # exp(x) against the edges, as the framework writes it: no tolerance
+                band_ok = (valid if w.per_rollout else m) & within(x, "ratio", lo, hi, False, "ratio")
+            elif w.per_rollout:
+                tol = (tol_c if each else tol_geo) * (1 if w.level == "geometric" else T)
                 band_ok = valid & (x >= log_of(lo) - tol) & (x <= log_of(hi) + tol)  # (B,)
             else:
                 band_ok = m & (x >= log_of(lo)) & (x <= log_of(hi))  # (B, T)
+            if not w.per_rollout:
                 keep &= band_ok
                 token_masked |= m & ~band_ok
                 has_token_rule = has_tripped = True
@@ -305,9 +312,14 @@ def edges(c: Criterion) -> tuple[float, float]:
     return low, c.high if c.high is not None else math.inf
 
 
-def within(x: torch.Tensor, name: str, lo: float, hi: float, strict: bool = False) -> torch.Tensor:
-    """lo <= statistic <= hi (strict: lo < statistic < hi); a ratio's x is its log, compared with log lo, log hi."""
-    if name == "ratio":
+def within(x: torch.Tensor, name: str, lo: float, hi: float, strict: bool = False,
+           space: str = "log") -> torch.Tensor:
+    """lo <= statistic <= hi (strict: lo < statistic < hi); a ratio's x is its log, compared with log lo, log hi
+    (space "log"), or exp(x) in x's dtype compared with lo, hi rounded to that dtype (space "ratio": the
+    frameworks' `exp(l) <= C`)."""
+    if name == "ratio" and space == "ratio":
+        x = torch.exp(x)
+    elif name == "ratio":
         lo, hi = log_of(lo), log_of(hi)
     return ((x > lo) & (x < hi)) if strict else ((x >= lo) & (x <= hi))
 

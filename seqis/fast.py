@@ -46,11 +46,13 @@ from ._kernels import (
     expm1,
     gated,
     in_band,
+    in_log_band,
     k3_of,
     k3_row_sums,
     known_losses,
     masked_mean,
     outside_band,
+    ratio_edges,
     row_blocks,
     row_extremes,
     rows_above,
@@ -285,8 +287,8 @@ def criteria(r: Ratios, cache: Cache, rules: tuple[Criterion, ...]):
         cond = None if c.advantage is None else _SIGN[c.advantage](r.advantages, 0)  # (B,) or (B, T)
         if c.agg == "token" or (cond is not None and cond.dim() == 2):
             token_rules.append((c, cond))
-        elif c.statistic == "ratio" and cond is None and not c.strict and ((c.agg == "max" and c.low is None)
-                                                                           or (c.agg == "min" and c.high is None)):
+        elif c.statistic == "ratio" and cond is None and not c.strict and c.edge_space == "log" and (
+                (c.agg == "max" and c.low is None) or (c.agg == "min" and c.high is None)):
             every_token.append(c)  # every token's ratio below hi / above lo: one band, below
         else:
             fail = rollout_fails(r, cache, c)  # (B,)
@@ -302,9 +304,10 @@ def criteria(r: Ratios, cache: Cache, rules: tuple[Criterion, ...]):
             fail = rows_outside(*extremes(cache, (r, "ratio", r.log_ratio)), log_of(lo), log_of(hi))  # and the
             rows = fail.nonzero().squeeze(1)  # mask keeps only the failing rows' tokens
             l_rows = r.log_ratio.index_select(0, rows)
-            out = partial(rows_into, r.mask.shape, rows, outside_band(r.mask.index_select(0, rows), l_rows, lo, hi))
+            out = partial(rows_into, r.mask.shape, rows, outside_band(r.mask.index_select(0, rows), l_rows,
+                                                                      log_of(lo), log_of(hi)))
         else:
-            out = outside_band(r.mask, r.log_ratio, lo, hi)  # (B, T)
+            out = outside_band(r.mask, r.log_ratio, log_of(lo), log_of(hi))  # (B, T)
             fail = any_per_row(out)
         gate = ~fail if gate is None else gate & ~fail
         tripped.append(out)
@@ -319,13 +322,28 @@ def edges(c: Criterion) -> tuple[float, float]:
             c.high if c.high is not None else math.inf)
 
 
+def rule_edges(c: Criterion, dtype: torch.dtype) -> tuple[float, float, bool]:
+    """(lo, hi, strict): the rule's band in its statistic's space, a ratio's as log-ratio edges; a ratio band in
+    ratio space (exp(x) against C in the dtype) as the inclusive log-ratio edges that decide the same."""
+    lo, hi = edges(c)
+    if c.statistic != "ratio":
+        return lo, hi, c.strict
+    if c.edge_space == "ratio":
+        return (*ratio_edges(lo, hi, dtype, c.strict), False)
+    return log_of(lo), log_of(hi), c.strict
+
+
+def weight_band(w: Weight, dtype: torch.dtype) -> tuple[float, float]:
+    """The weight's band as inclusive log-ratio edges (in ratio space: the ones that decide the same)."""
+    lo, hi = w.band
+    return ratio_edges(lo, hi, dtype) if w.edge_space == "ratio" else (log_of(lo), log_of(hi))
+
+
 def compared(c: Criterion, x: torch.Tensor) -> torch.Tensor:
     """(same shape) bool: x inside the rule's band, x in the statistic's space (a ratio's log): inclusive, or
     open edges (strict) with no rounding tolerance; a nan is inside no band."""
-    lo, hi = edges(c)
-    if c.statistic == "ratio":
-        lo, hi = log_of(lo), log_of(hi)
-    return (x > lo) & (x < hi) if c.strict else (x >= lo) & (x <= hi)
+    lo, hi, strict = rule_edges(c, x.dtype)
+    return (x > lo) & (x < hi) if strict else (x >= lo) & (x <= hi)
 
 
 def statistic(r: Ratios, cache: Cache, name: str) -> torch.Tensor:
@@ -369,9 +387,9 @@ def aggregate(r: Ratios, cache: Cache, name: str, agg: str) -> torch.Tensor:
 
 def outside(r: Ratios, cache: Cache, c: Criterion) -> torch.Tensor:
     """(B, T) bool: the loss tokens whose own statistic lies outside the band (built when a mask is read)."""
-    lo, hi = edges(c)
-    if c.statistic == "ratio" and not c.strict:
-        return outside_band(r.mask, r.log_ratio, lo, hi)
+    if c.statistic == "ratio" and not c.strict and c.edge_space == "log":
+        lo, hi = edges(c)
+        return outside_band(r.mask, r.log_ratio, log_of(lo), log_of(hi))
     return r.mask & ~compared(c, statistic(r, cache, c.statistic))
 
 
@@ -380,16 +398,17 @@ def rollout_fails(r: Ratios, cache: Cache, c: Criterion) -> torch.Tensor:
     under clamp order "aggregate": from the unclamped log-ratios, the aggregate clamped)."""
     lo, hi = edges(c)
     product = c.statistic == "ratio" and c.agg in ("mean", "sum")
+    tolerant = c.statistic == "ratio" and not c.strict and c.edge_space == "log"
     clamp = None
     if product and r.raw is not None:
         r, clamp = r.raw, r.aggregate_clamp
-    if product and not c.strict:  # the geometric or product ratio, edges tolerant
+    if product and tolerant:  # the geometric or product ratio, edges tolerant
         x, tol = (r.geo_log_ratio, r.edge_tolerance) if c.agg == "mean" else (r.seq_log_ratio,
                                                                               r.edge_tolerance * r.length)
         return ~in_band(_clamped(x, clamp), lo, hi, tol)
     x = (r.geo_log_ratio if c.agg == "mean" else r.seq_log_ratio) if product else aggregate(r, cache, c.statistic,
                                                                                               c.agg)  # (B,)
-    if c.statistic == "ratio" and not c.strict:
+    if tolerant:
         return ~in_band(x, lo, hi)
     return ~compared(c, _clamped(x, clamp))  # nan fails
 
@@ -400,10 +419,10 @@ def keep_of(r: Ratios, cache: Cache, c: Criterion, cond: torch.Tensor | None) ->
     if c.agg == "token":
         lo, hi = edges(c)
         x = statistic(r, cache, c.statistic)
-        if c.strict:
-            keep = as_float(compared(c, x), r.dtype)  # (B, T) 1.0 inside the open band
+        if c.strict or c.edge_space == "ratio":
+            keep = as_float(compared(c, x), r.dtype)  # (B, T) 1.0 inside the open band (or the ratio's)
         else:
-            keep = band_f(x, lo, hi) if c.statistic == "ratio" else x.clamp(lo, hi).eq_(x)  # (B, T) 1.0 in band
+            keep = band_f(x, log_of(lo), log_of(hi)) if c.statistic == "ratio" else x.clamp(lo, hi).eq_(x)
     else:
         keep = as_float(~rollout_fails(r, cache, c), r.dtype)[:, None]  # (B, 1)
     if cond is not None:  # the rule drops only where A has the sign: every other token is kept
@@ -516,21 +535,25 @@ def correction(r: Ratios, cache: Cache, comp: Composition) -> Correction:
     gate, rules, tripped = criteria(rc, cache, comp.criteria)
     rules = [(rc, c, cond) for c, cond in rules]
     w = comp.weight
+    each = comp.weight_clamp_order == "token" and comp.log_ratio_clamp is not None  # the weight aggregates lc
     if w.per_rollout:
-        return _rollout_weight(r, cache, w, comp.log_ratio_clamp, gate, rules, tripped)
-    return _token_weight(r, cache, w, comp.log_ratio_clamp, gate, rules, tripped)
+        return _rollout_weight(r, cache, w, comp.log_ratio_clamp, gate, rules, tripped, each)
+    return _token_weight(r, cache, w, comp.log_ratio_clamp, gate, rules, tripped, each)
 
 
 def _clamped(x: torch.Tensor, clamp: float | None) -> torch.Tensor:
     return x if clamp is None else x.clamp(-clamp, clamp)
 
 
-def _exponent(r: Ratios, cache: Cache, level: str, clamp: float | None) -> Shared:
-    """A token or prefix weight's exponent (l_t or sum_{s<=t} l_s, clamped) (B, T), shared: not to be written
-    to. Off the loss mask it holds 0 or (a prefix) the value of the row's last loss token before it."""
-    if level == "token":  # the clamped record's own log-ratios
+def _exponent(r: Ratios, cache: Cache, level: str, clamp: float | None, each: bool = False) -> Shared:
+    """A token or prefix weight's exponent (l_t or sum_{s<=t} l_s, clamped; each: the prefix sums of the
+    clamped l_s) (B, T), shared: not to be written to. Off the loss mask it holds 0 or (a prefix) the value of
+    the row's last loss token before it."""
+    if level == "token" or (each and clamp is not None):  # the clamped record's own log-ratios (or their sums)
         rc = cache.clamped(r, clamp)
-        return rc, "ratio", rc.log_ratio
+        if level == "token":
+            return rc, "ratio", rc.log_ratio
+        r, clamp = rc, None
     key = ("prefix", clamp)
     return r, key, cache.memo((key, r.clamp), lambda: _clamped(r.log_ratio.cumsum(-1), clamp))
 
@@ -547,18 +570,23 @@ def _truncated_rows(r: Ratios, cache: Cache, w: Weight, ex: Shared) -> torch.Ten
     return clipped
 
 
-def _rollout_weight(r: Ratios, cache: Cache, w: Weight, clamp, gate, rules, tripped) -> Correction:
-    """A sequence or geometric weight: one finite weight per rollout."""
-    x = _clamped(r.seq_log_ratio if w.level == "sequence" else r.geo_log_ratio, clamp)  # (B,)
-    weight = capped_exp(x if w.clip_low == 0 else x.clamp(min=log_of(w.clip_low)), w.upper)  # (B,)
+def _rollout_weight(r: Ratios, cache: Cache, w: Weight, clamp, gate, rules, tripped, each=False) -> Correction:
+    """A sequence or geometric weight: one finite weight per rollout (each: of the clamped log-ratios' sum or
+    mean, with no clamp after it)."""
+    rw = cache.clamped(r, clamp) if each else r  # the record whose sums the weight reads
+    x = rw.seq_log_ratio if w.level == "sequence" else rw.geo_log_ratio  # (B,)
+    x = x if each else _clamped(x, clamp)
+    weight = capped_exp(x if w.clip_low == 0 else x.clamp(min=log_of(w.clip_low)), w.upper,
+                        w.edge_space == "ratio")  # (B,)
     clipped = None
     if w.truncated:
         clipped = r.valid & (x > log_of(w.upper))
         if w.clip_low > 0:
             clipped |= r.valid & (x < log_of(w.clip_low))
-    if w.band is not None:  # outside the band the rollout is dropped
-        tol = r.edge_tolerance if w.level == "geometric" else r.edge_tolerance * r.length
-        ok = r.valid & in_band(x, *w.band, tol)
+    if w.band is not None:  # outside the band the rollout is dropped (edges in ratio space: no tolerance)
+        tol = 0.0 if w.edge_space == "ratio" else (
+            rw.edge_tolerance if w.level == "geometric" else rw.edge_tolerance * r.length)
+        ok = r.valid & in_log_band(x, *weight_band(w, r.dtype), tol)
         gate = ok if gate is None else gate & ok
     if w.self_normalize:  # by the mean over valid rollouts, before the criteria
         mean = gated(r.valid & (ok if w.band is not None else r.valid), weight).sum() / r.n_valid
@@ -570,20 +598,21 @@ def _rollout_weight(r: Ratios, cache: Cache, w: Weight, clamp, gate, rules, trip
     return sparse or _filtered(r, cache, gate, rules, tripped, {}, row_weight=weight, clipped=clipped)
 
 
-def _token_weight(r: Ratios, cache: Cache, w: Weight, clamp, gate, rules, tripped) -> Correction:
+def _token_weight(r: Ratios, cache: Cache, w: Weight, clamp, gate, rules, tripped, each=False) -> Correction:
     """A token or prefix weight (B, T), or none (1 on every kept token)."""
-    sparse = _sparse(r, cache, gate, rules, tripped, w, clamp)
+    sparse = _sparse(r, cache, gate, rules, tripped, w, clamp, each=each)
     if sparse is not None:
         return sparse
     if w.level == "none":
         return _filtered(r, cache, gate, rules, tripped, {})
-    ex = _exponent(r, cache, w.level, clamp)
+    ex = _exponent(r, cache, w.level, clamp, each)
     x = ex[2]
     shared = cache.profiles and not w.truncated and not w.self_normalize  # exp(x) as it is: the shared profile
+    exact = w.edge_space == "ratio"  # torch.exp, as the framework that decides the band in ratio space
     if shared:
-        weights = cache.memo(("profile", ex[0].clamp, ex[1]), lambda: _profile(r, cache, x)).values
+        weights = cache.memo(("profile", ex[0].clamp, ex[1], exact), lambda: _profile(r, cache, x, exact)).values
     else:
-        weights = capped_exp(x if w.clip_low == 0 else x.clamp(min=log_of(w.clip_low)), w.upper)  # (B, T)
+        weights = capped_exp(x if w.clip_low == 0 else x.clamp(min=log_of(w.clip_low)), w.upper, exact)  # (B, T)
     masks, clipped = {}, None
     if w.truncated:
         clipped = _truncated_rows(r, cache, w, ex)
@@ -592,8 +621,9 @@ def _token_weight(r: Ratios, cache: Cache, w: Weight, clamp, gate, rules, trippe
         masks["clipped"] = partial(_clipped_tokens, r.mask, gate, x, w)  # built if read
     band = None
     if w.band is not None:  # outside the band the token is dropped
-        band = band_keep(x, cache.mask_f(r), *w.band)  # (B, T) 0/1
-        tripped = [partial(outside_band, r.mask, x, *w.band), *tripped]
+        edges_ = weight_band(w, r.dtype)
+        band = band_keep(x, cache.mask_f(r), *edges_)  # (B, T) 0/1
+        tripped = [partial(outside_band, r.mask, x, *edges_), *tripped]
     if w.self_normalize:  # by the mean over all loss tokens, before the criteria
         applied = weights * (band if band is not None else cache.mask_f(r))
         mean = applied.sum() / r.n_tokens.clamp(min=1)
@@ -653,7 +683,7 @@ def _filtered(r: Ratios, cache: Cache, gate, rules, tripped, masks, *, row_weigh
 
 
 def _sparse(r: Ratios, cache: Cache, gate, rules, tripped, w: Weight | None, clamp, *, row_weight=None,
-            clipped=None) -> Correction | None:
+            clipped=None, each=False) -> Correction | None:
     """The rows form of a correction with token-level parts (token rules; a token or prefix weight, truncated,
     banded or self-normalised), when shortcuts are on and those parts change the tokens of few rollouts: the
     row maxima and minima of each statistic find those rows, only they are evaluated in full (on a record of
@@ -667,8 +697,8 @@ def _sparse(r: Ratios, cache: Cache, gate, rules, tripped, w: Weight | None, cla
     if any(cond is not None and cond.dim() == 2 for _, _, cond in rules):
         return None
     own_w = replace(w, self_normalize=False) if token_weight else None
-    part = cache.memo(("sparse", own_w, tuple(c for _, c, _ in rules), clamp),
-                      lambda: _sparse_rows(r, cache, own_w, clamp, rules))
+    part = cache.memo(("sparse", own_w, tuple(c for _, c, _ in rules), clamp, each),
+                      lambda: _sparse_rows(r, cache, own_w, clamp, rules, each))
     if part is None:
         return None
     kept_rows, kept_len, applied, sub_rc = part  # kept_len: (B,) before the gate
@@ -679,16 +709,17 @@ def _sparse(r: Ratios, cache: Cache, gate, rules, tripped, w: Weight | None, cla
                            for rc, c, cond in rules)]
     masks, profile = {}, None
     if token_weight:
-        ex = _exponent(r, cache, w.level, clamp)
+        ex = _exponent(r, cache, w.level, clamp, each)
         x = ex[2]
-        profile = cache.memo(("profile", ex[0].clamp, ex[1]), lambda: _profile(r, cache, x))
+        exact = w.edge_space == "ratio"
+        profile = cache.memo(("profile", ex[0].clamp, ex[1], exact), lambda: _profile(r, cache, x, exact))
         if w.truncated:
             clipped = _truncated_rows(r, cache, w, ex)
             if gate is not None:
                 clipped &= gate
             masks["clipped"] = partial(_clipped_tokens, r.mask, gate, x, w)
         if w.band is not None:
-            tripped = [partial(outside_band, r.mask, x, *w.band), *tripped]
+            tripped = [partial(outside_band, r.mask, x, *weight_band(w, r.dtype)), *tripped]
         if w.self_normalize:  # by the mean over all loss tokens of the (truncated, banded) weight
             total = profile.sums.sum() if kept_rows is None else (  # a sum, never a difference
                 profile.sums.index_fill(0, kept_rows.rows, 0.0).sum() + applied)
@@ -706,23 +737,22 @@ def _rows_outside_band(shape, rows: torch.Tensor, sub: Ratios, c: Criterion) -> 
     return rows_into(shape, rows, outside(sub, Cache(), c))
 
 
-def _sparse_rows(r: Ratios, cache: Cache, w: Weight | None, clamp, rules):
+def _sparse_rows(r: Ratios, cache: Cache, w: Weight | None, clamp, rules, each=False):
     """(KeptRows, kept tokens per rollout (B,), the kept rows' summed (truncated, banded) weights, their clamped
     record) of a token-level part ((None, lengths, None, None) when no row is touched), or None when it changes
     the tokens of more than r.sparse_share of the rollouts."""
     hit = torch.zeros_like(r.valid)
     if w is not None:
-        ex = _exponent(r, cache, w.level, clamp)
+        ex = _exponent(r, cache, w.level, clamp, each)
         lo, hi = log_of(w.clip_low), log_of(w.upper)
         if w.band is not None:
-            lo, hi = max(lo, log_of(w.band[0])), min(hi, log_of(w.band[1]))
+            band_lo, band_hi = weight_band(w, r.dtype)
+            lo, hi = max(lo, band_lo), min(hi, band_hi)
         hit |= rows_outside(*extremes(cache, ex), lo, hi)
     for rc, c, cond in rules:
-        lo, hi = edges(c)
-        if c.statistic == "ratio":
-            lo, hi = log_of(lo), log_of(hi)
+        lo, hi, strict = rule_edges(c, rc.dtype)
         out = rows_outside(*extremes(cache, (rc, c.statistic, statistic(rc, cache, c.statistic))), lo, hi,
-                           strict=c.strict)
+                           strict=strict)
         hit |= out if cond is None else out & cond
     rows = hit.nonzero().squeeze(1)
     if len(rows) > r.sparse_share * len(hit):
@@ -737,11 +767,11 @@ def _sparse_rows(r: Ratios, cache: Cache, w: Weight | None, clamp, rules):
     sub_rules = [(sub_rc, c, None if cond is None else cond.index_select(0, rows)) for _, c, cond in rules]
     applied = r.n_tokens.new_zeros(())
     if w is not None:
-        w_clamp = token_clamp if w.level == "token" else clamp
-        own = _token_weight(sub, sub_cache, w, w_clamp, None, sub_rules, [])
+        w_clamp = token_clamp if w.level == "token" or each else clamp
+        own = _token_weight(sub, sub_cache, w, w_clamp, None, sub_rules, [], each)
         keep = own.keep if own.keep is not None else sub_cache.mask_f(sub)
-        x = _exponent(sub, sub_cache, w.level, w_clamp)[2]
-        band = band_keep(x, sub_cache.mask_f(sub), *w.band) if w.band else sub_cache.mask_f(sub)
+        x = _exponent(sub, sub_cache, w.level, w_clamp, each)[2]
+        band = band_keep(x, sub_cache.mask_f(sub), *weight_band(w, sub.dtype)) if w.band else sub_cache.mask_f(sub)
         applied = dot(own.token_weights, band)
         factor = own.token_weights.mul_(keep)
     else:
@@ -752,9 +782,10 @@ def _sparse_rows(r: Ratios, cache: Cache, w: Weight | None, clamp, rules):
     return kept_rows, r.length.index_copy(0, rows, count), applied, sub_rc
 
 
-def _profile(r: Ratios, cache: Cache, x: torch.Tensor) -> Profile:
-    """The untruncated token weights exp(x) (with the e^40 cap), 0 off the loss mask, and their row sums."""
-    values = capped_exp(x).mul_(cache.mask_f(r))
+def _profile(r: Ratios, cache: Cache, x: torch.Tensor, exact: bool = False) -> Profile:
+    """The untruncated token weights exp(x) (with the e^40 cap; exact: torch.exp), 0 off the loss mask, and their
+    row sums."""
+    values = capped_exp(x, exact=exact).mul_(cache.mask_f(r))
     return Profile(values, values.sum(-1), dot_rows(values, cache.logp(r)))
 
 

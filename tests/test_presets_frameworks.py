@@ -90,8 +90,6 @@ def test_openrlhf_icepop_and_seq_mask_stay_finite_at_float32_overflow():
         torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-8)
 
 
-@pytest.mark.xfail(strict=True, reason="needs the edge-arithmetic part: TRL compares exp(l) with its clip in linear "
-                                       "space, seqis compares l with log(clip) (docs/presets.md, edge arithmetic)")
 def test_trl_masks_and_truncations_at_their_exact_edge():
     # grpo_trainer.py _generate_and_score_completions: mask drops exp(l) > 3 (strictly). At l = log 3, TRL's
     # exp(l) is 3.0000000000000004 in float64: dropped; seqis keeps l <= log 3. Truncation agrees either way.

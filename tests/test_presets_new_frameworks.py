@@ -124,8 +124,6 @@ def test_open_instruct_sequence_level_weighs_and_masks_by_the_geometric_mean():
           [[False, False], [True, True], [True, True]], cfg)
 
 
-@pytest.mark.xfail(strict=True, reason="open-instruct clamps each l_t at +-10 before the sequence mean; the "
-                   "composition clamps the mean (the per-token clamp order is a mechanism part still to come)")
 def test_open_instruct_sequence_level_clamps_each_token_first():
     # (30, -10): open-instruct's mean of the clamped l is 0 -> weight 1; the composition's clamped mean is 10
     cfg = PRESETS["open-instruct/default"].config.replace(rho_mask_sequence_level=True, rho_clamp_upper_bound=0.0)

@@ -77,8 +77,11 @@ def w_of(x: float) -> float:
     return math.exp(min(x, CAP))
 
 
-def in_band(x: float, lo: float, hi: float) -> bool:
-    """lo <= exp(x) <= hi, for a ratio given as its log x."""
+def in_band(x: float, lo: float, hi: float, space: str = "log") -> bool:
+    """lo <= exp(x) <= hi, for a ratio given as its log x: x against log lo, log hi, or (space "ratio") exp(x)
+    itself against lo, hi."""
+    if space == "ratio":
+        return lo <= math.exp(x) <= hi
     return (lo == 0 or x >= math.log(lo)) and (hi == math.inf or x <= math.log(hi))
 
 
@@ -164,7 +167,9 @@ def stat(name: str, l: float, logp: float, logq: float) -> float:
 
 def passes(c: Criterion, x: float) -> bool:
     lo, hi = c.low, c.high
-    if c.statistic == "ratio":  # x is a log-ratio
+    if c.statistic == "ratio" and c.edge_space == "ratio":  # x is a log-ratio, its exp compared with the edges
+        x = math.exp(x)
+    elif c.statistic == "ratio":  # x is a log-ratio
         lo = None if lo in (None, 0.0) else math.log(lo)
         hi = None if hi in (None, math.inf) else math.log(hi)
     if c.strict:
@@ -220,13 +225,18 @@ def composed(comp: Composition, r: Rollout, per_token_adv: bool, batch_dropped: 
             rollout_out = True
             if c.leaves_normaliser:
                 left = [True] * T
-    # the weight, its exponent clamped after aggregating the raw log-ratios
-    x = {"none": None, "token": r.l, "sequence": [r.S] * T, "geometric": [r.G] * T, "prefix": prefix_sums(r.l)}[w.level]
+    # the weight, its exponent clamped after aggregating the raw log-ratios, or (weight clamp order "token") the
+    # aggregate of each token's clamped log-ratio, not clamped again
+    each = comp.weight_clamp_order == "token" and c_ is not None
+    lw = lc if each else r.l
+    S = sum(lw)
+    x = {"none": None, "token": lw, "sequence": [S] * T, "geometric": [S / T if T else 0.0] * T,
+         "prefix": prefix_sums(lw)}[w.level]
     if x is None:
         return [1.0] * T, token_drop, rollout_out, False, [True] * T, left
     if w.token_clip is not None:  # the product of the token ratios, each clamped then truncated
         x = [sum(min(v, math.log(w.token_clip)) for v in lc)] * T
-    x = [clamp(v) for v in x]
+    x = x if each else [clamp(v) for v in x]
     hi = math.inf if w.clip is None else w.clip
     weights = [min(max(w_of(v), w.clip_low), hi) for v in x]
     if w.gamma is not None:  # VESPO's phi(W) = exp(lambda + k log W - lambda W), (k, lambda) by A's sign
@@ -235,7 +245,7 @@ def composed(comp: Composition, r: Rollout, per_token_adv: bool, batch_dropped: 
     clipped = w.truncated and any(v > math.log(hi) or (w.clip_low > 0 and v < math.log(w.clip_low)) for v in x)
     band_ok = [True] * T
     if w.band is not None:
-        band_ok = [in_band(v, *w.band) for v in x]
+        band_ok = [in_band(v, *w.band, w.edge_space) for v in x]
         if w.per_rollout:
             rollout_out |= T > 0 and not band_ok[0]
         else:
@@ -404,7 +414,8 @@ def criteria(draw):
                      None if side == "high" else lo, None if side == "low" else hi,
                      draw(st.sampled_from([None, None, "positive", "negative", "non-negative", "non-positive"])),
                      strict=draw(st.sampled_from([False, False, True])),
-                     leaves_normaliser=draw(st.sampled_from([False, False, False, True])))
+                     leaves_normaliser=draw(st.sampled_from([False, False, False, True])),
+                     edge_space=draw(st.sampled_from(["log", "log", "ratio"])) if statistic == "ratio" else "log")
 
 
 @st.composite
@@ -421,12 +432,14 @@ def compositions(draw):
         assume(clip_low < (math.inf if clip is None else clip))
         normalize = draw(st.booleans())
         every = normalize and level in ("sequence", "geometric") and draw(st.booleans())
-        weight = Weight(level, clip, clip_low, band, normalize, normalize_all=every)
+        space = draw(st.sampled_from(["log", "ratio"])) if band is not None else "log"
+        weight = Weight(level, clip, clip_low, band, normalize, normalize_all=every, edge_space=space)
     penalty = draw(st.sampled_from([None, Penalty(1e-3), Penalty(0.1, "k3")]))
     return Composition(weight, tuple(draw(st.lists(criteria(), max_size=3))), penalty,
                        draw(st.sampled_from([None, None, 1.0, 20.0])), draw(st.sampled_from([1.0, 0.7])),
                        clamp_order=draw(st.sampled_from(["token", "token", "aggregate"])),
-                       batch_rule=draw(st.sampled_from([None, None, None, BatchRule(0.04), BatchRule(1.0)])))
+                       batch_rule=draw(st.sampled_from([None, None, None, BatchRule(0.04), BatchRule(1.0)])),
+                       weight_clamp_order=draw(st.sampled_from(["aggregate", "aggregate", "token"])))
 
 
 @settings(max_examples=examples(300), deadline=None)
@@ -449,3 +462,138 @@ def test_a_prefix_weight_keeps_its_clamp_in_the_rows_evaluated_in_full(paths):
     out = fast_output(comp, None, batch, "token-mean", paths)
     assert out.masks["kept"][0].tolist() == [False, True, True, True]
     check_composition(comp, batch, "token-mean", out=out)
+
+
+# ------------------------------------------------------------------------------------------------------
+# the two framework-arithmetic parts at their exact edges: a band decided in ratio space, and the weight's
+# exponent aggregating each token's clamped log-ratio
+
+
+def _on_the_mask(rows: list[list[float]], dtype: torch.dtype, adv: float = 1.0) -> Batch:
+    """Rollouts with exactly these log-ratios in dtype (log mu = 0, so l = log pi - 0 to the last bit)."""
+    T = max(len(r) for r in rows)
+    l = torch.tensor([r + [0.0] * (T - len(r)) for r in rows], dtype=dtype)
+    mask = torch.tensor([[t < len(r) for t in range(T)] for r in rows])
+    return Batch(l.clone().requires_grad_(), torch.zeros_like(l), torch.full((len(rows),), adv, dtype=dtype), mask)
+
+
+def _ulps_around(x: float, n: int, dtype: torch.dtype) -> list[float]:
+    """The 2n + 1 values of dtype nearest x: n below its rounding, the rounding, n above."""
+    v = torch.tensor(x, dtype=dtype)
+    down, up = [v], [v]
+    for _ in range(n):
+        down.append(torch.nextafter(down[-1], torch.tensor(-math.inf, dtype=dtype)))
+        up.append(torch.nextafter(up[-1], torch.tensor(math.inf, dtype=dtype)))
+    return [float(t) for t in [*reversed(down[1:]), v, *up[1:]]]
+
+
+def _outputs_every_way(comp: Composition, batch: Batch) -> list:
+    """The plain evaluator's output, and the fast one's along every path (fast.supports it: no fallback)."""
+    assert fast.supports(comp)
+    return [evaluate(comp, batch)] + [fast_output(comp, None, batch, "token-mean", p) for p in PATHS]
+
+
+EDGE_CASES = [(3.0, "high"), (2.0, "high"), (1.2, "high"), (0.8, "low"), (1.001, "high")]
+
+
+def _edge_batch(edge: float, dtype: torch.dtype) -> Batch:
+    """Tokens on the dtype's values around log C (near ratio 1 an ulp of the ratio spans many of l: 3000 either
+    side), 61 to a rollout."""
+    xs = _ulps_around(math.log(edge), 3000 if edge in (1.001, 0.8) else 40, dtype)
+    return _on_the_mask([xs[i:i + 61] for i in range(0, len(xs), 61)], dtype)
+
+
+def _verdicts(batch: Batch, edge: float, side: str, space: str) -> torch.Tensor:
+    """(B, T) the tokens a band kept: torch.exp(l) against C in the dtype (C rounded to it), as TRL's
+    `ratio > max_val` and ms-swift's `is_ratio <= threshold` decide, or l against log C."""
+    l = batch.trainer_logprobs.detach()
+    x, c = (torch.exp(l), edge) if space == "ratio" else (l, math.log(edge))
+    return batch.loss_mask & ((x <= c) if side == "high" else (x >= c))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("edge, side", EDGE_CASES)
+def test_a_band_in_ratio_space_decides_the_exact_edge_as_exp_of_l(dtype, edge, side):
+    batch = _edge_batch(edge, dtype)
+    band = (0.0, edge) if side == "high" else (edge, math.inf)
+    low, high = (None, edge) if side == "high" else (edge, None)
+    for space in ("ratio", "log"):
+        want = _verdicts(batch, edge, side, space)
+        every = batch.loss_mask & (want.sum(-1) == batch.loss_mask.sum(-1))[:, None]  # a max / min rule's verdict
+        comps = [(Composition(Weight("token", band=band, edge_space=space)), want),
+                 (Composition(Weight("token"), (Criterion("ratio", "token", low, high, edge_space=space),)), want),
+                 (Composition(Weight("none"), (Criterion("ratio", "max" if side == "high" else "min", low, high,
+                                                         edge_space=space),)), every)]
+        for comp, kept_want in comps:
+            for out in _outputs_every_way(comp, batch):
+                assert torch.equal(out.masks["kept"], kept_want), (comp.describe(), dtype)
+                if space == "ratio" and comp.weight.band is not None:  # a kept token weighs exp(l) as computed
+                    rho = torch.exp(batch.trainer_logprobs.detach())  # there, to the bit
+                    assert torch.equal(out.weights, torch.where(want, rho, 0.0)), (comp.describe(), dtype)
+
+
+def test_the_edge_cases_tell_the_two_spaces_apart():
+    # the edge tests above are not vacuous: in each dtype some of their batches are decided differently in the
+    # two spaces (float64 at 3: exp(log 3) = 3.0000000000000004 > 3; float32 at 1.2 and 1.001)
+    for dtype in (torch.float32, torch.float64):
+        differ = [edge for edge, side in EDGE_CASES if not torch.equal(
+            _verdicts(_edge_batch(edge, dtype), edge, side, "ratio"), _verdicts(_edge_batch(edge, dtype), edge, side,
+                                                                                "log"))]
+        assert len(differ) >= 2, (dtype, differ)
+    batch = _edge_batch(3.0, torch.float64)
+    assert not torch.equal(_verdicts(batch, 3.0, "high", "ratio"), _verdicts(batch, 3.0, "high", "log"))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_a_rollout_ratio_in_ratio_space_decides_the_exact_edge(dtype):
+    # one-token rollouts: the geometric mean and the sum are l itself, so exp(mean) <= C decides as exp(l) <= C;
+    # a sequence weight's band likewise (TRL's sequence_mask: exp(S) > 3 dropped)
+    xs = _ulps_around(math.log(3.0), 40, dtype)
+    batch = _on_the_mask([[x] for x in xs], dtype)
+    want = torch.exp(batch.trainer_logprobs.detach()[:, 0]) <= 3.0
+    for agg in ("mean", "sum"):
+        comp = Composition(Weight("token"), (Criterion("ratio", agg, high=3.0, edge_space="ratio"),))
+        for out in _outputs_every_way(comp, batch):
+            assert torch.equal(out.rollouts["accepted"], want), agg
+    comp = Composition(Weight("sequence", band=(0.0, 3.0), edge_space="ratio"))
+    for out in _outputs_every_way(comp, batch):
+        assert torch.equal(out.masks["kept"][:, 0], want)
+    assert not bool(want.all()) and bool(want.any())  # the edge lies inside these values
+
+
+MIXED = [[25.0, -20.0], [0.1, 0.2, -0.3], [-30.0, 5.0, 5.0]]  # the +-20 clamp with mixed signs
+
+
+@pytest.mark.parametrize("level, want", [
+    ("geometric", [[1.0, 1.0], [math.exp(0.0)] * 3, [math.exp(-10.0 / 3)] * 3]),  # mean of (20, -20) = 0
+    ("sequence", [[1.0, 1.0], [1.0] * 3, [math.exp(-10.0)] * 3]),  # sum of (20, -20) = 0; (-20, 5, 5) = -10
+    ("prefix", [[math.exp(20.0), 1.0], [math.exp(0.1), math.exp(0.3), 1.0],
+                [math.exp(-20.0), math.exp(-15.0), math.exp(-10.0)]]),
+])
+def test_the_weight_aggregates_each_clamped_log_ratio_in_float32(level, want):
+    # ms-swift (grpo_trainer.py:2363) and open-instruct (grpo_utils.py:419) clamp each l_t at +-c before the
+    # weight's mean or sum: l = (+25, -20), c = 20 -> (20, -20) -> mean 0 -> weight 1, where clamping the
+    # aggregate of the raw l (verl, SkyRL, slime) gives e^2.5 (geometric) or e^5 (sequence)
+    batch = _on_the_mask(MIXED, torch.float32)
+    batch = Batch(batch.trainer_logprobs, batch.inference_logprobs, batch.advantages, batch.loss_mask)
+    if level != "prefix":
+        want[1] = [math.exp(sum(MIXED[1]) / (3 if level == "geometric" else 1))] * 3
+    comp = Composition(Weight(level), log_ratio_clamp=20.0, weight_clamp_order="token")
+    T = max(len(r) for r in want)
+    expect = torch.tensor([r + [0.0] * (T - len(r)) for r in want], dtype=torch.float64)
+    for out in _outputs_every_way(comp, batch):
+        torch.testing.assert_close(out.weights.double(), expect, rtol=3e-6, atol=0.0)
+    after = Composition(Weight(level), log_ratio_clamp=20.0)  # the aggregate's clamp: another weight
+    assert not torch.allclose(evaluate(after, batch).weights.double(), expect, rtol=1e-3)
+
+
+def test_a_wrong_clamp_order_fails_the_reference():
+    # the reference written for the other order (the aggregate of the raw l, clamped) must not pass for a
+    # composition whose weight aggregates each clamped l: the hypothesis cases above would catch such a slip
+    batch = _on_the_mask(MIXED, torch.float64)
+    comp = Composition(Weight("geometric", clip=2.0), (Criterion("ratio", "token", high=1e9),), log_ratio_clamp=20.0,
+                       weight_clamp_order="token")
+    check_composition(comp, batch, "token-mean", out=fast_output(comp, None, batch, "token-mean", {}))
+    wrong = Composition(comp.weight, comp.criteria, log_ratio_clamp=20.0)
+    with pytest.raises(AssertionError):
+        check_composition(wrong, batch, "token-mean", out=fast_output(comp, None, batch, "token-mean", {}))

@@ -10,10 +10,13 @@
 Defaults in the code: mode None (no correction), threshold C = 2.0, OPSM off. The mask modes zero the weight and
 leave completion_mask (the normaliser) as it was; the default loss ("grpo") is seq-mean-token-mean, "dapo"/"bnpo"
 token-mean. pi_theta / pi_old is 1 at the first minibatch, so the rollout IS weight is the correction.
-Clamp order: ms-swift clamps each token's l before the geometric mean; the composition clamps the mean (verl's
-order), so sequence_truncate differs where a token has |l| > 20 (the per-token clamp order is a mechanism part
-still to come, issue 23). The criteria see each token's clamped l, as ms-swift's sequence_mask does; OPSM reads
-the raw l in ms-swift (the two agree while |l| <= 20).
+Clamp order: ms-swift clamps each token's l before anything aggregates it (grpo_trainer.py:2363), so the
+geometric weight is exp(mean of the clamped l) (weight_clamp_order "token": l = (+25, -20) gives g = 1, not
+e^2.5) and the criteria see each token's clamped l; OPSM reads the raw l in ms-swift (the two agree while
+|l| <= 20). Edges: token_mask keeps is_ratio <= C (:2374) and sequence_mask seq_ratios <= C (:2386), both on the
+ratio itself (edge_space "ratio": l one ulp above log 2 has exp(l) = 2.0 and is kept). sequence_mask's g goes
+through log(exp(l).clamp(min=1e-10)) first (:2339), which the composition does not repeat: a g within an ulp or
+two of C can fall the other way.
 Source: modelscope/ms-swift, swift/rlhf_trainers/grpo_trainer.py (_apply_rollout_importance_sampling,
 _compute_sequence_level_ratios, _compute_off_policy_sequence_mask), swift/rlhf_trainers/args_mixin.py; the same
 functions in swift/megatron/trainers/grpo_trainer.py. Read at 3602360a (2026-08-22) and in release 4.6.0.
@@ -52,16 +55,16 @@ def compose(cfg: MsSwiftConfig) -> Composition:
     elif mode == "token_truncate":
         weight = Weight("token", clip=c)
     elif mode == "token_mask":
-        weight = Weight("token", band=(0.0, c))
+        weight = Weight("token", band=(0.0, c), edge_space="ratio")
     elif mode == "sequence_truncate":
         weight = Weight("geometric", clip=c)
     else:  # sequence_mask: the token ratio, on rollouts whose geometric mean is <= C
         weight = Weight("token")
-        criteria.append(Criterion("ratio", "mean", high=c))
+        criteria.append(Criterion("ratio", "mean", high=c, edge_space="ratio"))
     if cfg.off_policy_sequence_mask_delta is not None:  # kept when A >= 0 or mean(-l) <= delta
         criteria.append(Criterion("k1", "mean", high=cfg.off_policy_sequence_mask_delta, advantage="negative"))
     return Composition(weight, tuple(criteria), log_ratio_clamp=None if mode is None else SAFETY_BOUND,
-                       adv_tau=cfg.adv_tau)
+                       adv_tau=cfg.adv_tau, weight_clamp_order="token")
 
 
 ESTIMATOR = framework_estimator("ms-swift", compose, MsSwiftConfig,
@@ -78,13 +81,15 @@ PRESETS = [
     Preset("ms-swift/token_truncate", f"Token TIS min(rho_t, 2) ({_CLAMP}; not the default: the mode's default "
            "is None, no correction).", _FN, ESTIMATOR,
            MsSwiftConfig(rollout_importance_sampling_mode="token_truncate"), versions=SHIPPED_MODES),
-    Preset("ms-swift/token_mask", f"Token MIS: rho_t where rho_t <= 2, else 0 (one-sided; {_CLAMP}).", _FN,
+    Preset("ms-swift/token_mask", f"Token MIS: rho_t where rho_t <= 2, else 0 (one-sided; {_CLAMP}; decided on "
+           "exp(l_t) against 2 in the compute dtype, grpo_trainer.py:2374).", _FN,
            ESTIMATOR, MsSwiftConfig(rollout_importance_sampling_mode="token_mask"), versions=SHIPPED_MODES),
     Preset("ms-swift/sequence_truncate", "min(g, 2) on every token, g = exp(mean_t l_t) the GEOMETRIC mean (ms-swift "
-           "calls it sequence); ms-swift clamps each l_t at +-20 before the mean, seqis the mean (differs only where "
-           "a token has |l| > 20).", _FN, ESTIMATOR,
+           "calls it sequence) of the log-ratios each clamped at +-20 first (grpo_trainer.py:2363, :2340: l = "
+           "(+25, -20) gives g = 1).", _FN, ESTIMATOR,
            MsSwiftConfig(rollout_importance_sampling_mode="sequence_truncate"), versions=SHIPPED_MODES),
     Preset("ms-swift/sequence_mask", f"The token ratio rho_t on rollouts whose geometric mean exp(mean_t l_t) is <= 2, "
-           f"else 0 (the weight stays per token; {_CLAMP} before the mean).", _FN, ESTIMATOR,
+           f"else 0 (the weight stays per token; {_CLAMP} before the mean; g against 2 in ratio space, :2386).",
+           _FN, ESTIMATOR,
            MsSwiftConfig(rollout_importance_sampling_mode="sequence_mask"), versions=SHIPPED_MODES),
 ]

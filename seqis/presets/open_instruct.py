@@ -13,8 +13,9 @@ response token of the accumulation group (loss_denominator "token"), so dropped 
 pi_theta / pi_old is 1 at the first minibatch. CHANGELOG.md says the PR that set the cap (#1547) made it 10; the
 code says 2.0. rho_mask_tv_divergence (VACO: the rollout mean of |rho_t - 1|, dropping only tokens with
 sign(l_t) * A > 0) needs a |rho - 1| statistic and a per-token sign condition the composition lacks: compose
-refuses it. Sequence level clamps each token's l before the mean; the composition clamps the mean (the per-token
-clamp order is still to come), so the geometric weight differs where a token has |l| > 10.
+refuses it. Sequence level clamps each token's l before the mean (grpo_utils.py:419, :427; weight_clamp_order
+"token": l = (30, -10) gives the weight exp(0) = 1), and the masks compare rho itself with their bounds (:375-376,
+`rho < lower`, `rho > upper`: edge_space "ratio").
 Source: allenai/open-instruct, open_instruct/grpo_utils.py (compute_rho_correction, _rho_drop_masks,
 _sequence_level_mean, GRPOExperimentConfig), open_instruct/grpo_fast.py (the training step). Read at e6c3044a
 (2026-08-20).
@@ -76,8 +77,9 @@ def compose(cfg: OpenInstructConfig) -> Composition:
     level, agg = ("geometric", "mean") if cfg.rho_mask_sequence_level else ("token", "token")
     weight = Weight(level, clip=_on(cfg.rho_clamp_upper_bound), clip_low=cfg.rho_clamp_lower_bound)
     lo, hi = _on(cfg.rho_mask_lower_bound), _on(cfg.rho_mask_upper_bound)
-    criteria = () if lo is None and hi is None else (Criterion("ratio", agg, low=lo, high=hi),)
-    return Composition(weight, criteria, log_ratio_clamp=LOG_RATIO_CLAMP, adv_tau=cfg.adv_tau)
+    criteria = () if lo is None and hi is None else (Criterion("ratio", agg, low=lo, high=hi, edge_space="ratio"),)
+    return Composition(weight, criteria, log_ratio_clamp=LOG_RATIO_CLAMP, adv_tau=cfg.adv_tau,
+                       weight_clamp_order="token")
 
 
 ESTIMATOR = framework_estimator("open-instruct", compose, OpenInstructConfig,
@@ -92,6 +94,8 @@ SHIPPED_DEFAULT = (  # when the framework shipped it (Preset.versions)
 
 PRESETS = [
     Preset("open-instruct/default", "open-instruct's default: min(rho_t, 2) per token, l clamped to +-10 first "
-           "(use_rho_correction on; CHANGELOG.md calls the cap 10, the code sets 2.0).", SOURCE, ESTIMATOR,
+           "(grpo_utils.py:419; at sequence level each token's l before the mean, :427; the masks compare rho "
+           "itself with their bounds, :375; use_rho_correction on; CHANGELOG.md calls the cap 10, the code sets "
+           "2.0).", SOURCE, ESTIMATOR,
            OpenInstructConfig(), versions=SHIPPED_DEFAULT),
 ]

@@ -2,7 +2,9 @@
 
     ratio       token_*: rho_t = exp(l_t);  sequence_*: exp(S_j)  (no clamp: exp(S) may overflow to inf)
     truncate    clamp(ratio, min=clip_min, max=clip_max)
-    mask        ratio * 1[clip_min <= ratio <= clip_max] (a missing side is open; completion_mask unchanged)
+    mask        ratio * 1[clip_min <= ratio <= clip_max] (a missing side is open; completion_mask unchanged),
+                decided on exp(l) or exp(S) in the compute dtype against the clip (ratio space: at l = log 3,
+                exp(l) is 3.0000000000000004 in float64 and the token is dropped; grpo_trainer.py:2674, :2698)
     OPSM        keep a rollout when A >= 0 or mean_t(mu_t - pi_t) in log space, i.e. mean(-l), is <= delta
 
 Defaults in the code: correction on, mode "sequence_mask", clip_max 3.0, clip_min None (the config docstring calls
@@ -71,8 +73,8 @@ def compose(cfg: TRLConfig) -> Composition:
         weight = Weight("none")
     elif constraint == "truncate":
         weight = Weight(level, clip=math.inf if hi is None else hi, clip_low=lo or 0.0)
-    else:
-        weight = Weight(level, band=(lo or 0.0, math.inf if hi is None else hi))
+    else:  # invalid_mis_mask = (ratio < min_val) | (ratio > max_val), on the ratio itself: edges in ratio space
+        weight = Weight(level, band=(lo or 0.0, math.inf if hi is None else hi), edge_space="ratio")
     if cfg.loss_type == "vespo":  # phi(W), W = prod_t min(rho_t, C), log-ratios clamped to +-20 (TRL's bounds)
         weight = Weight("sequence", token_clip=math.inf if hi is None else hi,
                         gamma=(cfg.vespo_k_pos, cfg.vespo_lambda_pos, cfg.vespo_k_neg, cfg.vespo_lambda_neg))
@@ -93,12 +95,15 @@ _OPSM = "since 2026-01-06 (TRL #4689, release v0.27.0)"
 PRESETS = [
     Preset("trl/token_truncate", f"Token TIS min(rho_t, 3) ({_NO_CLAMP}).", SOURCE,
            ESTIMATOR, TRLConfig(vllm_importance_sampling_mode="token_truncate"), versions=_MODES),
-    Preset("trl/token_mask", "Token MIS: rho_t where rho_t <= 3, else 0 (one-sided: clip_min is None).", SOURCE,
+    Preset("trl/token_mask", "Token MIS: rho_t where rho_t <= 3, else 0 (one-sided: clip_min is None), decided "
+           "on exp(l_t) against 3 in the compute dtype (grpo_trainer.py:2698: l = log 3 is dropped in float64).",
+           SOURCE,
            ESTIMATOR, TRLConfig(vllm_importance_sampling_mode="token_mask"), versions=_MODES),
     Preset("trl/sequence_truncate", f"Sequence TIS min(exp(S), 3) ({_NO_CLAMP}).", SOURCE,
            ESTIMATOR, TRLConfig(vllm_importance_sampling_mode="sequence_truncate"), versions=_MODES),
-    Preset("trl/sequence_mask", "TRL's default: exp(S) where exp(S) <= 3, else 0 (one-sided; the config "
-           "docstring names token_truncate as the default, the code uses sequence_mask).", SOURCE,
+    Preset("trl/sequence_mask", "TRL's default: exp(S) where exp(S) <= 3, else 0 (one-sided; decided on exp(S) "
+           "against 3 in the compute dtype, grpo_trainer.py:2698; the config docstring names token_truncate as the "
+           "default, the code uses sequence_mask).", SOURCE,
            ESTIMATOR, TRLConfig(), versions=_MODES),
     Preset("trl/opsm", "OPSM (DeepSeek-V3.2) delta 0.5 (no code default; TRL's docs and tests use 0.5): drop "
            "rollouts with A < 0 and mean(-l) > 0.5, on top of the default sequence_mask IS.",
