@@ -138,3 +138,27 @@ def test_adv_tau_has_no_key_outside_prime_rl():
     snip = export("trl/token_truncate", "trl", cfg)
     assert snip.expressible and not snip.exact and "adv_tau=0.5 has no key" in snip.text
     assert export("prime-rl/default", "prime-rl", PRESETS["prime-rl/default"].config.replace(adv_tau=0.5)).exact
+
+
+def test_a_band_decided_in_the_other_space_carries_a_note():
+    # TRL decides exp(l) > 3 on the ratio (grpo_trainer.py:2698), verl l > log 3 (rollout_corr_helper.py:316): the
+    # same band, a different verdict within an ulp of its edge, so the export says so and is not exact
+    snip = export("trl/token_mask", "verl")
+    assert snip.expressible and not snip.exact and "verl compares l against log C" in snip.text, snip.text
+    assert export("trl/token_mask", "trl").exact
+    snip = export("icepop", "trl")  # seqis's own icepop decides in log space
+    assert snip.expressible and not snip.exact and "trl compares exp(l) against C" in snip.text, snip.text
+    assert "an ulp" not in export("icepop", "verl").text  # log space in both: no note on the edges
+
+
+def test_the_weights_clamp_order_exports_where_the_framework_has_it():
+    # a geometric weight of the clamped l_t: ms-swift's sequence_truncate exactly; a framework that clamps the
+    # aggregate has no setting for it; ms-swift's own order noted for a weight that clamps the mean
+    each = Composition(Weight("geometric", clip=2.0), log_ratio_clamp=20.0, weight_clamp_order="token")
+    assert export(each, "ms-swift").exact
+    snip = export(each, "slime")
+    assert not snip.expressible and "slime has no setting for weight_clamp_order" in snip.text, snip.text
+    snip = export(Composition(each.weight, log_ratio_clamp=20.0), "ms-swift")
+    assert snip.expressible and not snip.exact and "clamps each l_t before the geometric mean" in snip.text
+    token = Composition(Weight("token", clip=2.0), log_ratio_clamp=20.0, weight_clamp_order="token")
+    assert export(token, "verl").expressible  # a token weight: clamping l_t first is clamping its exponent

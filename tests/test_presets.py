@@ -446,3 +446,17 @@ def test_prime_rl_decides_a_band_edge_by_its_own_arithmetic(dtype):
     assert 100 < int(want.sum()) < 4000, "both sides of the edge are drawn"
     for out in (run("prime-rl/default", batch), evaluate(resolve("prime-rl/default"), batch)):
         assert out.masks["kept"].equal(want)
+
+
+def test_the_custom_builder_sets_the_edge_space_and_the_weights_clamp_order():
+    cfg = PRESETS["custom/composition"].config.replace(
+        weight_level="geometric", weight_band_low=0.5, weight_band_high=2.0, weight_band_space="ratio",
+        rule1_edge_space="ratio", log_ratio_clamp=20.0, weight_clamp_order="token")
+    comp = PRESETS["custom/composition"].compose(cfg)
+    assert comp.weight.edge_space == "ratio" and comp.criteria[0].edge_space == "ratio"
+    assert comp.weight_clamp_order == "token"
+    assert "exp(x) compared with the edges" in comp.describe() and "each token's before" in comp.describe()
+    with pytest.raises(ValueError, match="Criterion.edge_space 'ratio' takes the ratio statistic"):
+        cfg.replace(rule1_statistic="k1", rule1_low=None, rule1_high=0.5)
+    with pytest.raises(ValueError, match="Weight.edge_space 'ratio' takes a band"):
+        cfg.replace(weight_band_low=None, weight_band_high=None)

@@ -37,7 +37,7 @@ from . import (
     verl,
 )
 from ._format import CannotExpress, Settings
-from ._parts import later_parts
+from ._parts import edge_note, later_parts
 
 EXPORTERS = {
     "prime-rl": prime_rl, "prime-rl-legacy": prime_rl_legacy, "verl": verl,
@@ -79,9 +79,11 @@ def export(x: str | Composition, framework: str, cfg: Config | None = None, *,
     exporter = EXPORTERS[framework]
     stem = "custom" if isinstance(x, Composition) else x.replace("/", "_")
     try:
+        s: Settings = exporter.settings(comp)  # its own refusal first: it names the part most to the point
         if missing := later_parts(comp) - getattr(exporter, "PARTS", frozenset()):
             raise CannotExpress(f"{framework} has no setting for {', '.join(sorted(missing))}")
-        s: Settings = exporter.settings(comp)
+        if note := edge_note(comp, framework, getattr(exporter, "EDGE_SPACE", None)):
+            s.notes.append(note)
     except CannotExpress as why:
         text = f"# seqis {describe(x, cfg)}\n# cannot express in {framework}: {why}\n"
         return Snippet(framework, text, False, False, f"{stem}.{exporter.SUFFIX}")

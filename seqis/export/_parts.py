@@ -54,14 +54,45 @@ LATER_STATISTICS = ("exp_abs_log_ratio", "abs_ratio_minus_one", "binary_kl", "bi
 
 def later_parts(comp: Composition) -> set[str]:
     """The later parts a composition uses: 'strict', 'leaves_normaliser', 'batch_rule', 'clamp_order',
-    'gamma', 'token_clip', 'normalize_all' and each later statistic by its name."""
+    'weight_clamp_order' (the weight aggregates each clamped l_t, where that differs: a sequence, geometric or
+    prefix weight under a clamp), 'gamma', 'token_clip', 'normalize_all' and each later statistic by its name.
+    A band's edge space is the framework's arithmetic, not a setting: see edge_note."""
     used = {c.statistic for c in comp.criteria if c.statistic in LATER_STATISTICS}
     used |= {flag for c in comp.criteria for flag in ("strict", "leaves_normaliser") if getattr(c, flag)}
     if comp.batch_rule is not None:
         used.add("batch_rule")
     if comp.clamp_order != "token" and comp.log_ratio_clamp is not None:
         used.add("clamp_order")
+    if each_token_clamped(comp):
+        used.add("weight_clamp_order")
     used |= {name for name in ("gamma", "token_clip") if getattr(comp.weight, name) is not None}
     if comp.weight.normalize_all:
         used.add("normalize_all")
     return used
+
+
+def each_token_clamped(comp: Composition) -> bool:
+    """Whether the weight aggregates each token's clamped l_t where clamping the aggregate would differ."""
+    return (comp.weight_clamp_order == "token" and comp.log_ratio_clamp is not None
+            and comp.weight.level in ("sequence", "geometric", "prefix"))
+
+
+def edge_spaces(comp: Composition) -> set[str]:
+    """The spaces ("log", "ratio") the composition's bands on a ratio decide their edges in."""
+    spaces = {c.edge_space for c in comp.criteria if c.statistic == "ratio"}
+    if comp.weight.band is not None:
+        spaces.add(comp.weight.edge_space)
+    return spaces
+
+
+def edge_note(comp: Composition, framework: str, space: str | None) -> str | None:
+    """A NOTE when the framework decides a ratio band's edge in another space than the composition (space: the
+    exporter's EDGE_SPACE, None where seqis has not read it off the framework's code): a ratio within an ulp or so
+    of an edge can fall the other way. None when they agree, or the composition has no band on a ratio."""
+    theirs = {"ratio": "exp(l) against C", "log": "l against log C"}
+    other = edge_spaces(comp) - ({space} if space else set())
+    if not other or (space is None and other == {"log"}):
+        return None
+    how = f"{framework} compares {theirs[space]}" if space else f"{framework}'s arithmetic at a band's edge is unread"
+    ours = " and ".join(theirs[s] for s in sorted(other))
+    return f"{how}; this correction compares {ours}: a ratio within an ulp or so of an edge can fall the other way"

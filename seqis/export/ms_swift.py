@@ -11,11 +11,13 @@ import math
 
 from ..compose import Composition, Criterion
 from ._format import CannotExpress, Settings, adv_tau_note, clamp_note, flags
-from ._parts import open_low
+from ._parts import each_token_clamped, open_low
 
 HEADER = ["ms-swift GRPO arguments (swift rlhf --rlhf_type grpo)"]
 SUFFIX = "ms-swift.sh"
 CLAMP = 20.0
+PARTS = frozenset({"weight_clamp_order"})  # the later parts it writes (_parts.later_parts)
+EDGE_SPACE = "ratio"  # grpo_trainer.py:2374, :2386: is_ratio <= threshold, seq_ratios <= threshold
 _NO = ("ms-swift's rollout IS is a token ratio or the geometric mean, truncated at or masked above one threshold "
        "C (sequence_mask gates the token ratio by the geometric mean)")
 
@@ -55,6 +57,9 @@ def settings(comp: Composition) -> Settings:
                   "--off_policy_sequence_mask_delta": opsm[0].high if opsm else None}
     if mode is not None:
         clamp_note("ms-swift", CLAMP, comp.log_ratio_clamp, notes)
+    if mode == "sequence_truncate" and comp.log_ratio_clamp is not None and not each_token_clamped(comp):
+        notes.append("ms-swift clamps each l_t before the geometric mean (this correction clamps the mean of the "
+                     "raw l: they differ where a token has |l| > the clamp)")
     if mode is None and opsm and comp.log_ratio_clamp is not None:
         notes.append(f"ms-swift's OPSM reads the raw log-ratio (this correction clamps it at +-{comp.log_ratio_clamp})")
     if threshold is not None and math.isinf(threshold):

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 from ..compose import Composition
 from ._format import CannotExpress, Settings, adv_tau_note, clamp_note, flags
-from ._parts import open_high, open_low
+from ._parts import each_token_clamped, open_high, open_low
 
 HEADER = ["open-instruct grpo_fast.py flags"]
 SUFFIX = "open-instruct.sh"
 CLAMP = 10.0
+PARTS = frozenset({"weight_clamp_order"})  # the later parts it writes (_parts.later_parts)
+EDGE_SPACE = "ratio"  # grpo_utils.py:375-376: rho < lower, rho > upper, on rho itself
 _AGG = {"token": "token", "geometric": "mean"}  # the weight's level -> the aggregate its mask uses
 
 
@@ -47,6 +49,9 @@ def settings(comp: Composition) -> Settings:
                                 f"{c.statistic} by {c.agg}{' conditioned on the advantage' if c.advantage else ''}")
         mask_lo, mask_hi = _bounds(c.low, c.high, "mask bound")
     clamp_note("open-instruct", CLAMP, comp.log_ratio_clamp, notes)
+    if w.level == "geometric" and comp.log_ratio_clamp is not None and not each_token_clamped(comp):
+        notes.append("open-instruct clamps each l_t before the geometric mean (this correction clamps the mean of "
+                     "the raw l: they differ where a token has |l| > the clamp)")
     adv_tau_note(comp.adv_tau, notes)
     return Settings({"--use_rho_correction": "True", "--rho_clamp_lower_bound": clamp_lo,
                      "--rho_clamp_upper_bound": clamp_hi, "--rho_mask_lower_bound": mask_lo,

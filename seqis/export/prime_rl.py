@@ -16,6 +16,7 @@ from ._format import CannotExpress, Settings, toml
 
 HEADER = ["prime-rl trainer loss (the [trainer.loss] table of rl.toml)"]
 SUFFIX = "prime-rl.toml"
+EDGE_SPACE = "log"  # IcePop keeps log(low) <= l_t <= log(high) (docs/presets.md, prime-rl)
 _CUSTOM = ('prime-rl\'s built-in losses weigh kept tokens by rho_t and drop them by probability difference or '
            'ratio band; load this correction as [trainer.loss] type = "custom"')
 _REMOVED = "# type = \"default\" (DPPO + KL) is prime-rl v0.6.0 - v0.8.0's; #3418 (2026-08-27) removed it"

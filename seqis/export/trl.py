@@ -14,6 +14,7 @@ from ._format import CannotExpress, Settings, adv_tau_note, python_kwargs
 HEADER = ["TRL GRPOConfig arguments (use_vllm=True)"]
 SUFFIX = "trl.py"
 PARTS = frozenset({"gamma", "token_clip"})  # the later parts it writes (_parts.later_parts)
+EDGE_SPACE = "ratio"  # grpo_trainer.py:2698: (ratio < min_val) | (ratio > max_val), the ratio itself
 
 
 def settings(comp: Composition) -> Settings:

@@ -19,6 +19,7 @@ HEADER = ["verl rollout correction in bypass mode (pi_old = the sampler's log-pr
           "k1 thresholds are 'lower_upper' on mu/pi: a band [lo, hi] on pi/mu is '1/hi_1/lo';",
           "verl leaves rejected tokens out of the loss denominator (seqis agg='kept-token-mean')"]
 SUFFIX = "verl.yaml"
+EDGE_SPACE = "log"  # rollout_corr_helper.py:316: (per_token_stat >= lower_log) & (per_token_stat <= upper_log)
 BLOCK, ACTOR = "algorithm.rollout_correction", "actor_rollout_ref.actor"
 NEVER_BITES = 1e-10  # below verl's e^-20 clamp: an open lower bound
 _AGG = {"token": "token", "sum": "seq_sum", "mean": "seq_mean", "max": "seq_max"}
