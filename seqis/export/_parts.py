@@ -78,8 +78,10 @@ def each_token_clamped(comp: Composition) -> bool:
 
 
 def edge_spaces(comp: Composition) -> set[str]:
-    """The spaces ("log", "ratio") the composition's bands on a ratio decide their edges in."""
-    spaces = {c.edge_space for c in comp.criteria if c.statistic == "ratio"}
+    """The spaces ("log", "ratio") the composition's bands on a ratio decide their edges in. A ratio rule
+    conditioned on the advantage's sign is left out: it is a PPO-style clip (PPO, GSPO, DPPO), which a framework
+    decides through its loss's gradient (min(r A, clip(r) A); a tie at the edge splits it), not by comparing."""
+    spaces = {c.edge_space for c in comp.criteria if c.statistic == "ratio" and c.advantage is None}
     if comp.weight.band is not None:
         spaces.add(comp.weight.edge_space)
     return spaces

@@ -14,6 +14,7 @@ from ._format import CannotExpress, Settings, adv_tau_note, yaml
 
 HEADER = ["AReaL actor rejection sampling (decoupled loss)"]
 SUFFIX = "areal.yaml"
+EDGE_SPACE = "ratio"  # functional.py:180: (metric >= lower) & (metric <= upper), metric = exp(l) in float32
 PARTS = frozenset({"binary_kl", "batch_rule"})  # the later parts it writes (_parts.later_parts)
 _NO = "AReaL's rejection sampling is one bound on one metric with a token or geometric weight"
 

@@ -11,6 +11,7 @@ from ._parts import token_is_mode
 
 HEADER = ["OpenRLHF train_ppo_ray flags (openrlhf >= 0.11)"]
 SUFFIX = "openrlhf.sh"
+EDGE_SPACE = "ratio"  # loss.py:238: (stat >= low) & (stat <= high), stat = exp(l) or exp(mean l)
 _NO = "OpenRLHF's IS correction is a token ratio clamped (tis), banded (icepop) or gated by the geometric ratio"
 _A = "--algo.advantage.is_correction"
 _LEVEL_MODE = {"tis": ("token", "clip"), "icepop": ("token", "mask"), "seq-mask-tis": ("seq", "mask")}

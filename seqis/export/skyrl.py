@@ -15,6 +15,7 @@ from ._format import CannotExpress, Settings, adv_tau_note, yaml
 
 HEADER = ["SkyRL off-policy correction"]
 SUFFIX = "skyrl.yaml"
+EDGE_SPACE = "ratio"  # off_policy_correction_utils.py:108, :176, :227, :243: the ratio against its bounds (float32)
 PARTS = frozenset({"strict", "binary_kl_mu", "clamp_order"})  # the later parts it writes (_parts.later_parts)
 BLOCK = "trainer.algorithm.off_policy_correction"
 _SEQ_MASK = {"mean": ("geometric", "geo_mask"), "sum": ("product", "product_mask")}  # agg -> metric, key prefix

@@ -11,7 +11,9 @@
     metric     ratio (aggregated in log space: sum -> exp S, mean -> exp(S/T), max -> max rho), kl_k1 = +l (the
                opposite sign to verl's), kl_k2 = l^2 / 2 (sum / mean / max taken on the metric)
     mask       drop tokens (level token) or rollouts (level sequence) whose metric leaves [lower, upper]
-               (lower None = open); clamp: the weight is clamped to [lower or 0, upper] instead
+               (lower None = open; functional.py:180 compares the metric itself: the ratio's edges in ratio
+               space, edge_space "ratio", in float32 as AReaL upcasts); clamp: the weight is clamped to
+               [lower or 0, upper] instead
 
 Rejection defaults (the block's fields): level token, action mask, metric ratio, agg mean, upper 5.0, lower None,
 the old behave_imp_weight_cap 5 with token_mask, which every shipped recipe sets (examples/*/*.yaml). IcePop
@@ -69,7 +71,7 @@ class ArealConfig(Config):
 def _criterion(metric: str, agg: str, lower: float | None, upper: float) -> Criterion:
     """AReaL's bound on its metric, in the composition's statistics (k1 there is -l, so AReaL's +l band flips)."""
     if metric == "ratio":
-        return Criterion("ratio", agg, low=lower, high=upper)
+        return Criterion("ratio", agg, low=lower, high=upper, edge_space="ratio")  # exp(agg) vs the bounds (:180)
     if metric == "kl_k2":
         return Criterion("k2", agg, low=lower, high=upper)
     if metric == "binary_kl":  # the larger of KL_B(pi || mu), KL_B(mu || pi), probabilities clamped to 1e-8

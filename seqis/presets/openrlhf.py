@@ -5,7 +5,9 @@
                   1 at the first minibatch)
     clip          (level token, gating ratio) clamp(rho_t, low, high): two-sided, small ratios raised to low (tis)
     mask          keep a token (level token: icepop) or a rollout (level seq: seq-mask-tis) whose statistic lies in
-                  [low, high]; the kept tokens weigh their own raw rho_t (not clamped, whatever the old comment said)
+                  [low, high]; the kept tokens weigh their own raw rho_t (not clamped, whatever the old comment said);
+                  the band compares the statistic itself with its bounds (loss.py:238: ratio space, edge_space
+                  "ratio")
     gspo          policy_loss_type gspo with the correction on: PPO-clip on the geometric ratio pi/mu, r_j =
                   exp(mean_t l_t) (no clamp), A > 0 keeps r_j <= 1 + eps_high, A < 0 keeps r_j >= 1 - eps_low;
                   the weight is r_j on every token; the loss is a per-rollout mean (agg="seq-mean-token-mean")
@@ -71,10 +73,10 @@ def compose(cfg: OpenRLHFConfig) -> Composition:
         weight = Weight("none")
     elif cfg.is_correction_mode == "clip":
         weight = Weight("token", clip=hi, clip_low=lo)
-    elif level == "token":
-        weight = Weight("token", band=(lo, hi))
-    else:
-        weight, criteria = Weight("token"), (Criterion("ratio", "mean", low=lo, high=hi),)
+    elif level == "token":  # keep = (stat >= low) & (stat <= high) on stat = exp(l) (loss.py:238): ratio space
+        weight = Weight("token", band=(lo, hi), edge_space="ratio")
+    else:  # stat = exp(masked_mean(l)) (loss.py:223)
+        weight, criteria = Weight("token"), (Criterion("ratio", "mean", low=lo, high=hi, edge_space="ratio"),)
     return Composition(weight, criteria, adv_tau=cfg.adv_tau)
 
 

@@ -13,7 +13,11 @@ policy losses anchored on the sampler (trainer.algorithm.policy_loss_type dppo, 
     cispo      cispo_anchor rollout: weight clamp(exp(clamp(l_t, +-20)), 1 - cispo_eps_clip_low,
                1 + cispo_eps_clip_high), every token keeps it (1.0 and 4.0: [0, 5])
 
-Every ratio is exp in float32 (safe_exp_delta), cast back to the log-probs' dtype. The masks multiply loss_mask but
+Every ratio is exp in float32 (safe_exp_delta), cast back to the log-probs' dtype, and every band compares that
+ratio with its bounds (off_policy_correction_utils.py:108, :114, :176, :227, :243; ppo_utils.py:793): the criteria
+decide in ratio space (edge_space "ratio"), to the bit for float32 log-probs (for float64 ones SkyRL still
+exponentiates in float32, the composition in float64: an edge within float32's rounding can fall the other way).
+The masks multiply loss_mask but
 the token-mean normaliser was fixed from the original mask: token-mean. Clamp order (kept: clamp_order
 "aggregate"): the sequence TIS weight and both sequence masks clamp the SUMMED (or mean) raw log-ratio at +-20,
 not each l_t (l = (+25, -20): the product ratio is e^5, dropped; clamping each token first would give e^0, kept).
@@ -93,11 +97,13 @@ def _loss_weight(cfg: SkyRLConfig) -> tuple[Weight, list[Criterion], float | Non
     """The weight (and criteria, clamp) of a policy loss anchored on the sampler; None for one anchored on pi_old."""
     if cfg.policy_loss_type == "dppo":  # the clamp's zero gradient beyond +-20, then the sign-conditioned mask
         stat = "prob_diff" if cfg.dppo_type == "binary_tv" else "binary_kl_mu"  # KL signed by the move's side
-        return Weight("token"), [Criterion("ratio", "token", low=math.exp(-SAFETY_BOUND), high=math.exp(SAFETY_BOUND)),
+        return Weight("token"), [Criterion("ratio", "token", low=math.exp(-SAFETY_BOUND), high=math.exp(SAFETY_BOUND),
+                                           edge_space="ratio"),
                                  Criterion(stat, "token", high=cfg.delta_high, advantage="positive"),
                                  Criterion(stat, "token", low=-cfg.delta_low, advantage="negative")], None
     if cfg.policy_loss_type == "rollout_is":  # exp(clamp(l)) kept on the open band (1 - eps_low, 1 + eps_high)
-        band = Criterion("ratio", "token", low=1.0 - cfg.eps_clip_low, high=1.0 + cfg.eps_clip_high, strict=True)
+        band = Criterion("ratio", "token", low=1.0 - cfg.eps_clip_low, high=1.0 + cfg.eps_clip_high, strict=True,
+                         edge_space="ratio")
         return Weight("token"), [band], SAFETY_BOUND
     if cfg.policy_loss_type == "cispo" and cfg.cispo_anchor == "rollout":
         low = max(1.0 - cfg.cispo_eps_clip_low, 0.0)
@@ -108,12 +114,12 @@ def _loss_weight(cfg: SkyRLConfig) -> tuple[Weight, list[Criterion], float | Non
 def compose(cfg: SkyRLConfig) -> Composition:
     criteria: list[Criterion] = []
     if cfg.outlier_token_is_threshold_low is not None:
-        criteria.append(Criterion("ratio", "min", low=cfg.outlier_token_is_threshold_low))
+        criteria.append(Criterion("ratio", "min", low=cfg.outlier_token_is_threshold_low, edge_space="ratio"))
     if cfg.outlier_token_is_threshold_high is not None:
-        criteria.append(Criterion("ratio", "max", high=cfg.outlier_token_is_threshold_high))
+        criteria.append(Criterion("ratio", "max", high=cfg.outlier_token_is_threshold_high, edge_space="ratio"))
     if cfg.token_mask_is_threshold_low is not None and cfg.token_mask_is_threshold_high is not None:
         criteria.append(Criterion("ratio", "token", low=cfg.token_mask_is_threshold_low,
-                                  high=cfg.token_mask_is_threshold_high))
+                                  high=cfg.token_mask_is_threshold_high, edge_space="ratio"))
     own = _loss_weight(cfg)
     clamp = SAFETY_BOUND
     if own is not None:
@@ -126,9 +132,10 @@ def compose(cfg: SkyRLConfig) -> Composition:
     else:
         weight = Weight("sequence", clip=cfg.sequence_tis_ratio_clip_high)
     if cfg.sequence_mask_metric == "geometric":
-        criteria.append(Criterion("ratio", "mean", low=cfg.geo_mask_low, high=cfg.geo_mask_high))
+        criteria.append(Criterion("ratio", "mean", low=cfg.geo_mask_low, high=cfg.geo_mask_high, edge_space="ratio"))
     elif cfg.sequence_mask_metric == "product":
-        criteria.append(Criterion("ratio", "sum", low=cfg.product_mask_low, high=cfg.product_mask_high))
+        criteria.append(Criterion("ratio", "sum", low=cfg.product_mask_low, high=cfg.product_mask_high,
+                                  edge_space="ratio"))
     return Composition(weight, tuple(criteria), log_ratio_clamp=clamp, adv_tau=cfg.adv_tau,
                        clamp_order=_clamp_order(criteria))
 
