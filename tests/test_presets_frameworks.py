@@ -120,3 +120,51 @@ def test_the_command_line_exits_by_what_it_found(tmp_path, capsys):
     assert "trl/opsm" in capsys.readouterr().out
     assert main(["check", "trl", str(tmp_path)]) == 2  # no TRL there: one line saying so
     assert "trl/trainer/grpo_trainer.py is not under" in capsys.readouterr().err
+
+
+def _around(x: float, n: int, dtype) -> list[float]:
+    """The 2n + 1 values of dtype nearest x."""
+    v = torch.tensor(x, dtype=dtype)
+    down, up = [v], [v]
+    for _ in range(n):
+        down.append(torch.nextafter(down[-1], torch.tensor(-math.inf, dtype=dtype)))
+        up.append(torch.nextafter(up[-1], torch.tensor(math.inf, dtype=dtype)))
+    return [float(t) for t in [*reversed(down[1:]), v, *up[1:]]]
+
+
+def _at_edge(edge: float, dtype=torch.float32, mu: float = 0.0) -> Batch:
+    """One-token rollouts on the dtype's values around log(edge) (log mu = 0: l is log pi to the last bit)."""
+    l = torch.tensor(_around(math.log(edge), 300, dtype), dtype=dtype)[:, None]
+    return Batch(trainer_logprobs=l + mu, inference_logprobs=torch.full_like(l, mu),
+                 advantages=torch.ones(len(l), dtype=dtype), loss_mask=torch.ones_like(l, dtype=torch.bool))
+
+
+@pytest.mark.parametrize("key, cfg, edge", [
+    # ppo_utils.py:793: ratio > 1 - eps_low and ratio < 1 + eps_high, ratio = exp(clamp(l)) in float32
+    ("skyrl/rollout_is", None, 1.2), ("skyrl/rollout_is", None, 0.8),
+    # off_policy_correction_utils.py:108, :114: a rollout with a token ratio > high or < low is dropped
+    ("skyrl/outlier_token_mask", {"outlier_token_is_threshold_high": 3.0}, 3.0),
+    # :243: exp(clamp(S)) > product_mask_high
+    ("skyrl/product_mask", None, 2.0),
+    # loss.py:238: (stat >= low) & (stat <= high) on stat = exp(l) (icepop) or exp(mean l) (seq-mask-tis)
+    ("openrlhf/icepop", None, 5.0), ("openrlhf/icepop", None, 0.5), ("openrlhf/seq-mask-tis", None, 5.0),
+])
+def test_ratio_bands_decide_their_exact_edge_as_the_framework_does_in_float32(key, cfg, edge):
+    # on the float32 values around the edge the framework's exp(l) against C and the composition (edge_space
+    # "ratio", plain and fast) drop the same tokens; at 1.2 and 0.8 comparing l with log C would not
+    framework = key.split("/")[0]
+    ref = load(framework, source(framework))
+    config = PRESETS[key].config if cfg is None else PRESETS[key].config.replace(**cfg)
+    batch = _at_edge(edge)
+    theirs = ref.gradient(config, batch)
+    ours = seqis_gradient(key, batch, config, ref.agg(config))
+    assert torch.equal(ours != 0, theirs != 0), key
+    torch.testing.assert_close(ours, theirs, rtol=2e-6, atol=0.0)
+    fast = Batch(batch.trainer_logprobs.clone().requires_grad_(True), batch.inference_logprobs, batch.advantages,
+                 batch.loss_mask)
+    run(key, fast, config, agg=ref.agg(config)).loss.backward()  # the fast evaluator, as the registry runs it
+    assert torch.equal(fast.trainer_logprobs.grad != 0, theirs != 0), key
+    if key == "skyrl/rollout_is":  # here (not at 2, 3, 5, 0.5) log space decides otherwise: l against log C
+        l, log_edge = batch.trainer_logprobs[:, 0], torch.tensor(math.log(edge), dtype=torch.float32)
+        in_log_space = (l < log_edge) if edge > 1 else (l > log_edge)
+        assert not torch.equal(in_log_space, theirs[:, 0] != 0), key
