@@ -50,6 +50,7 @@ from .fast import Ratios
 from .registry import resolve, run_many
 from .types import Batch, Config, EstimatorOutput
 
+FINDINGS_TOKENS = 1 << 15  # step_metrics' findings read whole rollouts up to this many loss tokens per group
 LEVELS = {"ok": 0.0, "warn": 1.0, "bad": 2.0}  # a finding's severity as the number logged
 VERL_SAFETY_BOUND = 20.0  # verl clamps log-ratios to +-20 before exponentiating (rollout_corr_helper.py)
 
@@ -64,6 +65,7 @@ class GroupSummary:
     diagnostics: dict[str, float]
     outputs: dict[str, EstimatorOutput]  # label -> the correction's output
     findings: list[Finding]  # worst first
+    findings_rows: torch.Tensor | None = None  # (R,) the rollouts the findings read; None: all of them
 
 
 def groups(batch: Batch, by: str | None) -> list[tuple[str | None, Batch]]:
@@ -96,16 +98,37 @@ def labelled(corrections: Corrections) -> dict[str, Composition]:
     return out
 
 
+def findings_rows(length: torch.Tensor, budget: int | None) -> torch.Tensor | None:
+    """The rollouts a group's findings read under a budget of loss tokens: of the rollouts with a loss token,
+    every k-th from the first (k = ceil(their tokens / budget)), as many of those in order as fit in the budget
+    (at least one). None when the budget is None or the whole group fits. length: (B,) each rollout's loss
+    tokens. A fixed stride, no random draw: the same batch gives the same rollouts on every call."""
+    if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int) or budget < 1):
+        raise ValueError(f"findings_tokens must be a positive number of loss tokens or None, got {budget!r}")
+    total = int(length.sum())
+    if budget is None or total <= budget:
+        return None
+    candidates = (length > 0).nonzero().squeeze(1)  # (V,) the rollouts with a loss token, in order
+    strided = candidates[:: math.ceil(total / budget)]  # (K,)
+    fits = length[strided].cumsum(0) <= budget  # (K,) a prefix of them
+    fits[0] = True  # one rollout longer than the budget is read whole
+    return strided[fits]
+
+
 @torch.no_grad()
-def summarise(batch: Batch, corrections: Corrections = (), by: str | None = None) -> list[GroupSummary]:
-    """Each group's diagnostics, corrections (through one run_many on the group's Ratios) and findings."""
+def summarise(batch: Batch, corrections: Corrections = (), by: str | None = None, *,
+              findings_tokens: int | None = None) -> list[GroupSummary]:
+    """Each group's diagnostics, corrections (through one run_many on the group's Ratios) and findings; the
+    findings from the rollouts `findings_rows` picks under findings_tokens (None: the whole group)."""
     comps = labelled(corrections)
     out = []
     for group, sub in groups(batch, by):
         r = Ratios.of(sub)
         evaluated = run_many(list(dict.fromkeys(comps.values())), sub, ratios=r)  # a composition named twice: once
+        rows = findings_rows(r.length, findings_tokens)
+        found = diagnose(sub if rows is None else sub.select(rows))
         out.append(GroupSummary(group, sub, r, diagnostics(sub, r), {k: evaluated[c] for k, c in comps.items()},
-                                diagnose(sub)))
+                                found, rows))
     return out
 
 
@@ -118,11 +141,12 @@ def severities(findings: list[Finding]) -> dict[str, float]:
 
 
 def step_metrics(batch: Batch, corrections: Corrections = (), by: str | None = None, prefix: str = "seqis/", *,
-                 names: str | None = None) -> dict[str, float]:
+                 names: str | None = None, findings_tokens: int | None = FINDINGS_TOKENS) -> dict[str, float]:
     """The flat dict of finite floats to log for this batch (see the module docstring for the keys).
     corrections: registry names or preset keys, (name, cfg) or (label, Composition) pairs, or a dict of them;
     by: a metadata column (env_name, rank, ...) whose values get keys of their own; names: "verl" or "prime-rl"
-    to add that framework's names (FRAMEWORK_NAMES)."""
+    to add that framework's names (FRAMEWORK_NAMES); findings_tokens: the loss tokens each group's findings read
+    (whole rollouts at a fixed stride, `findings_rows`; None: every token, `diagnose`'s full power)."""
     if names is not None and names not in FRAMEWORK_NAMES:
         raise ValueError(f"names must be one of {', '.join(FRAMEWORK_NAMES)} or None, got {names!r}")
     out: dict[str, float] = {}
@@ -136,7 +160,7 @@ def step_metrics(batch: Batch, corrections: Corrections = (), by: str | None = N
             raise ValueError(f"step_metrics: {key} is NaN")
         out[key] = min(max(value, -sys.float_info.max), sys.float_info.max)  # inf: logged as the largest float
 
-    for s in summarise(batch, corrections, by):
+    for s in summarise(batch, corrections, by, findings_tokens=findings_tokens):
         at = prefix if s.group is None else f"{prefix}{s.group}/"
         for name, value in s.diagnostics.items():
             put(at + name, value)
