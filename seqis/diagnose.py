@@ -70,6 +70,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 import torch
@@ -128,6 +129,23 @@ class _Pairs:
         rows, pos = self.mask.nonzero(as_tuple=True)
         return rows[index], pos[index]
 
+    # each test reads these on the kept tokens: made once per batch, not once per test
+    @cached_property
+    def a64(self) -> torch.Tensor:
+        return self.a.double()  # (N,)
+
+    @cached_property
+    def l64(self) -> torch.Tensor:
+        return self.l.double()  # (N,)
+
+    @cached_property
+    def h64(self) -> torch.Tensor | None:
+        return None if self.entropy is None else self.entropy.double()  # (N,)
+
+    @cached_property
+    def rho(self) -> torch.Tensor:
+        return self.l64.clamp(-_SAFETY, _SAFETY).exp()  # (N,) rho, |l| bounded by verl's safety bound
+
 
 @torch.no_grad()
 def diagnose(batch: Batch, by: str | None = None) -> list[Finding]:
@@ -160,7 +178,7 @@ def groups(column: list) -> dict[Any, list[int]]:
 
 def _diagnose(batch: Batch, group) -> list[Finding]:
     findings: list[Finding] = []
-    shift, agreement = best_shift(batch.trainer_logprobs.detach(), batch.inference_logprobs.detach(),
+    shift, agreement = find_shift(batch.trainer_logprobs.detach(), batch.inference_logprobs.detach(),
                                   batch.loss_mask)
     if shift:
         findings.append(_misalignment(shift, agreement))
@@ -168,7 +186,7 @@ def _diagnose(batch: Batch, group) -> list[Finding]:
     if pairs.l.numel() == 0:
         return [Finding("healthy", "ok", "No loss tokens to diagnose.", {"n_tokens": 0}, group)]
     t = run_tests(pairs)
-    stats = mismatch_stats(pairs.l[t["keep"]])  # what the systematic causes do, without the outliers
+    stats = mismatch_stats(kept(pairs.l, t["keep"]))  # what the systematic causes do, without the outliers
     stats["n_left_out"] = int((~t["keep"]).sum())  # a few such tokens would swamp every mean: said apart
     if _fired(t["truncation"]):
         findings.append(_truncation(t["truncation"], stats))
@@ -201,21 +219,58 @@ def best_shift(trainer: torch.Tensor, inference: torch.Tensor, mask: torch.Tenso
     """The shift k at which inference[:, t + k] agrees best with trainer[:, t] (median |difference| over
     positions where both are loss tokens, on the first rollouts up to max_tokens positions), and the
     agreement at every k. k != 0 only when it beats k = 0 by 4x: a batch that is merely noisy stays at 0."""
-    B, T = trainer.shape
-    rows = slice(0, max(1, min(B, max_tokens // max(T, 1))))
-    t, i, m = trainer[rows].float(), inference[rows].float(), mask[rows]
+    t, i, m = _first_rollouts(trainer, inference, mask, max_tokens)
     agreement = {}
     for k in shifts:
-        if abs(k) >= T:
+        if abs(k) >= t.shape[1]:
             continue
-        lo, hi = max(0, -k), T - max(0, k)  # positions t whose partner t + k exists
-        both = m[:, lo:hi] & m[:, lo + k:hi + k]
-        d = (t[:, lo:hi] - i[:, lo + k:hi + k])[both].abs()
+        both, diff = _partners(t, i, m, k)
+        d = diff[both].abs()
         agreement[k] = float(d.median()) if d.numel() else math.inf
     best = min(agreement, key=lambda k: (agreement[k], abs(k)))
     if best != 0 and not agreement[best] * 4 < agreement.get(0, math.inf):
         best = 0
     return best, agreement
+
+
+def find_shift(trainer: torch.Tensor, inference: torch.Tensor, mask: torch.Tensor,
+               shifts=(-2, -1, 0, 1, 2)) -> tuple[int, dict[int, float] | None]:
+    """best_shift's shift (and its agreement when the shift is not 0), without a median per shift when the
+    answer is 0, the usual one: a shift k wins only when its median |difference| is under a quarter of the
+    in-place one, so at least half its pairs lie within that quarter; a count per shift says whether any
+    could, and only then best_shift runs. (None for the agreement when the shift is 0.)"""
+    t, i, m = _first_rollouts(trainer, inference, mask, 1 << 16)  # best_shift's default max_tokens
+    in_place = (t - i)[m].abs()
+    if 0 not in shifts or in_place.numel() == 0:
+        return best_shift(trainer, inference, mask, shifts)
+    agreement = float(in_place.median())
+    if not agreement > 0:  # 0 (or NaN): no shift can beat it 4x
+        return 0, None
+    quarter = agreement / 4
+    for k in shifts:
+        if k == 0 or abs(k) >= t.shape[1]:
+            continue
+        both, diff = _partners(t, i, m, k)
+        pairs = int(torch.count_nonzero(both))
+        if pairs and 2 * int(torch.count_nonzero(diff.abs_().le_(quarter).logical_and_(both))) >= pairs:
+            return best_shift(trainer, inference, mask, shifts)  # k might win: every median, as it would
+    return 0, None
+
+
+def _first_rollouts(trainer: torch.Tensor, inference: torch.Tensor, mask: torch.Tensor,
+                    max_tokens: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(R, T) the first rollouts up to max_tokens positions (at least one), the log-probs in float32."""
+    B, T = trainer.shape
+    rows = slice(0, max(1, min(B, max_tokens // max(T, 1))))
+    return trainer[rows].float(), inference[rows].float(), mask[rows]
+
+
+def _partners(t: torch.Tensor, i: torch.Tensor, m: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(R, T - |k|) where position t and its partner t + k are both loss tokens, and trainer[t] - inference[t + k]
+    there (a new tensor)."""
+    T = t.shape[1]
+    lo, hi = max(0, -k), T - max(0, k)  # positions t whose partner t + k exists
+    return m[:, lo:hi] & m[:, lo + k:hi + k], t[:, lo:hi] - i[:, lo + k:hi + k]
 
 
 def realign(batch: Batch, shift: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -272,7 +327,7 @@ def clustered_mean(x: torch.Tensor, rows: torch.Tensor) -> tuple[float, float]:
     x = x.double()
     n = x.numel()
     mean = float(x.sum()) / n
-    per = torch.zeros(int(rows.max()) + 1, dtype=torch.float64).index_add_(0, rows, x - mean)
+    per = cluster_sums(x - mean, rows)  # (R,)
     return mean, math.sqrt(float(per.pow(2).sum())) / n
 
 
@@ -284,7 +339,7 @@ def clustered_ratio(num: torch.Tensor, den: torch.Tensor, rows: torch.Tensor) ->
     if total == 0:
         return math.nan, math.inf
     r = float(num.sum()) / total
-    per = torch.zeros(int(rows.max()) + 1, dtype=torch.float64).index_add_(0, rows, num - r * den)
+    per = cluster_sums(num - r * den, rows)  # (R,)
     return r, math.sqrt(float(per.pow(2).sum())) / abs(total)
 
 
@@ -293,7 +348,25 @@ def _ci(value: float, se: float) -> list[float]:
 
 
 def _ratio(p: _Pairs, keep: torch.Tensor) -> torch.Tensor:
-    return p.l[keep].double().clamp(-_SAFETY, _SAFETY).exp()  # (n,) rho on the kept tokens
+    return kept(p.rho, keep)  # (n,) rho on the kept tokens
+
+
+def kept(x: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+    """x[keep], without the copy when every token is kept (a batch without catastrophic tokens, the usual one)."""
+    return x if bool(keep.all()) else x[keep]
+
+
+def cluster_sums(x: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+    """(R,) the sums of the (N,) values x over each rollout that rows holds (in order of rollout), in float64.
+    Rows in order (as aligned_pairs makes them) are summed as consecutive runs, else scattered."""
+    x = x.double()
+    if x.numel() == 0:
+        return x
+    if bool((rows[1:] >= rows[:-1]).all()):
+        counts = torch.bincount(rows)  # (max row + 1,)
+        return torch.segment_reduce(x, "sum", lengths=counts[counts > 0])
+    per = torch.zeros(int(rows.max()) + 1, dtype=torch.float64).index_add_(0, rows, x)
+    return per[torch.bincount(rows) > 0]
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -382,14 +455,14 @@ def truncation_test(p: _Pairs, keep: torch.Tensor) -> dict[str, Any]:
     n = int(keep.sum())
     if n < _MIN_FIT_TOKENS:
         return {"detected": False, "n_tokens": n}
-    rows = p.rows[keep]
+    rows = kept(p.rows, keep)
     rho = _ratio(p, keep)
-    kept, kept_se = clustered_mean(rho, rows)
-    offset, offset_se = clustered_mean(p.l[keep], rows)
+    mass, mass_se = clustered_mean(rho, rows)
+    offset, offset_se = clustered_mean(kept(p.l64, keep), rows)
     z = -score_z(rho - 1)
-    detected = z > Z_DETECT and 1 - kept > MIN_DEFICIT and offset < 0
-    return {"detected": detected, "log_offset": offset, "ci": _ci(offset, offset_se), "kept_mass": kept,
-            "kept_mass_ci": _ci(kept, kept_se), "z": z, "n_tokens": n}
+    detected = z > Z_DETECT and 1 - mass > MIN_DEFICIT and offset < 0
+    return {"detected": detected, "log_offset": offset, "ci": _ci(offset, offset_se), "kept_mass": mass,
+            "kept_mass_ci": _ci(mass, mass_se), "z": z, "n_tokens": n}
 
 
 def temperature_fit(p: _Pairs, keep: torch.Tensor) -> dict[str, Any] | None:
@@ -408,11 +481,11 @@ def temperature_fit(p: _Pairs, keep: torch.Tensor) -> dict[str, Any] | None:
     n = int(keep.sum())
     if n < _MIN_FIT_TOKENS:
         return None
-    a, l, rows = p.a[keep].double(), p.l[keep].double(), p.rows[keep]
-    rho = l.clamp(-_SAFETY, _SAFETY).exp()
+    a, l, rows = kept(p.a64, keep), kept(p.l64, keep), kept(p.rows, keep)
+    rho = _ratio(p, keep)
     uses_entropy = p.entropy is not None
     if uses_entropy:
-        h = p.entropy[keep].double()
+        h = kept(p.h64, keep)
         x = a + h  # (n,) log pi + H: mean zero under pi at every context
         g = rho * x  # (n,) the instrument
         s0, _ = clustered_ratio(l * g, x * g, rows)
@@ -430,16 +503,16 @@ def temperature_fit(p: _Pairs, keep: torch.Tensor) -> dict[str, Any] | None:
     tau = 1 / (1 - s) if s < 1 else math.inf
     tau_ci = [1 / (1 - v) if v < 1 else math.inf for v in _ci(s, se)]
     # the line through the tokens, for telling catastrophic tokens from the temperature's own tail
-    a_all = p.a.double()
+    a_all = p.a64
     if uses_entropy:
-        h_all = p.entropy.double()
+        h_all = p.h64
         ctx = torch.stack([torch.ones_like(h_all), h_all, h_all * h_all], 1) @ torch.linalg.lstsq(
             X, (l - s * x)[:, None]).solution[:, 0]  # (N,) fitted c(context) - s H
         line = (s * (a_all + h_all) + ctx).float()
     else:
         line = (s * a_all + float((l - s * a).mean())).float()
     if uses_entropy:
-        resid = l - line[keep].double()
+        resid = l - kept(line, keep).double()
         r2 = 1 - float(resid.pow(2).sum()) / max(float((l - l.mean()).pow(2).sum()), 1e-300)
     else:  # the line misses c(context): how linear l is in log pi, over the branching tokens (least squares)
         sel = a < _BRANCHING if int((a < _BRANCHING).sum()) >= _MIN_FIT_TOKENS else torch.ones_like(a, dtype=torch.bool)
@@ -462,12 +535,13 @@ def raw_logprobs_test(p: _Pairs, keep: torch.Tensor) -> dict[str, Any] | None:
     n = int(keep.sum())
     if p.entropy is None or n < _MIN_FIT_TOKENS:
         return None
-    a, h, rows = p.a[keep].double(), p.entropy[keep].double(), p.rows[keep]
+    a, h, rows = kept(p.a64, keep), kept(p.h64, keep), kept(p.rows, keep)
     z = abs(score_z(_ratio(p, keep) * (a + h)))
     gap, gap_se = clustered_mean(-a - h, rows)
-    agree = abs(float(p.l[keep].double().mean())) < 0.1 * abs(gap)
+    offset = float(kept(p.l64, keep).mean())
+    agree = abs(offset) < 0.1 * abs(gap)
     return {"detected": z > Z_DETECT and abs(gap) > MIN_ENTROPY_GAP and agree, "entropy_gap": gap,
-            "ci": _ci(gap, gap_se), "z": z, "log_offset": float(p.l[keep].double().mean()), "n_tokens": n}
+            "ci": _ci(gap, gap_se), "z": z, "log_offset": offset, "n_tokens": n}
 
 
 def policy_lag_test(p: _Pairs, keep: torch.Tensor) -> dict[str, Any] | None:
@@ -477,13 +551,10 @@ def policy_lag_test(p: _Pairs, keep: torch.Tensor) -> dict[str, Any] | None:
     None without finite, varying advantages."""
     if p.advantages is None or int(keep.sum()) < _MIN_FIT_TOKENS:
         return None
-    adv = p.advantages[keep]
+    adv = kept(p.advantages, keep)
     if float(adv.abs().max()) == 0:
         return None
-    rows = p.rows[keep]
-    B = int(p.rows.max()) + 1
-    per = torch.zeros(B, dtype=torch.float64).index_add_(0, rows, adv * (_ratio(p, keep) - 1))  # (B,) G_j
-    per = per[torch.bincount(rows, minlength=B) > 0]  # the rollouts with kept tokens
+    per = cluster_sums(adv * (_ratio(p, keep) - 1), kept(p.rows, keep))  # (R,) G_j of the rollouts with kept tokens
     gain = float(per.mean())
     se = float(per.std()) / math.sqrt(per.numel()) if per.numel() > 1 else math.inf
     z = gain / se if se > 0 else 0.0

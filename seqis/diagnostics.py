@@ -49,30 +49,48 @@ def percentiles(x: torch.Tensor, qs: tuple[float, ...], *, below: int = 0) -> li
 
 def order_statistics(x: torch.Tensor, ranks: list[int]) -> list[float]:
     """The elements of the given ranks (0-based) in x's ascending order, exactly (1-D, CPU). A strided sample of x
-    (sorted once for every rank) brackets each rank, 4 standard deviations of a sample rank either side; one pass
-    counts the elements under the bracket and keeps those in it, and a selection among those few gives the value.
-    When a bracket misses (rare: the answer is then a selection over all of x) the value is the same. About 3
-    passes over x per rank, against kthvalue's copy and selection of all of it."""
+    brackets each rank, 4 standard deviations of a sample rank either side; per rank one pass counts the
+    elements under its bracket and marks those in it, and one gather of every bracket's elements (a few sample
+    gaps' worth each) leaves a small selection per rank. When a bracket misses (rare: the answer is then a
+    selection over all of x) the value is the same. About 3 passes over x per rank and one for all, against
+    kthvalue's copy and selection of all of it."""
     n = x.numel()
-    sample = x[:: max(1, n // _BRACKET_SAMPLE)].sort().values  # (m,) ascending
+    sample = x[:: max(1, n // _BRACKET_SAMPLE)].contiguous()  # (m,) in x's order
     m = sample.numel()
-    keep, inside_hi = torch.empty(n, dtype=torch.bool), torch.empty(n, dtype=torch.bool)  # (n,) reused per rank
-    out = []
+    at_rank = lambda j: sample.kthvalue(j + 1).values.item()  # the sample's j-th smallest (a sort of m is slower)
+    # a comparison written into floats is vectorised, into bools it is not (4x slower): each is made in floats
+    # (counted there, exactly: float32 holds every count up to 2^24) and copied into a bool mask
+    flags = torch.empty(n, dtype=torch.float32 if n <= 1 << 24 else torch.float64)  # (n,) 0/1
+    ge, le, inside = (torch.empty(n, dtype=torch.bool) for _ in range(3))  # (n,) reused per rank
+    inside.zero_()  # every rank's bracket
+    brackets = []  # (rank, lo or None, hi or None, the elements under lo)
     for k in ranks:
         at = k * (m - 1) / max(n - 1, 1)  # where rank k falls in the sample
         q = k / max(n - 1, 1)
         spread = 4 * math.sqrt(m * q * (1 - q)) + 2
         lo, hi = math.floor(at - spread), math.ceil(at + spread)
-        if lo >= 0:
-            torch.ge(x, sample[lo], out=keep)
+        lo = at_rank(lo) if lo >= 0 else None
+        hi = at_rank(hi) if hi < m else None
+        if lo is not None:
+            under = n - int(torch.ge(x, lo, out=flags).sum())  # (a NaN compares false: counted under)
+            ge.copy_(flags)
         else:
-            keep.fill_(True)
-        under = n - int(torch.count_nonzero(keep))  # (a bool sum would copy the mask to int64 first)
-        if hi < m:
-            keep &= torch.le(x, sample[hi], out=inside_hi)
-        inside = x[keep]  # (a few sample gaps' worth)
-        if under <= k < under + inside.numel():
-            out.append(float(inside.kthvalue(k - under + 1).values))
+            ge.fill_(True)
+            under = 0
+        if hi is not None:
+            ge &= le.copy_(torch.le(x, hi, out=flags))
+        inside |= ge
+        brackets.append((k, lo, hi, under))
+    found = x[inside]  # (a few sample gaps' worth per rank)
+    out = []
+    for k, lo, hi, under in brackets:
+        mine = found
+        if lo is not None:
+            mine = mine[mine >= lo]
+        if hi is not None:
+            mine = mine[mine <= hi]
+        if under <= k < under + mine.numel():
+            out.append(float(mine.kthvalue(k - under + 1).values))
         else:
             out.append(float(x.kthvalue(k + 1).values))
     return out
@@ -87,8 +105,8 @@ def diagnostics(batch: Batch, ratios: Ratios | None = None) -> dict[str, float]:
     zero = torch.zeros((), dtype=r.dtype, device=r.mask.device)
     S = r.seq_log_ratio.clamp(max=MAX_LOG_WEIGHT)  # (B,)
     # rho^2 - 1 = expm1(2 l), with l capped so it stays finite; padding holds l = 0, which adds 0
-    rho2 = expm1(r.log_ratio.clamp(max=MAX_LOG_WEIGHT / 2).mul_(2))  # (B, T)
-    chi2_token = rho2.sum()
+    rho2 = torch.clamp(r.log_ratio, max=MAX_LOG_WEIGHT / 2).mul_(2)  # (B, T) 2 l, then rho^2 - 1 in place
+    chi2_token = expm1(rho2, out=rho2).sum()
 
     # ESS in log space: scale by the largest valid weight first, so it never overflows or divides by 0
     log_w = torch.where(valid, r.seq_log_ratio, torch.full_like(S, -torch.inf))
