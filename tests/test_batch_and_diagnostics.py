@@ -182,6 +182,17 @@ def test_order_statistics_are_exact_against_a_sort():
         ranks = range(n) if n < 10 else sorted({0, 1, n // 100, n // 2, n - n // 100 - 1, n - 2, n - 1})
         ranks = list(ranks)
         assert order_statistics(x, ranks) == [float(xs[k]) for k in ranks], n
+    # several ranks at once (their brackets overlapping, one rank twice), in float64; and a strided sample that
+    # misrepresents x (every sampled position holds 0), so every bracket misses and the selection covers all of x
+    x = torch.randn(60_000, generator=g, dtype=torch.float64)
+    ranks = [0, 29_990, 30_000, 30_000, 30_010, 59_000, 59_999]
+    xs = x.sort().values
+    assert order_statistics(x, ranks) == [float(xs[k]) for k in ranks]
+    x = torch.arange(100_000.0)
+    x[:: 100_000 // (1 << 14)] = 0.0
+    xs = x.sort().values
+    ranks = [10, 50_000, 99_000, 99_999]
+    assert order_statistics(x, ranks) == [float(xs[k]) for k in ranks]
     # the loss tokens of a (B, T) tensor of |l| with padding zeros, without gathering them
     l = torch.randn(64, 300, generator=g)
     mask = torch.arange(300)[None, :] < torch.randint(1, 301, (64,), generator=g)[:, None]

@@ -12,8 +12,10 @@ from seqis.diagnose import (
     CATASTROPHIC_LOG_RATIO,
     aligned_pairs,
     best_shift,
+    cluster_sums,
     clustered_mean,
     clustered_ratio,
+    find_shift,
     mismatch_stats,
     rounding_dtype,
     rounding_formats,
@@ -225,6 +227,18 @@ def test_clustered_estimates_against_a_loop_over_rollouts():
     assert se == pytest.approx(math.sqrt(sum(v * v for v in resid)) / float(y.sum()))
 
 
+def test_cluster_sums_in_order_and_shuffled_against_a_loop():
+    # rows in order are summed as runs, any other order scattered: both against a loop; rollout 3 holds nothing
+    g = torch.Generator().manual_seed(6)
+    rows = torch.tensor([0] * 5 + [1] * 9 + [2] + [4] * 7 + [5] * 3)
+    x = torch.randn(rows.numel(), generator=g, dtype=torch.float64)
+    loop = torch.tensor([float(x[rows == j].sum()) for j in (0, 1, 2, 4, 5)], dtype=torch.float64)
+    assert torch.allclose(cluster_sums(x, rows), loop, rtol=1e-12, atol=1e-12)
+    perm = torch.randperm(rows.numel(), generator=g)
+    assert torch.allclose(cluster_sums(x[perm], rows[perm]), loop, rtol=1e-12, atol=1e-12)
+    assert cluster_sums(x[:0], rows[:0]).numel() == 0
+
+
 def test_rounding_formats_are_ranges_of_unit_roundoffs():
     assert rounding_formats(2.0**-8) == ["fp16", "bf16"]  # 1 bf16 roundoff is 8 fp16 ones: both in range
     assert rounding_formats(2.0**-11) == ["fp16"] and rounding_dtype(2.0**-11) == "fp16"
@@ -243,6 +257,33 @@ def test_best_shift_finds_an_off_by_one_row_by_row():
 
 # ---------------------------------------------------------------------------------------------------------
 # raw ratio statistics and each correction's truncated / masked fractions
+
+
+def test_find_shift_answers_as_best_shift_does():
+    # the count per shift only skips the medians when no shift can win: the same shift as best_shift (and its
+    # agreement when it is not 0) on noise, exact shifts, shifts whose median is just under and just over a
+    # quarter of the in-place one, a mask with holes, and identical log-probs
+    g = torch.Generator().manual_seed(2)
+    B, T = 16, 200
+    trainer = -torch.rand(B, T, generator=g) * 4
+    holes = torch.rand(B, T, generator=g) > 0.1
+    cases = [(trainer + 0.05 * torch.randn(B, T, generator=g), None), (trainer.clone(), None)]
+    for k in (-2, -1, 1, 2):
+        cases.append((torch.roll(trainer, k, dims=1), None))
+        cases.append((torch.roll(trainer, k, dims=1), holes))
+    in_place = float((trainer - torch.roll(trainer, 1, dims=1)).abs().median())
+    for factor in (0.8, 0.95, 0.99, 1.01, 1.05, 1.25):  # partner noise with median factor * in_place / 4
+        noise = torch.randn(B, T, generator=g)
+        noise *= factor * in_place / 4 / float(noise.abs().median())
+        cases.append((torch.roll(trainer, 1, dims=1) + noise, None))
+    shifts = set()
+    for inference, mask in cases:
+        mask = torch.ones(B, T, dtype=torch.bool) if mask is None else mask
+        want, agreement = best_shift(trainer, inference, mask)
+        got, got_agreement = find_shift(trainer, inference, mask)
+        assert got == want and (got_agreement == agreement if want else got_agreement is None)
+        shifts.add(want)
+    assert shifts == {-2, -1, 0, 1, 2}
 
 
 def test_ratio_quantiles_and_band_shares():

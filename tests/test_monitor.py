@@ -17,7 +17,7 @@ from test_presets_verl import verl  # noqa: F401 (fixture: verl's rollout_corr_h
 
 from seqis import ESTIMATORS, Batch, diagnose, diagnostics, run
 from seqis.diagnose import KINDS
-from seqis.monitor import FRAMEWORK_NAMES, LEVELS, step_metrics
+from seqis.monitor import FINDINGS_TOKENS, FRAMEWORK_NAMES, LEVELS, findings_rows, step_metrics
 from seqis.synthetic import make_batch
 
 CORRECTIONS = ["seq_tis", "mis_po", "verl/bypass_pg_geo_rs", "prime-rl/ipo"]
@@ -109,6 +109,40 @@ def test_groups_named_like_a_statistic_or_a_correction_keep_their_keys_apart(spi
                   {"env_name": ["seq_tis"] * spiked.shape[0]})
     m = step_metrics(clash, ["seq_tis"], by="env_name")  # seqis/seq_tis/<metric> and seqis/seq_tis/<name> differ
     assert "seqis/seq_tis/kl_k3" in m and "seqis/seq_tis/is_clipped" in m
+
+
+def test_findings_rows_against_a_loop():
+    # of the rollouts with a loss token, every k-th (k = ceil(tokens / budget)), those that fit, at least one
+    length = torch.tensor([5.0, 0, 7, 3, 9, 0, 4, 6, 2, 8, 1, 5])  # 50 loss tokens in 10 rollouts
+    for budget in (1, 6, 10, 17, 25, 26, 49):
+        k = math.ceil(50 / budget)
+        strided = [j for j in range(12) if length[j] > 0][::k]
+        want, total = [], 0
+        for j in strided:
+            if total + length[j] > budget and want:
+                break
+            want.append(j)
+            total += length[j]
+        assert findings_rows(length, budget).tolist() == want, budget
+    assert findings_rows(length, 50) is None and findings_rows(length, None) is None
+    for bad in (0, -3, 2.5, True):
+        with pytest.raises(ValueError, match="findings_tokens"):
+            findings_rows(length, bad)
+
+
+def test_findings_read_the_sampled_rollouts_and_none_reads_them_all(spiked):
+    # a budget under the batch's tokens: the findings are diagnose's on the rollouts findings_rows picks; the
+    # default budget holds this whole batch, and None always reads every token
+    budget = int(spiked.loss_mask.sum()) // 5
+    m = step_metrics(spiked, findings_tokens=budget)
+    rows = findings_rows(spiked.loss_mask.sum(-1).float(), budget)
+    assert 0 < int(spiked.loss_mask[rows].sum()) <= budget
+    found = {f.kind: LEVELS[f.severity] for f in diagnose(spiked.select(rows))}
+    assert all(m[f"seqis/findings/{k}"] == found.get(k, 0.0) for k in KINDS)
+    for name, value in diagnostics(spiked).items():  # the statistics still read the whole batch
+        assert m[f"seqis/{name}"] == pytest.approx(value, rel=1e-6, abs=1e-12), name
+    assert int(spiked.loss_mask.sum()) <= FINDINGS_TOKENS
+    assert step_metrics(spiked) == step_metrics(spiked, findings_tokens=None)
 
 
 def test_every_kind_diagnose_can_report_is_logged():
