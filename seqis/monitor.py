@@ -50,7 +50,7 @@ from .fast import Ratios
 from .registry import resolve, run_many
 from .types import Batch, Config, EstimatorOutput
 
-FINDINGS_TOKENS = 1 << 15  # step_metrics' findings read whole rollouts up to this many loss tokens per group
+FINDINGS_TOKENS = 1 << 14  # step_metrics' findings read whole rollouts up to this many loss tokens per group
 LEVELS = {"ok": 0.0, "warn": 1.0, "bad": 2.0}  # a finding's severity as the number logged
 VERL_SAFETY_BOUND = 20.0  # verl clamps log-ratios to +-20 before exponentiating (rollout_corr_helper.py)
 
