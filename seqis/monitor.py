@@ -16,6 +16,17 @@ Every key is there at every step (a kind not found is 0), so a logger's charts k
 is one pass per group: one Ratios (the log-ratios and their per-rollout sums) that `run_many` evaluates every
 correction on and `diagnostics` reads, and `diagnose`'s findings.
 
+The findings read a bounded, fixed sample: whole rollouts at a stride over the group's rollouts, up to
+`findings_tokens` loss tokens (FINDINGS_TOKENS = 16,384 by default; `findings_rows` picks them, no random
+draw). The statistics and the corrections read every token. At that budget the findings see about six times the
+tokens of the power table's whole draw (docs/diagnose.md, ~2.7k tokens: truncation, temperatures of 0.95 / 1.05
+and beyond, raw log-probs after a temperature of 0.9, a kernel bug on 0.2% of tokens found in every or nearly
+every batch; the smallest effect a test finds shrinks about as 1/sqrt(tokens)). Two things it does not keep:
+policy lag is tested over rollouts, not tokens (the table's 5-9 of 12 are at 4x the rollouts), and a sample of
+long rollouts holds few (7 of 256 x 4096 ragged ones); a catastrophic token in a rollout outside the sample is
+not a finding (abs_log_ratio_max, over every token, still shows it). `diagnose(batch)` (and the scan) on the
+whole batch is the full-power call; findings_tokens=None gives it here.
+
 `names="verl"` or `names="prime-rl"` adds the framework's own names for the statistics it logs, computed with
 its arithmetic, beside seqis's (the same prefix before them: prefix="" gives exactly the framework's keys):
 
