@@ -23,7 +23,7 @@ tokens of the power table's whole draw (docs/diagnose.md, ~2.7k tokens: truncati
 and beyond, raw log-probs after a temperature of 0.9, a kernel bug on 0.2% of tokens found in every or nearly
 every batch; the smallest effect a test finds shrinks about as 1/sqrt(tokens)). Two things it does not keep:
 policy lag is tested over rollouts, not tokens (the table's 5-9 of 12 are at 4x the rollouts), and a sample of
-long rollouts holds few (7 of 256 x 4096 ragged ones); a catastrophic token in a rollout outside the sample is
+long rollouts holds few (6 of 256 x 4096 ragged ones); a catastrophic token in a rollout outside the sample is
 not a finding (abs_log_ratio_max, over every token, still shows it). `diagnose(batch)` (and the scan) on the
 whole batch is the full-power call; findings_tokens=None gives it here.
 
