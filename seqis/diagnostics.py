@@ -55,7 +55,9 @@ def order_statistics(x: torch.Tensor, ranks: list[int]) -> list[float]:
     selection over all of x) the value is the same. About 3 passes over x per rank (2 for a rank near an end,
     p99's) and one for all, against kthvalue's copy and selection of all of it."""
     n = x.numel()
-    sample = x[:: max(1, n // _BRACKET_SAMPLE)].contiguous()  # (m,) in x's order
+    # an odd stride: on a flattened (B, T) tensor with T even, an even one would read the same few positions of
+    # every rollout (position 0 of each, with T a multiple of it), and a fault at one position would skew the sample
+    sample = x[:: max(1, n // _BRACKET_SAMPLE) | 1].contiguous()  # (m,) in x's order
     m = sample.numel()
     at_rank = lambda j: sample.kthvalue(j + 1).values.item()  # the sample's j-th smallest (a sort of m is slower)
     # a comparison written into floats is vectorised, into bools it is not (4x slower): each is made in floats

@@ -166,7 +166,7 @@ def test_percentiles_on_large_inputs():
     assert percentiles(torch.tensor([3.0, 1.0, 2.0]), (0.0, 0.5, 1.0)) == [1.0, 2.0, 3.0]
 
 
-def test_order_statistics_are_exact_against_a_sort():
+def test_order_statistics_are_exact_against_a_sort(monkeypatch):
     # the bracketed selection (a strided sample, then a selection among the few in the bracket) against a plain
     # sort: ties, a constant tensor, tiny and ragged sizes, sorted and reversed orders, every rank of small ones
     from seqis.diagnostics import order_statistics
@@ -193,6 +193,18 @@ def test_order_statistics_are_exact_against_a_sort():
     xs = x.sort().values
     ranks = [10, 50_000, 99_000, 99_999]
     assert order_statistics(x, ranks) == [float(xs[k]) for k in ranks]
+    # a fault at one position of every 4th rollout of a (B, T) tensor: the strided sample (an odd stride) reads
+    # every position, so it stays representative and no bracket falls back to a selection over all of x
+    rows = torch.rand(256, 512, generator=g) * 0.1
+    rows[::4, 0] = 3.0
+    x = rows.view(-1)
+    ranks = [x.numel() // 2, x.numel() - x.numel() // 200]
+    sizes, kthvalue = [], torch.Tensor.kthvalue
+    monkeypatch.setattr(torch.Tensor, "kthvalue", lambda self, *a, **kw: sizes.append(self.numel()) or
+                        kthvalue(self, *a, **kw))
+    assert order_statistics(x, ranks) == [float(x.sort().values[k]) for k in ranks]
+    assert sizes and max(sizes) < x.numel() // 8, sizes
+    monkeypatch.undo()
     # the loss tokens of a (B, T) tensor of |l| with padding zeros, without gathering them
     l = torch.randn(64, 300, generator=g)
     mask = torch.arange(300)[None, :] < torch.randint(1, 301, (64,), generator=g)[:, None]
