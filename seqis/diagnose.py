@@ -353,7 +353,8 @@ def _ratio(p: _Pairs, keep: torch.Tensor) -> torch.Tensor:
 
 def kept(x: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
     """x[keep], without the copy when every token is kept (a batch without catastrophic tokens, the usual one)."""
-    return x if bool(keep.all()) else x[keep]
+    every = keep.numel() == 0 or bool(keep.view(torch.uint8).min())  # (a bool all() is 20x slower on the CPU)
+    return x if every else x[keep]
 
 
 def cluster_sums(x: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
@@ -362,7 +363,8 @@ def cluster_sums(x: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
     x = x.double()
     if x.numel() == 0:
         return x
-    if bool((rows[1:] >= rows[:-1]).all()):
+    in_order = rows.numel() < 2 or int((rows[1:] - rows[:-1]).min()) >= 0
+    if in_order:
         counts = torch.bincount(rows)  # (max row + 1,)
         return torch.segment_reduce(x, "sum", lengths=counts[counts > 0])
     per = torch.zeros(int(rows.max()) + 1, dtype=torch.float64).index_add_(0, rows, x)
@@ -452,7 +454,7 @@ def truncation_test(p: _Pairs, keep: torch.Tensor) -> dict[str, Any]:
     when z > Z_DETECT, the deficit 1 - mean rho is above MIN_DEFICIT and the mean log offset is negative.
     log_offset = mean l (the mean log kept mass, when the sampler's untruncated distribution is the trainer's)
     and kept_mass = mean rho, each with its 95% ci clustered by rollout."""
-    n = int(keep.sum())
+    n = int(torch.count_nonzero(keep))
     if n < _MIN_FIT_TOKENS:
         return {"detected": False, "n_tokens": n}
     rows = kept(p.rows, keep)
@@ -478,7 +480,7 @@ def temperature_fit(p: _Pairs, keep: torch.Tensor) -> dict[str, Any] | None:
     |s| / se > Z_DETECT, |tau - 1| > MIN_TEMPERATURE_SHIFT, l is not one-sided, r2 >= TEMPERATURE_R2 (with the
     entropy) or TEMPERATURE_R2_BARE (without) and share > 0.
     None with fewer than _MIN_FIT_TOKENS tokens."""
-    n = int(keep.sum())
+    n = int(torch.count_nonzero(keep))
     if n < _MIN_FIT_TOKENS:
         return None
     a, l, rows = kept(p.a64, keep), kept(p.l64, keep), kept(p.rows, keep)
@@ -532,7 +534,7 @@ def raw_logprobs_test(p: _Pairs, keep: torch.Tensor) -> dict[str, Any] | None:
     |entropy_gap| > MIN_ENTROPY_GAP and the log-probs agree (|mean l| under a tenth of the gap: a truncation
     the first test could not yet see also moves rho (a + H), but leaves l far from 0). entropy_gap = mean of
     -a - H over the kept loss tokens, with its 95% ci clustered by rollout."""
-    n = int(keep.sum())
+    n = int(torch.count_nonzero(keep))
     if p.entropy is None or n < _MIN_FIT_TOKENS:
         return None
     a, h, rows = kept(p.a64, keep), kept(p.h64, keep), kept(p.rows, keep)
@@ -549,7 +551,7 @@ def policy_lag_test(p: _Pairs, keep: torch.Tensor) -> dict[str, Any] | None:
     rollouts of G_j = sum_t A_t (rho_t - 1) (the per-decision IS estimate of E_pi[A] - E_mu[A]), its se from
     the rollouts' G_j (independent across rollouts). Detected when gain / se > Z_DETECT (one-sided: ahead).
     None without finite, varying advantages."""
-    if p.advantages is None or int(keep.sum()) < _MIN_FIT_TOKENS:
+    if p.advantages is None or int(torch.count_nonzero(keep)) < _MIN_FIT_TOKENS:
         return None
     adv = kept(p.advantages, keep)
     if float(adv.abs().max()) == 0:
