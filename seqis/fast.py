@@ -14,6 +14,10 @@ whole composition (`correction`):
             in one pass.
     tokens  its own (B, T) kept mask and weights, built in place, which become the gradient.
 
+A part decided over the whole batch (M2PO's dropped tokens: the definition's own sort, once per batch and
+threshold) stands among the token rules as a `Drop`; tokens that leave the loss's count N (M2PO's, a rule with
+leaves_normaliser) scale the row weight by N / N_after; VESPO's gamma is one more rollout weight.
+
 The loss is one autograd node whose backward writes d loss / d log pi directly (_kernels.known_losses). On the
 CPU reading a value back is free (`shortcuts`), so data-dependent questions skip whole passes (a clamp that
 changes no token, a token rule no row trips); on a GPU the passes run instead. Every primitive is in _kernels.py
@@ -62,8 +66,8 @@ from ._kernels import (
     shortcuts_for,
     tokens_of,
 )
-from .compose import Composition, Criterion, Penalty, Weight
-from .evaluate import AGGREGATIONS, compute_dtype, log_of
+from .compose import BatchRule, Composition, Criterion, Penalty, Weight
+from .evaluate import AGGREGATIONS, MAX_LOG_WEIGHT, compute_dtype, log_of, m2po_dropped
 from .evaluate import statistic as plain_statistic
 from .types import Batch, EstimatorOutput, Masks
 
@@ -316,6 +320,32 @@ def criteria(r: Ratios, cache: Cache, rules: tuple[Criterion, ...]):
     return gate, token_rules, tripped
 
 
+@dataclass(frozen=True, eq=False)
+class Drop:
+    """A token rule given by its verdict, decided over the whole batch at once (M2PO's): the loss tokens it drops.
+    It stands among a composition's token rules (keep_of, outside, the sparse rows); its rows of the batch, for
+    the few rows the sparse form evaluates in full, are `rows(index)`."""
+
+    tokens: torch.Tensor  # (B, T) bool, loss tokens only
+
+    def rows(self, rows: torch.Tensor) -> Drop:
+        return Drop(self.tokens.index_select(0, rows))
+
+
+def batch_dropped(r: Ratios, cache: Cache, rule: BatchRule) -> Drop | None:
+    """M2PO's dropped tokens, once per batch and threshold: the definition's own sort (evaluate.m2po_dropped) of
+    the batch's l^2, on the unclamped log-ratios. None when it drops nothing, asked with shortcuts: a mean l^2
+    below 0.9 threshold (one dot product, no sort: the definition's own margin), or a sort that drops nothing."""
+    def compute():
+        l, n = r.unclamped_log_ratio, float(r.n_tokens)  # (B, T), 0 off the loss mask
+        if r.shortcuts and (n == 0 or float(dot(l, l)) / n < 0.9 * rule.threshold):
+            return None
+        tokens = m2po_dropped(l, r.mask, rule.threshold)  # (B, T) bool
+        return None if r.shortcuts and not bool(any_per_row(tokens).any()) else Drop(tokens)
+
+    return cache.memo(("batch rule", rule.threshold), compute)
+
+
 def edges(c: Criterion) -> tuple[float, float]:
     """The band's edges, open sides as 0 (a ratio) or -inf, and inf."""
     return (c.low if c.low is not None else (0.0 if c.statistic == "ratio" else -math.inf),
@@ -387,6 +417,8 @@ def aggregate(r: Ratios, cache: Cache, name: str, agg: str) -> torch.Tensor:
 
 def outside(r: Ratios, cache: Cache, c: Criterion) -> torch.Tensor:
     """(B, T) bool: the loss tokens whose own statistic lies outside the band (built when a mask is read)."""
+    if isinstance(c, Drop):
+        return c.tokens
     if c.statistic == "ratio" and not c.strict and c.edge_space == "log":
         lo, hi = edges(c)
         return outside_band(r.mask, r.log_ratio, log_of(lo), log_of(hi))
@@ -415,7 +447,9 @@ def rollout_fails(r: Ratios, cache: Cache, c: Criterion) -> torch.Tensor:
 
 def keep_of(r: Ratios, cache: Cache, c: Criterion, cond: torch.Tensor | None) -> torch.Tensor:
     """(B, T) 0/1 floats: the loss tokens a token rule keeps (a rollout rule under per-token advantages: all
-    but the failing rollouts' tokens of the advantage's sign)."""
+    but the failing rollouts' tokens of the advantage's sign; a Drop: every loss token it does not drop)."""
+    if isinstance(c, Drop):
+        return cache.mask_f(r) - as_float(c.tokens, r.dtype)  # (B, T) a new tensor: the caller writes to it
     if c.agg == "token":
         lo, hi = edges(c)
         x = statistic(r, cache, c.statistic)
@@ -534,11 +568,48 @@ def correction(r: Ratios, cache: Cache, comp: Composition) -> Correction:
         rc = cache.memo(("aggregate view", c), lambda: rc.aggregate_view(r, c))
     gate, rules, tripped = criteria(rc, cache, comp.criteria)
     rules = [(rc, c, cond) for c, cond in rules]
+    drop = None
+    if comp.batch_rule is not None:  # M2PO: a token rule decided over the batch (its token_masked mask either way)
+        drop = batch_dropped(r, cache, comp.batch_rule)
+        if drop is None:
+            tripped = [*tripped, partial(torch.zeros_like, r.mask)]
+        else:
+            rules.append((rc, drop, None))
     w = comp.weight
     each = comp.weight_clamp_order == "token" and comp.log_ratio_clamp is not None  # the weight aggregates lc
     if w.per_rollout:
-        return _rollout_weight(r, cache, w, comp.log_ratio_clamp, gate, rules, tripped, each)
-    return _token_weight(r, cache, w, comp.log_ratio_clamp, gate, rules, tripped, each)
+        out = _rollout_weight(r, cache, w, comp.log_ratio_clamp, gate, rules, tripped, each)
+    else:
+        out = _token_weight(r, cache, w, comp.log_ratio_clamp, gate, rules, tripped, each)
+    left = _left_out(r, rc, cache, comp.criteria, drop)
+    if left is not None and not (r.shortcuts and not bool(left > 0)):  # the kept weights scale by N / N_after
+        factor = r.n_tokens / (r.n_tokens - left).clamp(min=1)  # ()
+        out.row_weight = factor.expand(r.length.shape) if out.row_weight is None else out.row_weight * factor
+    return out
+
+
+def _left_out(r: Ratios, rc: Ratios, cache: Cache, rules: tuple[Criterion, ...], drop: Drop | None):
+    """() how many loss tokens leave the loss's token count N, each counted once: those a rule with
+    leaves_normaliser drops (NeMo-RL's sample_mask: a rollout rule's whole rollouts) and the batch rule's
+    (M2PO's). None when no part takes tokens out of N."""
+    rows, tokens = None, [] if drop is None else [drop.tokens]
+    for c in rules:
+        if not c.leaves_normaliser:
+            continue
+        cond = None if c.advantage is None else _SIGN[c.advantage](rc.advantages, 0)  # (B,) or (B, T)
+        if c.agg != "token" and (cond is None or cond.dim() == 1):  # a verdict on whole rollouts
+            fail = rollout_fails(rc, cache, c)  # (B,)
+            fail = fail if cond is None else fail & cond
+            rows = fail if rows is None else rows | fail
+        else:  # a verdict per token: the loss tokens it does not keep
+            tokens.append(keep_of(rc, cache, c, cond).ne_(cache.mask_f(rc)).bool())
+    if rows is None and not tokens:
+        return None
+    n = gated(rows, r.length).sum() if rows is not None else r.n_tokens.new_zeros(())
+    if tokens:
+        out = _union(tokens)  # (B, T) bool
+        n = n + (out if rows is None else tokens_of(out, ~rows)).sum()
+    return n
 
 
 def _clamped(x: torch.Tensor, clamp: float | None) -> torch.Tensor:
@@ -572,10 +643,15 @@ def _truncated_rows(r: Ratios, cache: Cache, w: Weight, ex: Shared) -> torch.Ten
 
 def _rollout_weight(r: Ratios, cache: Cache, w: Weight, clamp, gate, rules, tripped, each=False) -> Correction:
     """A sequence or geometric weight: one finite weight per rollout (each: of the clamped log-ratios' sum or
-    mean, with no clamp after it)."""
+    mean, with no clamp after it; per token under VESPO's gamma with per-token advantages)."""
     rw = cache.clamped(r, clamp) if each else r  # the record whose sums the weight reads
-    x = rw.seq_log_ratio if w.level == "sequence" else rw.geo_log_ratio  # (B,)
+    if w.token_clip is not None:  # the product of the token ratios, each clamped, then truncated
+        x = _token_clipped_sum(r, cache, clamp, w.token_clip)  # (B,)
+    else:
+        x = rw.seq_log_ratio if w.level == "sequence" else rw.geo_log_ratio  # (B,)
     x = x if each else _clamped(x, clamp)
+    if w.gamma is not None:
+        return _gamma_weight(r, cache, w.gamma, x, gate, rules, tripped, clamp)
     weight = capped_exp(x if w.clip_low == 0 else x.clamp(min=log_of(w.clip_low)), w.upper,
                         w.edge_space == "ratio")  # (B,)
     clipped = None
@@ -589,13 +665,54 @@ def _rollout_weight(r: Ratios, cache: Cache, w: Weight, clamp, gate, rules, trip
         ok = r.valid & in_log_band(x, *weight_band(w, r.dtype), tol)
         gate = ok if gate is None else gate & ok
     if w.self_normalize:  # by the mean over valid rollouts, before the criteria
-        mean = gated(r.valid & (ok if w.band is not None else r.valid), weight).sum() / r.n_valid
+        count = max(len(r.valid), 1) if w.normalize_all else r.n_valid  # slime's: every rollout, empty ones too
+        mean = gated(r.valid & (ok if w.band is not None else r.valid), weight).sum() / count
         weight = weight / torch.where(mean > 1e-8, mean, 1.0)
     if gate is not None:
         weight = gated(gate, weight)
         clipped = clipped & gate if clipped is not None else None
     sparse = _sparse(r, cache, gate, rules, tripped, None, clamp, row_weight=weight, clipped=clipped)
     return sparse or _filtered(r, cache, gate, rules, tripped, {}, row_weight=weight, clipped=clipped)
+
+
+def _token_clipped_sum(r: Ratios, cache: Cache, clamp: float | None, token_clip: float) -> torch.Tensor:
+    """(B,) sum over each rollout's loss tokens of min(l_t, log token_clip), l_t clamped to [-c, c] (TRL's token
+    TIS inside VESPO), once per call. With shortcuts only the rows with a token above the clip are summed anew
+    (found by the row maxima, which padding's 0 can only over-report); every other row's sum is S_j itself."""
+    rc, a = cache.clamped(r, clamp), log_of(token_clip)
+
+    def compute():
+        if a == math.inf:
+            return rc.seq_log_ratio
+        if not rc.shortcuts:
+            return torch.where(rc.mask, rc.log_ratio.clamp(max=a), 0.0).sum(-1)
+        rows = (extremes(cache, (rc, "ratio", rc.log_ratio))[0] > a).nonzero().squeeze(1)  # (R,)
+        if len(rows) == 0:
+            return rc.seq_log_ratio
+        l, m = rc.log_ratio.index_select(0, rows), rc.mask.index_select(0, rows)  # (R, T)
+        return rc.seq_log_ratio.index_copy(0, rows, torch.where(m, l.clamp(max=a), 0.0).sum(-1))
+
+    return cache.memo(("token clipped sum", rc.clamp, a), compute)
+
+
+def _vespo(x: torch.Tensor, k: float, lam: float) -> torch.Tensor:
+    """VESPO's phi(W) = exp(lambda + k log W - lambda W) for log W = x, with the e^40 cap every weight keeps."""
+    return torch.exp((lam + k * x - lam * torch.exp(x)).clamp(max=MAX_LOG_WEIGHT))
+
+
+def _gamma_weight(r: Ratios, cache: Cache, gamma, x: torch.Tensor, gate, rules, tripped, clamp) -> Correction:
+    """VESPO's sequence weight phi(exp x_j), (k, lambda) = (k+, lambda+) where A >= 0, else (k-, lambda-): one
+    weight per rollout (the rows form), or per token under per-token advantages (the tokens form)."""
+    k_pos, lam_pos, k_neg, lam_neg = gamma
+    up = r.advantages >= 0  # (B,) or (B, T)
+    if up.dim() == 2:
+        weights = torch.where(up, _vespo(x, k_pos, lam_pos)[:, None], _vespo(x, k_neg, lam_neg)[:, None])  # (B, T)
+        return _filtered(r, cache, gate, rules, tripped, {}, token_weights=weights)
+    weight = torch.where(up, _vespo(x, k_pos, lam_pos), _vespo(x, k_neg, lam_neg))  # (B,)
+    if gate is not None:
+        weight = gated(gate, weight)
+    sparse = _sparse(r, cache, gate, rules, tripped, None, clamp, row_weight=weight)
+    return sparse or _filtered(r, cache, gate, rules, tripped, {}, row_weight=weight)
 
 
 def _token_weight(r: Ratios, cache: Cache, w: Weight, clamp, gate, rules, tripped, each=False) -> Correction:
@@ -703,7 +820,7 @@ def _sparse(r: Ratios, cache: Cache, gate, rules, tripped, w: Weight | None, cla
         return None
     kept_rows, kept_len, applied, sub_rc = part  # kept_len: (B,) before the gate
     # a rule's tokens outside its band lie in the kept rows, unless an advantage condition exempted their row
-    tripped = [*tripped, *(partial(outside, rc, cache, c) if cond is not None else
+    tripped = [*tripped, *(partial(outside, rc, cache, c) if cond is not None or isinstance(c, Drop) else
                            partial(torch.zeros_like, r.mask) if kept_rows is None else
                            partial(_rows_outside_band, r.mask.shape, kept_rows.rows, sub_rc, c)
                            for rc, c, cond in rules)]
@@ -750,6 +867,9 @@ def _sparse_rows(r: Ratios, cache: Cache, w: Weight | None, clamp, rules, each=F
             lo, hi = max(lo, band_lo), min(hi, band_hi)
         hit |= rows_outside(*extremes(cache, ex), lo, hi)
     for rc, c, cond in rules:
+        if isinstance(c, Drop):  # the rows with a dropped token
+            hit |= any_per_row(c.tokens)
+            continue
         lo, hi, strict = rule_edges(c, rc.dtype)
         out = rows_outside(*extremes(cache, (rc, c.statistic, statistic(rc, cache, c.statistic))), lo, hi,
                            strict=strict)
@@ -764,7 +884,8 @@ def _sparse_rows(r: Ratios, cache: Cache, w: Weight | None, clamp, rules, each=F
     token_clamp = None if clamp is None or cache.clamped(r, clamp) is r else clamp
     sub, sub_cache = r.rows(rows), Cache()
     sub_rc = sub_cache.clamped(sub, token_clamp)
-    sub_rules = [(sub_rc, c, None if cond is None else cond.index_select(0, rows)) for _, c, cond in rules]
+    sub_rules = [(sub_rc, c.rows(rows) if isinstance(c, Drop) else c, None if cond is None else
+                  cond.index_select(0, rows)) for _, c, cond in rules]
     applied = r.n_tokens.new_zeros(())
     if w is not None:
         w_clamp = token_clamp if w.level == "token" or each else clamp
@@ -1030,9 +1151,5 @@ def reads_extremes(comp: Composition) -> bool:
 
 def supports(comp: Composition) -> bool:
     """Whether this module evaluates the composition (every part one it knows), or the plain evaluator does."""
-    w = comp.weight
-    return (w.level in WEIGHT_LEVELS and w.token_clip is None and w.gamma is None and not w.normalize_all
-            and all(c.agg in AGGREGATES and not c.leaves_normaliser
-                    for c in comp.criteria)
-            and (comp.penalty is None or comp.penalty.statistic in PENALTIES)
-            and comp.batch_rule is None)
+    return (comp.weight.level in WEIGHT_LEVELS and all(c.agg in AGGREGATES for c in comp.criteria)
+            and (comp.penalty is None or comp.penalty.statistic in PENALTIES))

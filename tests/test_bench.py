@@ -29,10 +29,13 @@ def test_repeated_estimators_section_ends_with_a_median_and_range_per_row(capsys
                 for m in re.finditer(r"^\| (.+?) \| [\d.]+ \| ([\d.]+) \| ([\d.]+)-([\d.]+) \|$", summary, re.M)}
         labels = [f"{n} (seed)" if n in SEED_ESTIMATORS else n for n in ESTIMATORS]
         assert set(labels) <= set(rows) and "all through run_many / the slowest single one" in rows
+        assert "all + every preset through run_many / their single calls one after another" in rows
         for label, (median, low, high) in rows.items():
             assert 0 < low <= median <= high, label
     assert out.count(f"all {len(ESTIMATORS)} through run_many / slowest single") == 4  # one line per run
     assert out.count(f"all {len(ESTIMATORS)} + {len(PRESETS)} presets through run_many / slowest single") == 4
+    n = len(ESTIMATORS) + len(PRESETS)
+    assert out.count(f"all {n} through run_many / the {n} single calls one after another") == 4
     compare = out.split("glibc malloc defaults against freed memory kept")[1]
     ratios = re.findall(r"^\| (.+?) \| [\d.]+ \| [\d.]+ \| ([\d.]+) \|$", compare, re.M)
     assert {label for label, _ in ratios} >= set(labels) and all(float(r) > 0 for _, r in ratios)

@@ -4,8 +4,9 @@ every form it can take); and for every preset, the plain and the fast evaluator.
 
 Batches are hypothesis-drawn and ragged: float32 and float64, NaN / -inf / finite padding, empty rollouts,
 prompt tokens inside the loss span, per-rollout and per-token advantages (some exactly 0), log-ratios from 0 to
-catastrophic (a few tokens far out). A wrong formula fails: the last tests break a reference and a fast path on
-purpose and check that the comparison catches it.
+catastrophic (a few tokens far out). Compositions are drawn too, from every part compose.py has (test_reference's
+`compositions`: VESPO's gamma, M2PO's batch rule, rules that leave the normaliser, ...). A wrong formula fails:
+the last tests break a reference and fast paths on purpose and check that the comparison catches it.
 """
 
 from __future__ import annotations
@@ -17,9 +18,11 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from strategies import configs, examples
+from test_reference import compositions  # the reference test's draws: each part a helper adds is drawn here too
 
-from seqis import AGGREGATIONS, ESTIMATORS, PRESETS, Batch
+from seqis import AGGREGATIONS, ESTIMATORS, PRESETS, Batch, run
 from seqis import fast as fast_module
+from seqis.compose import BatchRule, Composition, Criterion, Weight
 from seqis.evaluate import evaluate
 from seqis.fast import Ratios
 from seqis.registry import resolve
@@ -113,29 +116,83 @@ def test_reference_plain_and_fast_agree_for_every_estimator(name, batch, data):
     same_output(fast(comp, batch, agg, data.draw(st.sampled_from(FORMS))), plain, batch, f"{name} fast vs plain")
 
 
-FAST = sorted(k for k in PRESETS if fast_module.supports(resolve(k)))  # the rest run on the plain evaluator
-
-
-@pytest.mark.parametrize("key", FAST)
+@pytest.mark.parametrize("key", sorted(PRESETS))
 @settings(max_examples=examples(10), deadline=None)
 @given(batch=batches(), agg=st.sampled_from(AGGREGATIONS), form=st.sampled_from(FORMS))
 def test_plain_and_fast_agree_for_every_preset(key, batch, agg, form):
     comp = resolve(key)
+    assert fast_module.supports(comp), f"{key} has a part the fast evaluator lacks"  # run_many's row needs all fast
     same_output(fast(comp, batch, agg, form), evaluate(comp, batch, agg), batch, f"{key} fast vs plain")
 
 
-@pytest.mark.parametrize("key", sorted(set(PRESETS) - set(FAST)))
-def test_a_preset_with_a_part_the_fast_evaluator_lacks_runs_on_the_plain_one(key):
-    """Strict edges, the binary KLs, e^|l|, M2PO, VESPO's gamma, the aggregate clamp order: the registry hands
-    these to the plain evaluator, which the reference tests hold to the definition."""
-    from seqis import run
+@settings(max_examples=examples(150), deadline=None)
+@given(comp=compositions(), batch=batches(), agg=st.sampled_from(AGGREGATIONS), form=st.sampled_from(FORMS))
+def test_plain_and_fast_agree_on_any_composition(comp, batch, agg, form):
+    got = fast(comp, batch, agg, form) if fast_module.supports(comp) else run(comp, batch, agg=agg)
+    same_output(got, evaluate(comp, batch, agg), batch, f"{comp.describe()} fast vs plain")
 
-    g = torch.Generator().manual_seed(0)
-    inference = -torch.rand(4, 6, generator=g, dtype=torch.float64) * 2 - 0.05
-    batch = Batch((inference + 0.3 * torch.randn(4, 6, generator=g, dtype=torch.float64)).clamp(max=0.0),
-                  inference, torch.randn(4, generator=g, dtype=torch.float64), torch.ones(4, 6, dtype=torch.bool))
-    out, plain = run(key, batch), evaluate(resolve(key), batch)
-    assert torch.equal(out.weights, plain.weights) and torch.equal(out.masks["kept"], plain.masks["kept"])
+
+def test_a_composition_the_fast_evaluator_lacks_runs_on_the_plain_one(monkeypatch):
+    # the registry hands a composition with a part fast.supports does not know to the plain evaluator
+    monkeypatch.setattr(fast_module, "supports", lambda comp: False)
+    monkeypatch.setattr(fast_module, "evaluate_many", None)  # never called
+    batch = _acting_batch(torch.float64, per_token=False)
+    for key in ("trl/vespo", "areal/m2po"):
+        out, plain = run(key, batch), evaluate(resolve(key), batch)
+        assert torch.equal(out.weights, plain.weights) and torch.equal(out.masks["kept"], plain.masks["kept"])
+
+
+# ------------------------------------------------------------------------------------------------------
+# the parts decided over the whole batch or scaling the normaliser, where they act
+
+
+def _acting_batch(dtype, per_token: bool, B=16, T=12) -> Batch:
+    """Small noise, one rollout far off (mean e^|l| above 2), catastrophic tokens in two others, two tokens of
+    equal l^2 (a tie M2PO may cut), an empty rollout, NaN padding."""
+    g = torch.Generator().manual_seed(7)
+    lengths = torch.randint(3, T + 1, (B,), generator=g)
+    lengths[0] = 0
+    mask = torch.arange(T)[None, :] < lengths[:, None]
+    inference = -torch.rand(B, T, generator=g, dtype=torch.float64) * 3
+    l = 0.05 * torch.randn(B, T, generator=g, dtype=torch.float64)
+    l[1, :3] = torch.tensor([1.5, -1.2, 1.1])  # rollout 1: mean e^|l| above 2 once its length is 3
+    lengths[1] = 3
+    l[4, 2], l[9, 0] = 2.5, -2.5  # a tie in l^2, exact: l = -0.5 - (-3) and -5.5 - (-3)
+    inference[4, 2] = inference[9, 0] = -3.0
+    l[6, 1] = 4.0  # above every token clip
+    mask = torch.arange(T)[None, :] < lengths[:, None]
+    trainer = torch.where(mask, inference + l, math.nan)
+    adv = torch.randn((B, T) if per_token else (B,), generator=g, dtype=torch.float64)
+    return Batch(trainer.to(dtype).requires_grad_(), inference.to(dtype), adv.to(dtype), mask)
+
+
+ACTING = {
+    "m2po": Composition(Weight("token"), (Criterion("ratio", "token", high=5.0),), batch_rule=BatchRule(0.04)),
+    "m2po alone": Composition(Weight("none"), batch_rule=BatchRule(0.12)),  # drops l = 4 and one of the tie
+    "m2po dropping nothing": Composition(Weight("sequence"), batch_rule=BatchRule(5.0)),
+    "vespo": Composition(Weight("sequence", token_clip=3.0, gamma=(2.0, 3.0, 3.0, 2.0)), log_ratio_clamp=20.0),
+    "rollout rule leaving N": Composition(Weight("token", clip=5.0), (
+        Criterion("exp_abs_log_ratio", "mean", high=2.0, leaves_normaliser=True),)),
+    "token rule leaving N, with M2PO": Composition(Weight("geometric"), (
+        Criterion("k2", "token", high=1.0, advantage="positive", leaves_normaliser=True),
+        Criterion("exp_abs_log_ratio", "max", high=10.0, leaves_normaliser=True)), batch_rule=BatchRule(0.04)),
+}
+
+
+@pytest.mark.parametrize("form", FORMS, ids=["cpu", "passes", "sparse", "dense"])
+@pytest.mark.parametrize("per_token", [False, True], ids=["rollout advantages", "token advantages"])
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("name", list(ACTING))
+def test_the_batch_rule_gamma_and_normaliser_where_they_act(name, dtype, per_token, form):
+    comp, batch = ACTING[name], _acting_batch(dtype, per_token)
+    plain = evaluate(comp, batch)
+    kept = plain.masks["kept"]
+    # the batch does what the case is for: something dropped (or, at M2PO's threshold 5, nothing)
+    assert (batch.loss_mask & ~kept).any() == (name not in ("vespo", "m2po dropping nothing")), name
+    if name == "m2po alone":  # the cut falls inside the tie: the first in batch order goes
+        assert kept[4, 2].item() is False and kept[9, 0].item() is True and (~kept & batch.loss_mask).sum() == 2
+    for agg in AGGREGATIONS:
+        same_output(fast(comp, batch, agg, form), evaluate(comp, batch, agg), batch, f"{name} ({agg})")
 
 
 # ------------------------------------------------------------------------------------------------------
@@ -175,6 +232,17 @@ def test_a_wrong_reference_fails():
 
     assert not _any_disagreement(check(spec.reference)), "the right formula agrees"
     assert _any_disagreement(check(wrong)), "a wrong formula must fail the comparison"
+
+
+def test_a_wrong_normaliser_fails(monkeypatch):
+    # the tokens a rule takes out of the count N counted one too many: N / (N_after - 1)
+    comp = ACTING["rollout rule leaving N"]
+    batch = _acting_batch(torch.float64, per_token=False)
+    same_output(fast(comp, batch, "token-mean", {}), evaluate(comp, batch), batch, "right")
+    real = fast_module._left_out
+    monkeypatch.setattr(fast_module, "_left_out", lambda *a: (lambda n: None if n is None else n + 1)(real(*a)))
+    with pytest.raises(AssertionError):
+        same_output(fast(comp, batch, "token-mean", {}), evaluate(comp, batch), batch, "wrong")
 
 
 def test_a_wrong_fast_path_fails(monkeypatch):

@@ -24,6 +24,7 @@ ORDER = 10
 # the rows that hold a ratio to the slowest single correction, not a time against the floor, and their names
 RATIO_ROWS = {"run_many": "all through run_many / the slowest single one",
               "run_many_presets": "all + every preset through run_many / the slowest single one",
+              "run_many_sum": "all + every preset through run_many / their single calls one after another",
               "gradient_writes": "as many fresh (B, T) gradients written alone / the same single one"}
 
 
@@ -81,6 +82,14 @@ def table(device: str, quick: bool, malloc: str) -> tuple[dict[str, tuple[float,
     print(f"all {len(all_names)} + {len(PRESETS)} presets through run_many / slowest single ({slowest_any}): "
           f"{rows['run_many_presets'][2]:.2f}x (target: at most 4x); {len(every)} fresh (B, T) gradients written "
           f"alone and kept / the same single: {rows['gradient_writes'][2]:.2f}x")
+    print("slowest single calls: " + ", ".join(f"{k} {single[k] * 1e3:.1f} ms" for k in top))
+    # the same run against the sum of its single calls (issue 12's restated line), timed alternately: every
+    # single call one after another, then one run_many of them all (three rounds: a sweep takes ~100 calls)
+    rows["run_many_sum"] = paired(lambda: step_many(every, batch), lambda: [step(k, batch) for k in every],
+                                  rounds=3, device=device)
+    print(f"all {len(every)} through run_many / the {len(every)} single calls one after another: "
+          f"{rows['run_many_sum'][2]:.2f}x ({rows['run_many_sum'][0] * 1e3:.0f} / "
+          f"{rows['run_many_sum'][1] * 1e3:.0f} ms; target: at most 0.25x)")
     where_the_time_goes(batch, every, rows["run_many_presets"][0], single, device)
     return rows, slowest_any
 
