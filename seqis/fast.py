@@ -390,6 +390,9 @@ def statistic(r: Ratios, cache: Cache, name: str) -> torch.Tensor:
             "prob_diff": lambda: torch.exp(cache.logp(r)).sub_(torch.exp(cache.logq(r)))}.get(name)
     if make is None:  # e^|l|, |rho - 1|, the binary KLs: the definition's own elementwise pass, 0 off the mask
         def make():
+            if name in ("exp_abs_log_ratio", "abs_ratio_minus_one"):  # from l alone, finite off the mask (l = 0)
+                return plain_statistic(name, r.log_ratio, None, None).mul_(cache.mask_f(r))
+            # the binary KLs: off the mask log pi = log mu = 0, and in float32 1 - 1e-8 is 1 (0 * log 0: nan)
             return plain_statistic(name, r.log_ratio, cache.logp(r), cache.logq(r)).masked_fill_(~r.mask, 0.0)
     return cache.memo((name, r.clamp), make)
 
