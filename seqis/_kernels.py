@@ -204,6 +204,22 @@ def dot_rows(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return torch.cat([(x * y).sum(-1) for x, y in zip(a.split(rows), b.split(rows))])
 
 
+def blockwise(fn: Callable[..., torch.Tensor], *xs: torch.Tensor) -> torch.Tensor:
+    """fn(*xs) for an elementwise fn of (B, T) tensors, made on the CPU in blocks of rows of about DOT_BLOCK
+    elements (in cache; a chain of elementwise steps over fresh (B, T) temporaries pays their page faults), each
+    block a multiple of 64 elements, so every element takes the path (SIMD or the scalar tail) it takes in one
+    pass over the whole: the same values to the bit. One pass on a GPU, or when one block covers the rows."""
+    B, T = xs[0].shape
+    step = 64 // math.gcd(T, 64) if T else 1  # rows whose element count is a multiple of 64
+    rows = max(step, DOT_BLOCK // max(1, T) // step * step)
+    if xs[0].device.type != "cpu" or B <= rows:
+        return fn(*xs)
+    out = torch.empty_like(xs[0])
+    for a in range(0, B, rows):
+        out[a:a + rows] = fn(*(x[a:a + rows] for x in xs))
+    return out
+
+
 def band_keep(x: torch.Tensor, mask_f: torch.Tensor, lo: float, hi: float) -> torch.Tensor:
     """(B, T) 0/1 floats: the loss tokens with lo <= x <= hi (log-ratio edges; x finite, 0 on padding)."""
     return band_f(x, lo, hi).mul_(mask_f)

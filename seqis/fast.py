@@ -44,6 +44,7 @@ from ._kernels import (
     as_float,
     band_f,
     band_keep,
+    blockwise,
     capped_exp,
     dot,
     dot_rows,
@@ -389,11 +390,13 @@ def statistic(r: Ratios, cache: Cache, name: str) -> torch.Tensor:
             # torch.exp, not exp2: the decision on a band edge follows prime-rl's own arithmetic to the bit
             "prob_diff": lambda: torch.exp(cache.logp(r)).sub_(torch.exp(cache.logq(r)))}.get(name)
     if make is None:  # e^|l|, |rho - 1|, the binary KLs: the definition's own elementwise pass, 0 off the mask
-        def make():
+        def make():  # in blocks of rows (blockwise: the same values as one pass)
             if name in ("exp_abs_log_ratio", "abs_ratio_minus_one"):  # from l alone, finite off the mask (l = 0)
-                return plain_statistic(name, r.log_ratio, None, None).mul_(cache.mask_f(r))
+                return blockwise(lambda lc, mf: plain_statistic(name, lc, None, None).mul_(mf), r.log_ratio,
+                                 cache.mask_f(r))
             # the binary KLs: off the mask log pi = log mu = 0, and in float32 1 - 1e-8 is 1 (0 * log 0: nan)
-            return plain_statistic(name, r.log_ratio, cache.logp(r), cache.logq(r)).masked_fill_(~r.mask, 0.0)
+            return blockwise(lambda lc, p, q, m: plain_statistic(name, lc, p, q).masked_fill_(~m, 0.0), r.log_ratio,
+                             cache.logp(r), cache.logq(r), r.mask)
     return cache.memo((name, r.clamp), make)
 
 
@@ -1148,8 +1151,9 @@ PENALTIES = ("squared_log_ratio", "k3")
 
 
 def reads_extremes(comp: Composition) -> bool:
-    """Whether a token rule on the ratio will ask for the rows' extremes of l (Ratios.of makes them with l)."""
-    return any(c.statistic == "ratio" for c in comp.token_rules)
+    """Whether a token rule on the ratio, or a sequence weight's token clip, will ask for the rows' extremes of l
+    (Ratios.of makes them with l)."""
+    return any(c.statistic == "ratio" for c in comp.token_rules) or comp.weight.token_clip not in (None, math.inf)
 
 
 def supports(comp: Composition) -> bool:

@@ -195,6 +195,28 @@ def test_the_batch_rule_gamma_and_normaliser_where_they_act(name, dtype, per_tok
         same_output(fast(comp, batch, agg, form), evaluate(comp, batch, agg), batch, f"{name} ({agg})")
 
 
+@pytest.mark.parametrize("T", [4096, 1000, 333])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_statistics_made_in_blocks_of_rows_equal_one_pass(T, dtype):
+    # the statistics the fast evaluator takes from the definition's own elementwise code, made in blocks of rows
+    # (several blocks at these sizes; the drawn batches above fit in one): the same values to the bit, nan
+    # where a log-prob above 0 makes a probability above 1
+    from seqis.evaluate import statistic as plain_statistic
+
+    g = torch.Generator().manual_seed(T)
+    B = (1 << 19) // T  # 8 or 9 blocks
+    mask = torch.arange(T)[None, :] < torch.randint(0, T + 1, (B,), generator=g)[:, None]
+    inference = -torch.rand(B, T, generator=g, dtype=torch.float64).pow(4) * 4
+    trainer = torch.where(mask, inference + 0.3 * torch.randn(B, T, generator=g, dtype=torch.float64), -math.inf)
+    batch = Batch(trainer.to(dtype), inference.to(dtype), torch.randn(B, generator=g, dtype=dtype), mask)
+    r, cache = Ratios.of(batch), fast_module.Cache()
+    logp, logq = cache.logp(r), cache.logq(r)
+    for name in ("exp_abs_log_ratio", "abs_ratio_minus_one", "binary_kl", "binary_kl_mu"):
+        want = plain_statistic(name, r.log_ratio, logp, logq).masked_fill(~mask, 0.0)
+        torch.testing.assert_close(fast_module.statistic(r, cache, name), want, rtol=0, atol=0, equal_nan=True,
+                                   msg=name)
+
+
 # ------------------------------------------------------------------------------------------------------
 # a wrong formula fails
 
