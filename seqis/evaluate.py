@@ -148,7 +148,9 @@ def evaluate(comp: Composition, batch: Batch, agg: str = "token-mean") -> Estima
             k_pos, lam_pos, k_neg, lam_neg = w.gamma
             up = adv >= 0  # (B,) or (B, T)
             x_a = x if up.dim() == 1 else x[:, None]
-            k, lam = torch.where(up, k_pos, k_neg).to(dtype), torch.where(up, lam_pos, lam_neg).to(dtype)
+            knob = lambda v: torch.tensor(v, dtype=dtype, device=up.device)  # exact in float64 (a python float
+            k = torch.where(up, knob(k_pos), knob(k_neg))  # given to where would be rounded to float32)
+            lam = torch.where(up, knob(lam_pos), knob(lam_neg))
             weight = torch.exp((lam + k * x_a - lam * torch.exp(x_a)).clamp(max=MAX_LOG_WEIGHT))
         if w.truncated:
             beyond = x > log_of(w.upper)
