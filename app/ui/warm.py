@@ -138,10 +138,12 @@ def background_steps() -> list[Callable[[], object]]:
 
 # A page run and the warm-up share one interpreter lock: warm-up work during a page's run slowed the page (a new
 # session's load 3.6 s -> 4.7 s in an interleaved A/B), and the Lessons' 10-40 s of it overlapped every first
-# load after a start. So the warm-up starts a step only when no page has run for QUIET_S: longer than the pause
-# between a person's clicks while they work the knobs, shorter than reading a page. A step already running when
-# a click comes still overlaps it (the lag lesson's training runs take seconds each: they come last).
-QUIET_S = 3.0
+# load after a start. So the warm-up starts a step only when no page has run for QUIET_S. A page's run ends before
+# the browser has drawn it (1-3 s of plotly on a first load), and warm-up work then still takes a core and the
+# lock from the next page: with 3 s, five first loads in a row took 4.1 s each against 2.8 s with no warm-up.
+# 10 s is longer than a person's pauses while working the knobs, shorter than reading a page. A step already
+# running when a click comes still overlaps it (the lag lesson's training runs take seconds each: they come last).
+QUIET_S = 10.0
 _pages = 0  # page runs in progress
 _last_page = 0.0  # time.monotonic() when the latest page run ended
 _pages_lock = threading.Lock()
