@@ -163,8 +163,9 @@ def page_running():
             _last_page = time.monotonic()
 
 
-def wait_for_quiet(quiet_s: float = QUIET_S, poll_s: float = 0.05) -> None:
-    """Return once no page runs and none has for quiet_s."""
+def wait_for_quiet(quiet_s: float | None = None, poll_s: float = 0.05) -> None:
+    """Return once no page runs and none has for quiet_s (QUIET_S)."""
+    quiet_s = QUIET_S if quiet_s is None else quiet_s
     while True:
         with _pages_lock:
             idle = _pages == 0 and time.monotonic() - _last_page >= quiet_s
