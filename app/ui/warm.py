@@ -145,7 +145,9 @@ def background_steps() -> list[Callable[[], object]]:
 # running when a click comes still overlaps it (the lag lesson's training runs take seconds each: they come last).
 QUIET_S = 10.0
 _pages = 0  # page runs in progress
-_last_page = 0.0  # time.monotonic() when the latest page run ended
+# time.monotonic() when the latest page run ended; at the start, as if one just had: the first visitor, who
+# usually comes within seconds of `make run`, comes before the warm-up
+_last_page = time.monotonic()
 _pages_lock = threading.Lock()
 
 
