@@ -240,6 +240,45 @@ def test_to_png_gives_png_bytes_and_leaves_the_environment_alone(monkeypatch):
     assert dict(os.environ) == before
 
 
+def test_to_png_tries_a_fresh_session_once_when_kaleido_fails(monkeypatch, tmp_path):
+    # under load kaleido's page was once asked to render before its scripts ran ("kaleido_scopes is not defined"):
+    # one fresh session follows; a second failure is the caller's RuntimeError
+    pytest.importorskip("kaleido")
+    import kaleido
+    import plotly.graph_objects as go
+
+    sys.path.insert(0, str(Path(APP).parent))
+    from ui.png import to_png
+
+    sessions = []
+
+    class Flaky:
+        def __init__(self, **kw):
+            sessions.append(kw)
+
+        async def __aenter__(self):
+            return self
+
+        async def __aexit__(self, *exc):
+            return False
+
+        async def calc_fig(self, fig, opts):
+            if len(sessions) < fails + 1:
+                raise RuntimeError("ReferenceError: kaleido_scopes is not defined")
+            return b"\x89PNG fake"
+
+    monkeypatch.setattr(kaleido, "Kaleido", Flaky)
+    browser = tmp_path / "chromium"
+    browser.write_text("")
+    fails = 1
+    assert to_png({"a": go.Figure()}, browser=str(browser)) == {"a": b"\x89PNG fake"} and len(sessions) == 2
+    sessions.clear()
+    fails = 2
+    with pytest.raises(RuntimeError, match="kaleido_scopes"):
+        to_png({"a": go.Figure()}, browser=str(browser))
+    assert len(sessions) == 2
+
+
 def test_to_png_raises_when_the_browser_cannot_start():
     sys.path.insert(0, str(Path(APP).parent))
     import plotly.graph_objects as go

@@ -6,6 +6,7 @@ import asyncio
 import os
 import shutil
 from collections.abc import Mapping
+from pathlib import Path
 
 import plotly.graph_objects as go
 
@@ -24,6 +25,11 @@ def browser_path() -> str | None:
         if found:
             return found
     return None
+
+
+# On a loaded machine kaleido's page can be asked to render before its own scripts have run ("ReferenceError:
+# kaleido_scopes is not defined", seen once in a make test beside another): a fresh session then succeeds.
+RENDER_ATTEMPTS = 2
 
 
 def to_png(figures: Mapping[str, go.Figure], *, width: int = 1200, scale: float = 2.0,
@@ -49,10 +55,13 @@ def to_png(figures: Mapping[str, go.Figure], *, width: int = 1200, scale: float 
                                                                           scale=scale))
         return out
 
-    try:
-        pngs = asyncio.run(render())
-    except Exception as e:  # kaleido reports a missing or broken browser with several exception types
-        raise RuntimeError(f"kaleido could not render the figures: {e}") from e
+    for attempt in range(RENDER_ATTEMPTS):
+        try:
+            pngs = asyncio.run(render())
+            break
+        except Exception as e:  # kaleido reports a missing or broken browser with several exception types
+            if attempt + 1 == RENDER_ATTEMPTS or not Path(path).exists():
+                raise RuntimeError(f"kaleido could not render the figures: {e}") from e
     bad = [name for name, png in pngs.items() if not png.startswith(b"\x89PNG")]
     if bad:
         raise RuntimeError(f"kaleido returned something other than a PNG for {', '.join(bad)}")
