@@ -102,3 +102,15 @@ def test_monitor_section_prints_step_metrics_against_seq_tis_and_its_parts(capsy
     assert any(p.startswith("diagnose on the findings' rollouts") for p, _ in parts)
     assert float(re.search(r"^the target's ratio \(step_metrics with seq_tis, seq_mis, geo_mask, mis_po / one "
                            r"seq_tis forward \+ backward\): ([\d.]+)x", out, re.M)[1]) > 0
+
+
+def test_explore_section_times_a_slider_move_through_the_pages_bridge(capsys):
+    # the section calls the page's own bridge (ui/explore_data.py): a change there that the section does not follow
+    # fails here, not on the next person who runs the bench
+    main(["--only", "explore", "--quick"])
+    out = capsys.readouterr().out
+    rows = [line.split("|") for line in out.splitlines() if line.startswith(("| long_tail", "| fixed"))]
+    assert [r[1].strip() for r in rows] == ["long_tail", "fixed"], out
+    for r in rows:
+        move, floor = float(r[2]), float(r[4])
+        assert move > floor > 0, r  # a move computes (cache misses); the floor is every cache hit

@@ -1,8 +1,8 @@
 """Section `explore`: the server's work for one Explore slider move, through the page's public view functions.
 
-A slider move reruns one estimator's column (an st.fragment): its estimator view and rollout map, then the
-sections that depend on every estimator (coefficients, histograms, effective batch, tables). This times that
-work in-process (ui/explore_data.py's cached functions), against a floor: the same calls with every cache hit.
+A slider move reruns the page: one bridge view (ui/explore_data.py `explore`) resolves each column's correction
+once and builds every figure, table and snippet from it; the moved column's pieces are cache misses, the others
+hits. This times that work in-process, against a floor: the same calls with every cache hit.
 What a person waits for in a browser is the `browser` section.
 """
 
@@ -39,13 +39,11 @@ def view_functions():
 
 
 def slider_move(data, src, ests, name: str, cfg, rollout: int):
-    """What a column's fragment computes after its knob moved to cfg."""
+    """What the page computes after one column's knob moved to cfg: the view of the batch under the new pairs (each
+    resolved once) and every figure, table and snippet it draws (ExploreView.first_screen: the longest rollout
+    picked, as the page's first view)."""
     ests = tuple((n, cfg if n == name else c) for n, c in ests)
-    data.estimator_view(src, name, cfg)
-    data.rollout_map_figure(src, name, cfg)
-    data.coefficient_figure(src, ests, rollout)
-    data.weights_figure(src, ests)
-    data.tables(src, ests)
+    data.explore(src, ests).first_screen()
 
 
 def run(device: str, quick: bool) -> None:
