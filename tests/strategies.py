@@ -1,9 +1,11 @@
-"""Hypothesis strategies the property tests share: an estimator's config drawn from its declared knobs, and how many
-examples a property test draws (`examples`: more under `make test`, which sets SEQIS_HYPOTHESIS=full)."""
+"""Hypothesis strategies the property tests share: an estimator's config drawn from its declared knobs, how many
+examples a property test draws (`examples`: more under `make test`, which sets SEQIS_HYPOTHESIS=full), and the
+floats of a dtype around a band edge (`ulps_around`)."""
 
 import math
 import os
 
+import torch
 from hypothesis import assume
 from hypothesis import strategies as st
 
@@ -37,3 +39,13 @@ def configs(draw, name, adv_taus=None):
         return ESTIMATORS[name].config(**values)
     except ValueError:  # a band whose low is not below its high
         assume(False)
+
+
+def ulps_around(x: float, n: int, dtype: torch.dtype) -> list[float]:
+    """The 2n + 1 values of dtype nearest x: n below its rounding, the rounding, n above."""
+    v = torch.tensor(x, dtype=dtype)
+    down, up = [v], [v]
+    for _ in range(n):
+        down.append(torch.nextafter(down[-1], torch.tensor(-math.inf, dtype=dtype)))
+        up.append(torch.nextafter(up[-1], torch.tensor(math.inf, dtype=dtype)))
+    return [float(t) for t in [*reversed(down[1:]), v, *up[1:]]]

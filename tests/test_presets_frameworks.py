@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from strategies import ulps_around
 
 from seqis import Batch, run
 from seqis.presets import PRESETS, presets_of
@@ -122,19 +123,9 @@ def test_the_command_line_exits_by_what_it_found(tmp_path, capsys):
     assert "trl/trainer/grpo_trainer.py is not under" in capsys.readouterr().err
 
 
-def _around(x: float, n: int, dtype) -> list[float]:
-    """The 2n + 1 values of dtype nearest x."""
-    v = torch.tensor(x, dtype=dtype)
-    down, up = [v], [v]
-    for _ in range(n):
-        down.append(torch.nextafter(down[-1], torch.tensor(-math.inf, dtype=dtype)))
-        up.append(torch.nextafter(up[-1], torch.tensor(math.inf, dtype=dtype)))
-    return [float(t) for t in [*reversed(down[1:]), v, *up[1:]]]
-
-
 def _at_edge(edge: float, dtype=torch.float32, mu: float = 0.0) -> Batch:
     """One-token rollouts on the dtype's values around log(edge) (log mu = 0: l is log pi to the last bit)."""
-    l = torch.tensor(_around(math.log(edge), 300, dtype), dtype=dtype)[:, None]
+    l = torch.tensor(ulps_around(math.log(edge), 300, dtype), dtype=dtype)[:, None]
     return Batch(trainer_logprobs=l + mu, inference_logprobs=torch.full_like(l, mu),
                  advantages=torch.ones(len(l), dtype=dtype), loss_mask=torch.ones_like(l, dtype=torch.bool))
 

@@ -21,7 +21,7 @@ import pytest
 import torch
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
-from strategies import configs, examples
+from strategies import configs, examples, ulps_around
 
 from seqis import AGGREGATIONS, ESTIMATORS, Batch, fast, run
 from seqis.compose import BatchRule, Composition, Criterion, Penalty, Weight
@@ -477,16 +477,6 @@ def _on_the_mask(rows: list[list[float]], dtype: torch.dtype, adv: float = 1.0) 
     return Batch(l.clone().requires_grad_(), torch.zeros_like(l), torch.full((len(rows),), adv, dtype=dtype), mask)
 
 
-def _ulps_around(x: float, n: int, dtype: torch.dtype) -> list[float]:
-    """The 2n + 1 values of dtype nearest x: n below its rounding, the rounding, n above."""
-    v = torch.tensor(x, dtype=dtype)
-    down, up = [v], [v]
-    for _ in range(n):
-        down.append(torch.nextafter(down[-1], torch.tensor(-math.inf, dtype=dtype)))
-        up.append(torch.nextafter(up[-1], torch.tensor(math.inf, dtype=dtype)))
-    return [float(t) for t in [*reversed(down[1:]), v, *up[1:]]]
-
-
 def _outputs_every_way(comp: Composition, batch: Batch) -> list:
     """The plain evaluator's output, and the fast one's along every path (fast.supports it: no fallback)."""
     assert fast.supports(comp)
@@ -499,7 +489,7 @@ EDGE_CASES = [(3.0, "high"), (2.0, "high"), (1.2, "high"), (0.8, "low"), (1.001,
 def _edge_batch(edge: float, dtype: torch.dtype) -> Batch:
     """Tokens on the dtype's values around log C (near ratio 1 an ulp of the ratio spans many of l: 3000 either
     side), 61 to a rollout."""
-    xs = _ulps_around(math.log(edge), 3000 if edge in (1.001, 0.8) else 40, dtype)
+    xs = ulps_around(math.log(edge), 3000 if edge in (1.001, 0.8) else 40, dtype)
     return _on_the_mask([xs[i:i + 61] for i in range(0, len(xs), 61)], dtype)
 
 
@@ -548,7 +538,7 @@ def test_the_edge_cases_tell_the_two_spaces_apart():
 def test_a_rollout_ratio_in_ratio_space_decides_the_exact_edge(dtype):
     # one-token rollouts: the geometric mean and the sum are l itself, so exp(mean) <= C decides as exp(l) <= C;
     # a sequence weight's band likewise (TRL's sequence_mask: exp(S) > 3 dropped)
-    xs = _ulps_around(math.log(3.0), 40, dtype)
+    xs = ulps_around(math.log(3.0), 40, dtype)
     batch = _on_the_mask([[x] for x in xs], dtype)
     want = torch.exp(batch.trainer_logprobs.detach()[:, 0]) <= 3.0
     for agg in ("mean", "sum"):
