@@ -335,6 +335,18 @@ def k3_row_sums(log_ratio: torch.Tensor) -> torch.Tensor:
     return torch.cat([k3_of(log_ratio[rows])[1] for rows in row_blocks(B, T, log_ratio.device)])
 
 
+RHO_M1_CAP = math.expm1(20.0)  # rho - 1 at l = MAX_LOG_WEIGHT / 2 (seqis.evaluate): rho^2 stays finite
+
+
+def rho2_row_sums(e: torch.Tensor, scratch: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+    """(B,) each row's sum of rho^2 - 1 = e (e + 2), from e = rho - 1 = expm1(l) (B, T) (0 on padding), e capped
+    at RHO_M1_CAP (l at 20, as diagnostics caps it); scratch: two (B, T) tensors to write into (a block's
+    buffers that are free by then)."""
+    a, b = scratch if scratch is not None else (None, None)
+    c = torch.clamp(e, max=RHO_M1_CAP, out=a)  # (B, T) capped rho - 1
+    return torch.add(c, 2.0, out=b).mul_(c).sum(-1)  # capped (rho + 1) (rho - 1)
+
+
 def k3_of(log_ratio: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """k3 = rho - 1 - l per token (a new tensor, exact up to the dtype's overflow: inf past l = 88.7 in float32)
     and its per-row sums."""

@@ -69,6 +69,7 @@ Severity cites the frameworks' published guidance:
 from __future__ import annotations
 
 import math
+import threading
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -247,12 +248,16 @@ def find_shift(trainer: torch.Tensor, inference: torch.Tensor, mask: torch.Tenso
     if not agreement > 0:  # 0 (or NaN): no shift can beat it 4x
         return 0, None
     quarter = agreement / 4
+    mf = m.float()  # (R, T) the counts in 0/1 floats (bool ops are slow paths on the CPU; exact below 2^24)
+    T = t.shape[1]
     for k in shifts:
-        if k == 0 or abs(k) >= t.shape[1]:
+        if k == 0 or abs(k) >= T:
             continue
-        both, diff = _partners(t, i, m, k)
-        pairs = int(torch.count_nonzero(both))
-        if pairs and 2 * int(torch.count_nonzero(diff.abs_().le_(quarter).logical_and_(both))) >= pairs:
+        lo, hi = max(0, -k), T - max(0, k)  # as _partners: positions t whose partner t + k exists
+        both = mf[:, lo:hi] * mf[:, lo + k:hi + k]  # (R, T - |k|) 1 where both are loss tokens
+        pairs = int(both.sum())
+        close = torch.sub(t[:, lo:hi], i[:, lo + k:hi + k]).abs_().le_(quarter)  # (a NaN difference is not close)
+        if pairs and 2 * int(close.mul_(both).sum()) >= pairs:
             return best_shift(trainer, inference, mask, shifts)  # k might win: every median, as it would
     return 0, None
 
@@ -353,8 +358,25 @@ def _ratio(p: _Pairs, keep: torch.Tensor) -> torch.Tensor:
 
 def kept(x: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
     """x[keep], without the copy when every token is kept (a batch without catastrophic tokens, the usual one)."""
+    index = _kept_index(keep)
+    return x if index is None else x.index_select(0, index)
+
+
+_KEPT = threading.local()  # .last: (keep, its version, its index), the last mask this thread asked about
+
+
+def _kept_index(keep: torch.Tensor) -> torch.Tensor | None:
+    """(n,) where keep is true, or None when it is true everywhere; made once per mask, as the tests read a
+    dozen tensors with one (a bool index searches the mask each time). The entry (one per thread: the explorer
+    diagnoses in several) holds the mask itself, so its memory is not reused while it stands, and its version
+    counter says whether it was written since."""
+    last = getattr(_KEPT, "last", None)
+    if last is not None and last[0] is keep and last[1] == keep._version:
+        return last[2]
     every = keep.numel() == 0 or bool(keep.view(torch.uint8).min())  # (a bool all() is 20x slower on the CPU)
-    return x if every else x[keep]
+    index = None if every else keep.nonzero().squeeze(1)
+    _KEPT.last = keep, keep._version, index
+    return index
 
 
 def cluster_sums(x: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
@@ -389,16 +411,16 @@ def run_tests(p: _Pairs) -> dict[str, Any]:
     - without the entropy, a temperature whose mismatch also points along the advantages is not told from lag:
       the advantages decide."""
     catastrophic = p.l.abs() > CATASTROPHIC_LOG_RATIO  # (N,)
-    trunc = truncation_test(p, ~catastrophic)
-    temp = temperature_fit(p, ~catastrophic)
+    keep = ~catastrophic
+    trunc = truncation_test(p, keep)
+    temp = temperature_fit(p, keep)
     if _fired(temp):
         if temp["uses_entropy"]:
             trunc = {**trunc, "detected": False}
         elif trunc["detected"]:
             temp = {**temp, "detected": False}
     if _fired(temp):
-        catastrophic = (p.l - temp["line"]).abs() > CATASTROPHIC_LOG_RATIO
-    keep = ~catastrophic
+        keep = ~((p.l - temp["line"]).abs() > CATASTROPHIC_LOG_RATIO)
     raw = None if trunc["detected"] or _fired(temp) else raw_logprobs_test(p, keep)
     lag = policy_lag_test(p, keep)
     if _fired(temp) and not temp["uses_entropy"] and _fired(lag):

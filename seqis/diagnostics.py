@@ -7,7 +7,8 @@
   ess_seq        (sum w)^2 / (n sum w^2), normalised effective sample size of the sequence weights, in (0, 1]
   ppl_ratio      mean over valid rollouts of exp(-S/T) (perplexity under pi over perplexity under mu)
   abs_log_ratio_p50 / _p99 / _max   percentiles of |l| over loss tokens (nearest rank, exact up to 2^24 positions,
-                 from a seeded sample of 2^24 beyond)
+                 from a seeded sample of 2^24 beyond; with percentile_sample=N, of the loss tokens among about N
+                 positions at a fixed odd stride, as seqis.monitor logs them each step); the max is always exact
   n_rollouts     valid rollouts (T_j > 0);  n_tokens: loss tokens
 """
 
@@ -17,7 +18,7 @@ import math
 
 import torch
 
-from ._kernels import expm1, masked_mean
+from ._kernels import expm1, masked_mean, row_blocks
 from .evaluate import MAX_LOG_WEIGHT
 from .fast import Ratios
 from .types import Batch
@@ -25,6 +26,7 @@ from .types import Batch
 # exact up to this many tokens; beyond, a seeded sample of this size (rank error ~1e-4)
 _PERCENTILE_SAMPLE = 1 << 24
 _BRACKET_SAMPLE = 1 << 14  # the strided sample that brackets each rank before the exact selection
+_DIRECT_SELECTION = 1 << 16  # up to this many elements, a kthvalue per rank
 
 
 def percentiles(x: torch.Tensor, qs: tuple[float, ...], *, below: int = 0) -> list[float]:
@@ -44,6 +46,8 @@ def percentiles(x: torch.Tensor, qs: tuple[float, ...], *, below: int = 0) -> li
     if x.is_cuda:  # a radix sort is fast on the GPU, where a selection is not
         xs = x.sort().values
         return torch.stack([xs[k] for k in ranks]).tolist()
+    if x.numel() <= _DIRECT_SELECTION:  # the bracketing's dozen passes cost more than a selection per rank
+        return [float(x.kthvalue(k + 1).values) for k in ranks]
     return order_statistics(x, ranks)
 
 
@@ -55,9 +59,7 @@ def order_statistics(x: torch.Tensor, ranks: list[int]) -> list[float]:
     selection over all of x) the value is the same. About 3 passes over x per rank (2 for a rank near an end,
     p99's) and one for all, against kthvalue's copy and selection of all of it."""
     n = x.numel()
-    # an odd stride: on a flattened (B, T) tensor with T even, an even one would read the same few positions of
-    # every rollout (position 0 of each, with T a multiple of it), and a fault at one position would skew the sample
-    sample = x[:: max(1, n // _BRACKET_SAMPLE) | 1].contiguous()  # (m,) in x's order
+    sample = x[strided_sample(n, _BRACKET_SAMPLE)].contiguous()  # (m,) in x's order
     m = sample.numel()
     at_rank = lambda j: sample.kthvalue(j + 1).values.item()  # the sample's j-th smallest (a sort of m is slower)
     # a comparison written into floats is vectorised, into bools it is not (4x slower): each is made in floats
@@ -99,17 +101,43 @@ def order_statistics(x: torch.Tensor, ranks: list[int]) -> list[float]:
     return out
 
 
+def strided_sample(n: int, size: int) -> slice:
+    """Every k-th of n positions, about `size` of them, k odd: on a flattened (B, T) tensor with T even an even k
+    would read the same few positions of every rollout (position 0 of each, with T a multiple of k), and a fault
+    at one position would skew the sample."""
+    return slice(None, None, max(1, n // size) | 1)
+
+
+def chi2_token_sum(l: torch.Tensor) -> torch.Tensor:
+    """() the sum over every position of rho^2 - 1 = expm1(2 l), l capped at MAX_LOG_WEIGHT / 2 so it stays
+    finite (padding holds l = 0, which adds 0); on the CPU in blocks of rows, one scratch block reused, so no
+    fresh (B, T) tensor pays its page faults."""
+    B, T = l.shape
+    blocks = row_blocks(B, T, l.device)
+    scratch = torch.empty((max((b.stop - b.start for b in blocks), default=0), T), dtype=l.dtype, device=l.device)
+    total = torch.zeros((), dtype=l.dtype, device=l.device)
+    for rows in blocks:
+        x = torch.clamp(l[rows], max=MAX_LOG_WEIGHT / 2, out=scratch[:rows.stop - rows.start]).mul_(2)  # (R, T) 2 l
+        total += expm1(x, out=x).sum()
+    return total
+
+
 @torch.no_grad()
-def diagnostics(batch: Batch, ratios: Ratios | None = None) -> dict[str, float]:
-    """Mismatch statistics of a batch, independent of any estimator."""
+def diagnostics(batch: Batch, ratios: Ratios | None = None, *, percentile_sample: int | None = None
+                ) -> dict[str, float]:
+    """Mismatch statistics of a batch, independent of any estimator. percentile_sample: the p50 and p99 of |l|
+    from the loss tokens among about that many positions at a fixed odd stride (a bounded cost; rank error about
+    sqrt(q (1 - q) / n) for n loss tokens in it); None: exact."""
+    if percentile_sample is not None and (isinstance(percentile_sample, bool) or not isinstance(
+            percentile_sample, int) or percentile_sample < 1):
+        raise ValueError(f"percentile_sample must be a positive number of positions or None, got "
+                         f"{percentile_sample!r}")
     r = ratios if ratios is not None else Ratios.of(batch)
     n_tok = r.n_tokens.clamp(min=1)
     valid = r.valid
     zero = torch.zeros((), dtype=r.dtype, device=r.mask.device)
     S = r.seq_log_ratio.clamp(max=MAX_LOG_WEIGHT)  # (B,)
-    # rho^2 - 1 = expm1(2 l), with l capped so it stays finite; padding holds l = 0, which adds 0
-    rho2 = torch.clamp(r.log_ratio, max=MAX_LOG_WEIGHT / 2).mul_(2)  # (B, T) 2 l, then rho^2 - 1 in place
-    chi2_token = expm1(rho2, out=rho2).sum()
+    chi2_token = r.rho2_rowsum.sum() if r.rho2_rowsum is not None else chi2_token_sum(r.log_ratio)
 
     # ESS in log space: scale by the largest valid weight first, so it never overflows or divides by 0
     log_w = torch.where(valid, r.seq_log_ratio, torch.full_like(S, -torch.inf))
@@ -118,8 +146,16 @@ def diagnostics(batch: Batch, ratios: Ratios | None = None) -> dict[str, float]:
     ess = (w.sum() ** 2 / (n * (w**2).sum())) if valid.any() else zero
 
     n_tokens = int(r.n_tokens)
-    if r.log_ratio.numel() <= _PERCENTILE_SAMPLE:  # |l| in place of rho^2 - 1: padding holds 0, below every |l|
-        abs_l = torch.abs(r.log_ratio, out=rho2).view(-1)  # (B * T,)
+    flat = r.log_ratio.reshape(-1)  # (B * T,) padding holds l = 0, below every |l| of a loss token
+    if r.row_max is not None:  # made with the log-ratios (Ratios.of(..., extremes=True)): no pass of its own
+        abs_max = torch.maximum(r.row_max.max(), -r.row_min.min()) if n_tokens else None
+    else:
+        abs_max = flat.abs().max() if n_tokens else None  # (on the CPU faster than amax and amin, one pass each)
+    if percentile_sample is not None and flat.numel() > percentile_sample:
+        at = strided_sample(flat.numel(), percentile_sample)
+        abs_l, below = flat[at][r.mask.reshape(-1)[at]].abs_(), 0  # (n,) the sampled positions' loss tokens
+    elif flat.numel() <= _PERCENTILE_SAMPLE:
+        abs_l = flat.abs()  # (B * T,)
         below = abs_l.numel() - n_tokens
     else:  # a batch this large is sampled (percentiles): its loss tokens alone
         abs_l, below = r.log_ratio[r.mask].abs_(), 0  # (n_tokens,)
@@ -133,7 +169,7 @@ def diagnostics(batch: Batch, ratios: Ratios | None = None) -> dict[str, float]:
         "ppl_ratio": float(masked_mean(torch.exp(-r.geo_log_ratio), valid)),
         "abs_log_ratio_p50": p50,
         "abs_log_ratio_p99": p99,
-        "abs_log_ratio_max": float(abs_l.max()) if n_tokens else 0.0,
+        "abs_log_ratio_max": float(abs_max) if n_tokens else 0.0,
         "n_rollouts": int(valid.sum()),
         "n_tokens": n_tokens,
     }

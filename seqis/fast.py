@@ -28,7 +28,7 @@ batches and compositions, both forms and both shortcut settings.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from functools import cache as once
 from functools import partial
@@ -53,6 +53,7 @@ from ._kernels import (
     in_band,
     in_log_band,
     k3_of,
+    rho2_row_sums,
     k3_row_sums,
     known_losses,
     masked_mean,
@@ -108,6 +109,9 @@ class Ratios:
     # over a fresh (B, T) l costs two)
     row_max: torch.Tensor | None = None
     row_min: torch.Tensor | None = None
+    # (B,) each row's sum of rho^2 - 1 (l capped at MAX_LOG_WEIGHT / 2), when made with the log-ratios
+    # (Ratios.of(..., chi2=True): from the block's expm1(l) that k3 is made of; diagnostics' chi2_token reads it)
+    rho2_rowsum: torch.Tensor | None = None
     # derived once, at construction (every output reads them: a few tensor operations each, made once)
     valid: torch.Tensor = field(init=False)  # (B,) bool, T_j > 0
     valid_f: torch.Tensor = field(init=False)  # (B,) the same as 0/1
@@ -135,11 +139,11 @@ class Ratios:
 
     @classmethod
     def of(cls, batch: Batch, *, shortcuts: bool | None = None, sparse_share: float = SPARSE_ROW_SHARE,
-           k3: bool = False, extremes: bool = False) -> Ratios:
+           k3: bool = False, extremes: bool = False, chi2: bool = False) -> Ratios:
         """The batch's ratios, in one pass over the batch in blocks of rows (row_blocks): only l (B, T) (and k3
         (B, T) with k3=True: run_many asks for it when a token-level composition will need its kept share)
         is made at full size; extremes=True: each row's max and min of l too (run_many asks when a token rule on the
-        ratio will read them). shortcuts None: on for a CPU batch, off on a GPU (where asking a value costs a
+        ratio will read them); chi2=True: each row's sum of rho^2 - 1 (seqis.monitor asks). shortcuts None: on for a CPU batch, off on a GPU (where asking a value costs a
         sync); the forms agree either way (tests run both)."""
         tl, il, m = batch.trainer_logprobs.detach(), batch.inference_logprobs, batch.loss_mask
         dtype = compute_dtype(tl)
@@ -149,6 +153,7 @@ class Ratios:
         k3_tokens = torch.empty_like(l) if k3 else None
         length, S, logp_sum, k3_sum = (torch.empty(B, dtype=dtype, device=m.device) for _ in range(4))
         row_max, row_min = (torch.empty(B, dtype=dtype, device=m.device) if extremes else None for _ in range(2))
+        rho2_sum = torch.empty(B, dtype=dtype, device=m.device) if chi2 else None
         blocks = row_blocks(B, T, m.device)
         R = max((b.stop - b.start for b in blocks), default=0)
         mf_, logp_, k3_ = (torch.empty((R, T), dtype=dtype, device=m.device) for _ in range(3))  # reused per block
@@ -165,7 +170,10 @@ class Ratios:
             if extremes:
                 row_max[rows], row_min[rows] = row_extremes(lr)
             k3_rows = k3_tokens[rows] if k3_tokens is not None else k3_[:n]
-            k3_sum[rows] = torch.sub(expm1(lr, out=k3_rows), lr, out=k3_rows).sum(-1)
+            e = expm1(lr, out=k3_rows)  # (R, T) rho - 1
+            if chi2:  # into the block's mask and log pi buffers, free by now
+                rho2_sum[rows] = rho2_row_sums(e, (logp_[:n], mf_[:n]))
+            k3_sum[rows] = torch.sub(e, lr, out=k3_rows).sum(-1)
         if shortcuts and not bool(torch.isfinite(S).all()):  # the sums, needed anyway, say whether any is there
             bad = (~torch.isfinite(S)).nonzero().squeeze(1)  # (R,) the rows to clean, and their sums and k3 again
             lr = l.index_select(0, bad).nan_to_num_(nan=0.0, posinf=0.0, neginf=0.0).mul_(as_float(m[bad], dtype))
@@ -179,8 +187,10 @@ class Ratios:
                 bad_max, bad_min = row_extremes(lr)
                 row_max.index_copy_(0, bad, bad_max)
                 row_min.index_copy_(0, bad, bad_min)
+            if chi2:
+                rho2_sum.index_copy_(0, bad, rho2_row_sums(expm1(lr)))
         return cls(m, l, l, tl, il, batch.advantages, length, S, logp_sum, k3_sum, k3_tokens, None, shortcuts,
-                   sparse_share, row_max=row_max, row_min=row_min)
+                   sparse_share, row_max=row_max, row_min=row_min, rho2_rowsum=rho2_sum)
 
     def clamped(self, c: float) -> Ratios:
         """The same batch with l clamped to [-c, c] (verl's SAFETY_BOUND), for a composition's criteria: this
@@ -195,7 +205,7 @@ class Ratios:
         extremes = {} if self.row_max is None else {"row_max": self.row_max.clamp(-c, c),  # clamp is monotone
                                                     "row_min": self.row_min.clamp(-c, c)}
         return replace(self, log_ratio=lc, seq_log_ratio=lc.sum(-1), k3=None, k3_rollout=k3_row_sums(lc), clamp=c,
-                       **extremes)
+                       rho2_rowsum=None, **extremes)
 
     def aggregate_view(self, raw: Ratios, c: float) -> Ratios:
         """This (clamped) record, its rollout ratio rules reading raw's sums and means clamped to [-c, c]."""
@@ -206,10 +216,13 @@ class Ratios:
         a sparse correction's token rules touch)."""
         take = lambda x: None if x is None else x.index_select(0, rows)
         adv = self.advantages if self.advantages.dim() == 0 else take(self.advantages)
-        return Ratios(take(self.mask), take(self.log_ratio), take(self.unclamped_log_ratio),
+        l = take(self.log_ratio)
+        return Ratios(take(self.mask), l, l if self.unclamped_log_ratio is self.log_ratio else
+                      take(self.unclamped_log_ratio),
                       take(self.trainer_logprobs), take(self.inference_logprobs), adv, take(self.length),
                       take(self.seq_log_ratio), take(self.logp_rowsum), take(self.k3_rollout), take(self.k3),
-                      self.clamp, False, self.sparse_share, row_max=take(self.row_max), row_min=take(self.row_min))
+                      self.clamp, False, self.sparse_share, row_max=take(self.row_max), row_min=take(self.row_min),
+                      rho2_rowsum=take(self.rho2_rowsum))
 
     @property
     def dtype(self) -> torch.dtype:
@@ -267,10 +280,13 @@ class Cache:
         """(B, T) k3 per token of r (shared, not to be written to)."""
         return r.k3 if r.k3 is not None else self.memo(("k3", r.clamp), lambda: k3_of(r.log_ratio)[0])
 
-    def k3_rows(self, r: Ratios, rows: torch.Tensor) -> torch.Tensor:
-        """(R, T) k3 of the given rollouts: taken from the (B, T) k3 if it was made, else made for them alone."""
+    def k3_rows(self, r: Ratios, rows: torch.Tensor, sub: Ratios | None = None) -> torch.Tensor:
+        """(R, T) k3 of the given rollouts: taken from the (B, T) k3 if it was made, else made for them alone
+        (from sub's l: r.rows(rows), when the caller has it)."""
         k3 = r.k3 if r.k3 is not None else self._memo.get(("k3", r.clamp))
-        return k3.index_select(0, rows) if k3 is not None else k3_of(r.log_ratio.index_select(0, rows))[0]
+        if k3 is not None:
+            return k3.index_select(0, rows)
+        return k3_of(sub.log_ratio if sub is not None else r.log_ratio.index_select(0, rows))[0]
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -905,7 +921,7 @@ def _sparse_rows(r: Ratios, cache: Cache, w: Weight | None, clamp, rules, each=F
         keep = factor = token_keep(sub_cache, sub_rules, None)
     count = keep.sum(-1)
     kept_rows = KeptRows(rows, keep, factor, count, factor.sum(-1) if factor is not keep else count,
-                         dot_rows(cache.k3_rows(r, rows), keep), dot_rows(sub_cache.logp(sub), factor))
+                         dot_rows(cache.k3_rows(r, rows, sub), keep), dot_rows(sub_cache.logp(sub), factor))
     return kept_rows, r.length.index_copy(0, rows, count), applied, sub_rc
 
 
@@ -1131,11 +1147,7 @@ def evaluate_many(named: dict[Composition, int], batch: Batch, agg: str = "token
     if agg not in AGGREGATIONS:
         raise ValueError(f"agg must be one of {', '.join(AGGREGATIONS)}; got {agg!r}")
     several = len(named) > 1
-    extremes = any(reads_extremes(comp) for comp in named)
-    # the (B, T) k3 once, for any token-level composition's kept share
-    r = ratios if ratios is not None else Ratios.of(batch, k3=several, extremes=extremes)
-    if r.k3 is None and several:
-        r = replace(r, k3=k3_of(r.log_ratio)[0])
+    r = ratios if ratios is not None else ratios_for(batch, named)  # given without k3: Cache.k3 makes it if read
     pieces = Cache(profiles=several if profiles is None else profiles)  # pays when several share it
     out = {}
     for comp, n in named.items():
@@ -1148,6 +1160,18 @@ def evaluate_many(named: dict[Composition, int], batch: Batch, agg: str = "token
 WEIGHT_LEVELS = ("none", "token", "sequence", "geometric", "prefix")
 AGGREGATES = ("token", "sum", "mean", "max", "min")
 PENALTIES = ("squared_log_ratio", "k3")
+
+
+def ratios_for(batch: Batch, comps: Iterable[Composition], *, k3: bool | None = None, chi2: bool = False
+               ) -> Ratios:
+    """The batch's Ratios as evaluate_many makes them for these compositions: with the (B, T) k3 when there are
+    several (k3=None; a token-level one's kept share in the tokens form reads it: made in the pass, it costs a
+    (B, T) tensor's memory and no arithmetic; made when first read, a pass) and the rows' extremes of l when one
+    reads them. A caller that reads the Ratios itself too (seqis.monitor: k3=False, chi2=True for diagnostics)
+    makes them here and passes them on."""
+    comps = [comp for comp in comps if supports(comp)]  # the plain evaluator reads none of it
+    return Ratios.of(batch, k3=len(comps) > 1 if k3 is None else k3,
+                     extremes=any(reads_extremes(comp) for comp in comps), chi2=chi2)
 
 
 def reads_extremes(comp: Composition) -> bool:

@@ -211,3 +211,86 @@ def test_order_statistics_are_exact_against_a_sort(monkeypatch):
     full = torch.where(mask, l, 0.0).abs().view(-1)
     assert percentiles(full, (0.5, 0.99, 1.0), below=int((~mask).sum())) == \
         percentiles(l[mask].abs(), (0.5, 0.99, 1.0))
+
+
+def _drawn(B=96, T=700, seed=0, dtype=torch.float32):
+    """A ragged batch with catastrophic tokens (|l| past the chi2 cap of 20, one past float32's exp range) and
+    non-finite padding, for the blocked pass against the definitions."""
+    g = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(0, T + 1, (B,), generator=g)
+    mask = torch.arange(T)[None, :] < lengths[:, None]
+    logq = -torch.rand(B, T, generator=g, dtype=dtype) * 4
+    l = torch.randn(B, T, generator=g, dtype=dtype) * 0.05
+    l[::7, 3] = 25.0
+    l[::11, 5] = -30.0
+    l[5, 1] = 95.0
+    logp = torch.where(mask, logq + l, torch.tensor(float("nan"), dtype=dtype))
+    logq = torch.where(mask, logq, torch.tensor(-float("inf"), dtype=dtype))
+    return Batch(logp, logq, torch.zeros(B, dtype=dtype), mask), mask
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("shortcuts", [True, False])
+def test_the_blocked_pass_sums_rho_squared_as_the_definition(dtype, shortcuts):
+    # Ratios.of(chi2=True): each row's sum of rho^2 - 1, l capped at 20, against the definition in float64 (a
+    # different formula, e (e + 2) from the block's expm1, would have to agree); diagnostics reads it or makes it
+    from seqis._kernels import RHO_M1_CAP
+    from seqis.evaluate import MAX_LOG_WEIGHT
+    from seqis.fast import Ratios
+
+    assert RHO_M1_CAP == math.expm1(MAX_LOG_WEIGHT / 2)
+    batch, mask = _drawn(dtype=dtype)
+    l = torch.where(mask, batch.trainer_logprobs.double() - batch.inference_logprobs.double(), 0.0)  # (B, T)
+    want = torch.expm1(2 * l.clamp(max=MAX_LOG_WEIGHT / 2)).sum(-1)  # (B,) the definition
+    r = Ratios.of(batch, chi2=True, shortcuts=shortcuts)
+    tol = dict(rtol=1e-5 if dtype == torch.float32 else 1e-12, atol=1e-6)
+    torch.testing.assert_close(r.rho2_rowsum.double(), want, **tol)
+    n = int(mask.sum())
+    for ratios in (r, Ratios.of(batch, shortcuts=shortcuts)):  # read from the pass, or made blockwise
+        assert diagnostics(batch, ratios)["chi2_token"] == pytest.approx(float(want.sum()) / n, rel=1e-5)
+    assert Ratios.of(batch).rho2_rowsum is None and r.clamped(1.0).rho2_rowsum is None
+    rows = torch.tensor([5, 0, 7])
+    torch.testing.assert_close(r.rows(rows).rho2_rowsum.double(), want[rows], **tol)
+
+
+def test_the_max_comes_from_the_rows_extremes_when_the_pass_made_them():
+    from seqis.fast import Ratios
+
+    batch, mask = _drawn(seed=1)
+    l = torch.where(mask, batch.trainer_logprobs - batch.inference_logprobs, 0.0)
+    exact = float(l[mask].abs().max())
+    assert exact == 95.0
+    for ratios in (Ratios.of(batch, extremes=True), Ratios.of(batch)):
+        assert diagnostics(batch, ratios)["abs_log_ratio_max"] == exact
+
+
+def test_sampled_percentiles_are_those_of_the_strided_loss_tokens_and_near_the_exact_ones():
+    from seqis.diagnostics import strided_sample
+
+    g = torch.Generator().manual_seed(2)
+    B, T = 256, 1024
+    mask = torch.arange(T)[None, :] < torch.randint(1, T + 1, (B,), generator=g)[:, None]
+    l = torch.randn(B, T, generator=g) * 0.1
+    batch = Batch(torch.where(mask, l - 1, 0.0), torch.full((B, T), -1.0), torch.zeros(B), mask)
+    exact = diagnostics(batch)
+    n = 1 << 14
+    sampled = diagnostics(batch, percentile_sample=n)
+    # the definition: nearest-rank percentiles of |l| over the loss tokens among the positions at the stride
+    at = strided_sample(B * T, n)
+    assert at.step % 2 == 1 and at.step > 1
+    mine = (batch.trainer_logprobs - batch.inference_logprobs).abs().reshape(-1)[at][mask.reshape(-1)[at]]
+    xs = mine.sort().values
+    k = lambda q: round(q * (xs.numel() - 1))
+    assert sampled["abs_log_ratio_p50"] == float(xs[k(0.5)]) and sampled["abs_log_ratio_p99"] == float(xs[k(0.99)])
+    # and near the exact ones: |l| of N(0, 0.1) has p50 0.0674, p99 0.258; the sample's ~8k tokens are within a
+    # few rank errors (sqrt(q (1 - q) / 8k): 0.6 and 0.1 percentile points)
+    assert sampled["abs_log_ratio_p50"] == pytest.approx(exact["abs_log_ratio_p50"], rel=0.03)
+    assert sampled["abs_log_ratio_p99"] == pytest.approx(exact["abs_log_ratio_p99"], rel=0.03)
+    assert sampled["abs_log_ratio_p50"] != exact["abs_log_ratio_p50"]  # (it is a sample)
+    for key in exact:  # everything else reads every token
+        if "_p50" not in key and "_p99" not in key:
+            assert sampled[key] == exact[key], key
+    assert diagnostics(batch, percentile_sample=B * T) == exact  # a sample as large as the batch: exact
+    for bad in (0, -3, 2.5, True):
+        with pytest.raises(ValueError, match="percentile_sample"):
+            diagnostics(batch, percentile_sample=bad)

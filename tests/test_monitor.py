@@ -17,7 +17,7 @@ from test_presets_verl import verl  # noqa: F401 (fixture: verl's rollout_corr_h
 
 from seqis import ESTIMATORS, Batch, diagnose, diagnostics, run
 from seqis.diagnose import KINDS
-from seqis.monitor import FINDINGS_TOKENS, FRAMEWORK_NAMES, LEVELS, findings_rows, step_metrics
+from seqis.monitor import FINDINGS_TOKENS, FRAMEWORK_NAMES, LEVELS, PERCENTILE_SAMPLE, findings_rows, step_metrics
 from seqis.synthetic import make_batch
 
 CORRECTIONS = ["seq_tis", "mis_po", "verl/bypass_pg_geo_rs", "prime-rl/ipo"]
@@ -143,6 +143,21 @@ def test_findings_read_the_sampled_rollouts_and_none_reads_them_all(spiked):
         assert m[f"seqis/{name}"] == pytest.approx(value, rel=1e-6, abs=1e-12), name
     assert int(spiked.loss_mask.sum()) <= FINDINGS_TOKENS
     assert step_metrics(spiked) == step_metrics(spiked, findings_tokens=None)
+
+
+def test_percentiles_read_the_sample_the_docstring_names_and_none_reads_every_token():
+    # a batch of more positions than PERCENTILE_SAMPLE: p50 / p99 are diagnostics' on that sample, every other
+    # statistic the whole batch's; percentile_sample=None gives diagnostics' exact ones
+    batch = make_batch("catastrophic", seed=3, n_rollouts=160, max_len=640)
+    assert batch.loss_mask.numel() > PERCENTILE_SAMPLE
+    m = step_metrics(batch)
+    exact, sampled = diagnostics(batch), diagnostics(batch, percentile_sample=PERCENTILE_SAMPLE)
+    for name in exact:
+        want = sampled[name] if name in ("abs_log_ratio_p50", "abs_log_ratio_p99") else exact[name]
+        assert m[f"seqis/{name}"] == pytest.approx(want, rel=1e-6, abs=1e-12), name
+    exact_m = step_metrics(batch, percentile_sample=None)
+    for name, value in exact.items():
+        assert exact_m[f"seqis/{name}"] == pytest.approx(value, rel=1e-6, abs=1e-12), name
 
 
 def test_every_kind_diagnose_can_report_is_logged():

@@ -7,8 +7,9 @@ import statistics
 
 from ..diagnose import diagnose
 from ..diagnostics import diagnostics
-from ..fast import Ratios
-from ..monitor import FINDINGS_TOKENS, findings_rows, step_metrics
+from ..fast import Ratios, ratios_for
+from ..monitor import FINDINGS_TOKENS, PERCENTILE_SAMPLE, findings_rows, step_metrics
+from ..registry import resolve
 from ..registry import run_many
 from .timing import median_time, paired, ragged_batch, step, with_catastrophic_tokens
 
@@ -46,16 +47,21 @@ def run(device: str, quick: bool) -> None:
     print(f"\nthe target's ratio (step_metrics with {', '.join(SEED)} / one seq_tis forward + backward): "
           f"{statistics.median(target):.2f}x (target {TARGET:g}x; the median over the batches above)")
     batch = batches["ragged, valid-IS noise"]
-    r = Ratios.of(batch)
-    run_many(SEED, batch, ratios=r)  # the per-batch pieces diagnostics reads, as step_metrics has them
+    comps = [resolve(name, None) for name in SEED]
+    r = ratios_for(batch, comps, k3=False, chi2=True)  # as step_metrics makes them
+    run_many(SEED, batch, ratios=r)
     rows = findings_rows(r.length, FINDINGS_TOKENS)
     sample = batch if rows is None else batch.select(rows)
     n_rows, n_tokens = sample.shape[0], int(sample.loss_mask.sum())
     parts = {
         "Ratios.of (log-ratios, per-rollout sums)": lambda: Ratios.of(batch),
+        "the same with the rows' extremes and rho^2 sums (what step_metrics makes)": lambda: ratios_for(
+            batch, comps, k3=False, chi2=True),
         f"run_many({SEED}) on them, forward + metrics": lambda: [
             o.scalars() for o in run_many(SEED, batch, ratios=r).values()],
-        "diagnostics on a run_many's Ratios": lambda: diagnostics(batch, r),
+        f"diagnostics on them, percentiles from {PERCENTILE_SAMPLE:,} positions": lambda: diagnostics(
+            batch, r, percentile_sample=PERCENTILE_SAMPLE),
+        "diagnostics on them, exact percentiles": lambda: diagnostics(batch, r),
         f"diagnose on the findings' rollouts ({n_rows} rollouts, {n_tokens:,} tokens)": lambda: diagnose(sample),
         "step_metrics with the four (all of the above, and the dict)": lambda: step_metrics(batch, SEED),
         "diagnostics alone": lambda: diagnostics(batch),
