@@ -267,13 +267,18 @@ class Batch:
         rows = list(range(self.shape[0]))
         picked = rows[index] if isinstance(index, slice) else [rows[i] for i in idx.tolist()]
         meta = {k: [v[i] for i in picked] for k, v in self.metadata.items()}
+        if isinstance(index, slice):
+            take = lambda x: x[index]
+        else:  # index_select of the rows picked (negative ones counted from the end, as above): x[idx] is the same
+            idx = torch.tensor(picked, dtype=torch.long, device=self.device)  # rows, in a slower path on the CPU
+            take = lambda x: x.index_select(0, idx)
         return Batch._trusted(
-            self.trainer_logprobs[idx],
-            self.inference_logprobs[idx],
-            self.advantages[idx],
-            self.loss_mask[idx],
+            take(self.trainer_logprobs),
+            take(self.inference_logprobs),
+            take(self.advantages),
+            take(self.loss_mask),
             meta,
-            {k: x[idx] for k, x in self.extras.items()},
+            {k: take(x) for k, x in self.extras.items()},
         )
 
 
