@@ -36,7 +36,7 @@ def frame() -> None:
     from ui.state import ADVANCED, PRESENT, bound, present
     from ui.style import PRESENT_CSS, RESPONSIVE_CSS
 
-    st.set_page_config(page_title="seqis: sequence-level IS explorer", page_icon=":material/balance:", layout="wide")
+    st.set_page_config(page_title="seqis: sequence-level IS explorer", page_icon="⚖️", layout="wide")
     explore = st.Page("views/explore.py", title="Explore", icon=":material/scatter_plot:", url_path="home",
                       default=True)
 

@@ -73,6 +73,31 @@ def test_a_knob_moved_with_the_keyboard_reaches_the_downloads(server, browser): 
     page.close()
 
 
+def test_the_page_asks_no_other_host_and_a_knob_move_fetches_no_file(server, browser):  # noqa: F811
+    # found: the favicon as a material icon was fetched from fonts.gstatic.com on every run (the explorer runs
+    # offline, and a person's browser told Google of each move), and the export snippet's download button, given
+    # its text, made the browser fetch that text from /media after every knob move
+    page = browser.new_page(viewport={"width": 1600, "height": 1000})
+    asked: list[str] = []
+    page.on("request", lambda r: asked.append(r.url))
+    page.goto(f"{server}/?{SMALL}")
+    _settle(page, 240)
+    _no_exceptions(page, "explore")
+    thumb = page.locator('[data-testid="stMain"] input[type="range"][aria-label="seq_clip"]').first
+    before = len(asked)
+    thumb.focus()
+    for _ in range(3):
+        thumb.press("ArrowRight")
+        page.wait_for_timeout(300)
+    _settle(page)
+    moved = asked[before:]
+    assert "ex.seq_tis.seq_clip=" in page.url  # the moves ran
+    other = [u for u in asked if not u.startswith((server, "data:", "blob:"))]
+    assert not other, other
+    assert not [u for u in moved if "/media/" in u], moved
+    page.close()
+
+
 @pytest.mark.parametrize("width", [900, 1600])
 @pytest.mark.parametrize("color", ["reward", "group_id"])  # a legend of its values; a colour bar
 def test_the_maps_colour_key_notes_and_band_labels_never_overlap(server, browser, width, color):  # noqa: F811

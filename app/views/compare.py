@@ -72,8 +72,8 @@ def draw_export(view: data.ExploreView, key: str, where) -> None:
     note = "" if snip.exact else " (approximate: see the NOTE lines)" if snip.expressible else " (cannot express)"
     where.markdown(f"**{fw} config**{note}")
     where.code(snip.text, language=data.language(snip), wrap_lines=True)
-    where.download_button(f"Download {snip.filename}", snip.text, file_name=snip.filename, mime="text/plain",
-                          on_click="ignore", key=f"{P}dl.{key}")
+    where.download_button(f"Download {snip.filename}", lambda: snip.text, file_name=snip.filename,
+                          mime="text/plain", on_click="ignore", key=f"{P}dl.{key}")  # sent when clicked
 
 
 def matrix(frame: pd.DataFrame, total: int) -> pd.DataFrame:

@@ -121,8 +121,10 @@ def draw_export(slot, view: data.ExploreView) -> None:
         # in a popover, drawn when opened: the code view's highlighter is 1.5 MB of JavaScript a first load skips
         b1.popover(f"Show {snip.filename}", icon=":material/code:").code(
             snip.text + (f"# {fw}{note}\n" if note else ""), language=data.language(snip))
-        b2.download_button(f"Download {snip.filename}", snip.text, file_name=snip.filename, mime="text/plain",
-                           on_click="ignore", key=f"{P}dl")
+        # the text as a function: a string is sent to the browser with every move (it fetches each one), a
+        # function only when clicked
+        b2.download_button(f"Download {snip.filename}", lambda: snip.text, file_name=snip.filename,
+                           mime="text/plain", on_click="ignore", key=f"{P}dl")
 
 
 def estimator_column(name: str, src: data.Source, payload, names: list[str], slots: dict, color_by,
