@@ -98,6 +98,32 @@ def test_the_background_warm_up_waits_while_a_page_runs(monkeypatch):
     assert started[0][1] - ended >= 0.2 - 0.01 and started[0][1] > t0
 
 
+def test_a_fragments_rerun_holds_the_warm_up_as_a_page_run_does(monkeypatch):
+    """A knob move reruns its column's fragment alone, not the page frame: warm.fragment counts those reruns as
+    page runs (before, the warm-up took a page whose knobs were being moved for a quiet one and ran beside the
+    moves). Every st.fragment of the pages is made by it."""
+    import pathlib
+    import re
+    import time
+
+    import streamlit
+
+    made = {}
+    monkeypatch.setattr(streamlit, "fragment", lambda fn, **kw: made.setdefault("fn", fn))
+    inside = []
+    rerun = warm.fragment(lambda x: inside.append((warm._pages, x)) or x)
+    assert rerun is made["fn"]
+    before = warm._last_page
+    time.sleep(0.01)
+    assert rerun(7) == 7  # a fragment's rerun: the page frame is not around it
+    assert inside == [(1, 7)] and warm._pages == 0 and warm._last_page > before
+    views = pathlib.Path(APP).parent / "views"
+    bare = [f"{p.name}: {m.group(0)}" for p in views.glob("*.py")
+            for m in re.finditer(r"st\.fragment\(", p.read_text())]
+    assert not bare, bare  # a fragment made by st.fragment would let the warm-up run beside its reruns
+    assert "warm.fragment(" in (views / "explore.py").read_text()
+
+
 def test_the_background_steps_hold_every_scenario_and_compares_first_view(monkeypatch):
     """The warm-up's steps cover Explore's views, Compare's first view, the lab's default run and every Lessons
     screen: run through the gate, they leave Compare's first view computed."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import threading
@@ -163,6 +164,20 @@ def page_running():
         with _pages_lock:
             _pages -= 1
             _last_page = time.monotonic()
+
+
+def fragment(fn: Callable, **kwargs) -> Callable:
+    """st.fragment(fn, **kwargs) whose reruns count as page runs here: a fragment's rerun (an Explore knob move, a
+    followed run's refresh) runs fn alone, not the page frame, and the warm-up took a page whose knobs were being
+    moved for a quiet one (its steps ran beside the moves: a slider move ~20 ms slower in the browser bench)."""
+    import streamlit as st
+
+    @functools.wraps(fn)
+    def counted(*args, **kw):
+        with page_running():
+            return fn(*args, **kw)
+
+    return st.fragment(counted, **kwargs)
 
 
 def wait_for_quiet(quiet_s: float | None = None, poll_s: float = 0.05) -> None:

@@ -15,7 +15,7 @@ import zipfile
 import pandas as pd
 import streamlit as st
 from ui import explore_data as data
-from ui import framework
+from ui import framework, warm
 from ui.batch_source import batch_source
 from ui.numbers import number
 from ui.png import to_png
@@ -165,7 +165,7 @@ def estimator_column(name: str, src: data.Source, payload, names: list[str], slo
             slots[key].empty()
 
 
-column_fragment = st.fragment(estimator_column)
+column_fragment = warm.fragment(estimator_column)  # its reruns hold the background warm-up back
 
 
 # ---------------------------------------------------------------------------------------------------------

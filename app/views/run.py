@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pandas as pd
 import streamlit as st
-from ui import run_charts, run_data, served
+from ui import run_charts, run_data, served, warm
 from ui.paths import Refused
 from ui.runtime.chart import chart
 from ui.state import bound, initial, literal
@@ -321,6 +321,6 @@ every = bound(right.number_input, "every (s)", f"{P}every", FOLLOW_EVERY, min_va
               valid=lambda v: isinstance(v, int) and 2 <= v <= 600, disabled=not following)
 load, run_path = open_scan(following and followable)
 if load is not None and following and followable:
-    st.fragment(show_run, run_every=every)(load, run_path, following=True)
+    warm.fragment(show_run, run_every=every)(load, run_path, following=True)
 elif load is not None:
     show_run(load, run_path)
