@@ -53,12 +53,12 @@ from ._kernels import (
     in_band,
     in_log_band,
     k3_of,
-    rho2_row_sums,
     k3_row_sums,
     known_losses,
     masked_mean,
     outside_band,
     ratio_edges,
+    rho2_row_sums,
     row_blocks,
     row_extremes,
     rows_above,
@@ -143,8 +143,9 @@ class Ratios:
         """The batch's ratios, in one pass over the batch in blocks of rows (row_blocks): only l (B, T) (and k3
         (B, T) with k3=True: run_many asks for it when a token-level composition will need its kept share)
         is made at full size; extremes=True: each row's max and min of l too (run_many asks when a token rule on the
-        ratio will read them); chi2=True: each row's sum of rho^2 - 1 (seqis.monitor asks). shortcuts None: on for a CPU batch, off on a GPU (where asking a value costs a
-        sync); the forms agree either way (tests run both)."""
+        ratio will read them); chi2=True: each row's sum of rho^2 - 1 (seqis.monitor asks). shortcuts None: on
+        for a CPU batch, off on a GPU (where asking a value costs a sync); the forms agree either way (tests run
+        both)."""
         tl, il, m = batch.trainer_logprobs.detach(), batch.inference_logprobs, batch.loss_mask
         dtype = compute_dtype(tl)
         shortcuts = shortcuts_for(tl) if shortcuts is None else shortcuts

@@ -148,8 +148,8 @@ def summarise(batch: Batch, corrections: Corrections = (), by: str | None = None
         evaluated = run_many(list(dict.fromkeys(comps.values())), sub, ratios=r)  # a composition named twice: once
         rows = findings_rows(r.length, findings_tokens)
         found = diagnose(sub if rows is None else sub.select(rows))
-        out.append(GroupSummary(group, sub, r, diagnostics(sub, r, percentile_sample=percentile_sample), {k: evaluated[c] for k, c in comps.items()},
-                                found, rows))
+        stats = diagnostics(sub, r, percentile_sample=percentile_sample)
+        out.append(GroupSummary(group, sub, r, stats, {k: evaluated[c] for k, c in comps.items()}, found, rows))
     return out
 
 

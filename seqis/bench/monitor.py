@@ -9,8 +9,7 @@ from ..diagnose import diagnose
 from ..diagnostics import diagnostics
 from ..fast import Ratios, ratios_for
 from ..monitor import FINDINGS_TOKENS, PERCENTILE_SAMPLE, findings_rows, step_metrics
-from ..registry import resolve
-from ..registry import run_many
+from ..registry import resolve, run_many
 from .timing import median_time, paired, ragged_batch, step, with_catastrophic_tokens
 
 ORDER = 12
