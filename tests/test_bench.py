@@ -98,7 +98,8 @@ def test_monitor_section_prints_step_metrics_against_seq_tis_and_its_parts(capsy
     assert [c for c, _ in ratios] == ["none", "seq_tis", "seq_tis, seq_mis, geo_mask, mis_po"]  # --quick: one batch
     assert all(float(x) > 0 for _, x in ratios)
     parts = re.findall(r"^\| (.+?) \| ([\d.]+) \|$", out.split("| part ")[1], re.M)
-    assert {"seq_tis forward + backward", "diagnostics on a run_many's Ratios"} <= {p for p, _ in parts}
+    assert {"seq_tis forward + backward", "diagnostics on them, exact percentiles"} <= {p for p, _ in parts}
+    assert any(p.startswith("diagnostics on them, percentiles from ") for p, _ in parts)  # step_metrics' sample
     assert any(p.startswith("diagnose on the findings' rollouts") for p, _ in parts)
     assert float(re.search(r"^the target's ratio \(step_metrics with seq_tis, seq_mis, geo_mask, mis_po / one "
                            r"seq_tis forward \+ backward\): ([\d.]+)x", out, re.M)[1]) > 0
