@@ -166,6 +166,28 @@ def test_upload_bridge_takes_bytes_with_a_name(tmp_path):
         data.source_of_file(b"{]", "bad.json")
 
 
+def test_an_estimator_views_token_arrays_are_its_weights_and_kept_mask_on_the_loss_tokens(tmp_path):
+    # the view reads the loss tokens through one per-batch index (x.reshape(-1)[positions]); the definition is
+    # x[mask], row-major: the same values in the same order, on a ragged batch whose padding sits mid-tensor
+    _apptest()
+    sys.path.insert(0, str(Path(APP).parent))
+    from ui import explore_data as data
+
+    path = tmp_path / "b.npz"
+    batch = make_batch("catastrophic", n_rollouts=24, max_len=64, seed=3)
+    save_batch(batch, path)
+    raw = path.read_bytes()
+    src = data.source_of_file(raw, "b.npz")
+    b = data.load_batch(src, _payload=raw)
+    for name in ("seq_tis", "token_tis", "mis_po"):
+        c = data.shown(name, ESTIMATORS[name].config())
+        v = data.estimator_view(src, c, _payload=raw)
+        out = run_many([c.composition], b)[c.composition]
+        assert (~b.loss_mask).any() and v.coefficients.shape == (int(b.loss_mask.sum()),)
+        assert (v.coefficients == out.weights[b.loss_mask].float().numpy()).all(), name
+        assert (v.kept == out.masks["kept"][b.loss_mask].numpy()).all(), name
+
+
 def test_exports_and_downloads_are_offered():
     """One export control for the page: the picked estimator in the picked trainer's language, its knobs' current
     values; a download button for it and the CSVs."""

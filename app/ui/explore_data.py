@@ -192,6 +192,13 @@ def _ratios(src: Source, _payload: bytes | None = None) -> Ratios:
 
 
 @_section(BATCHES)
+def _loss_positions(src: Source, _payload: bytes | None = None) -> torch.Tensor:
+    """(N,) where the batch's loss tokens sit in its flattened (B, T), row-major: x.reshape(-1)[these] is x[mask],
+    without searching the mask again for each estimator's view (a boolean index over 1M positions, ~2 ms)."""
+    return _ratios(src, _payload).mask.reshape(-1).nonzero().squeeze(1)
+
+
+@_section(BATCHES)
 def _token_map(src: Source, _payload: bytes | None = None):
     return token_map(_ratios(src, _payload))
 
@@ -294,8 +301,9 @@ def estimator_view(src: Source, c: Shown, _payload: bytes | None = None) -> Esti
         hist = weight_histogram(out)
         kept = out.masks["kept"]
         dropped = dropped_map(kept, r.mask, _token_map(src, _payload))
-        coefficients = out.weights[r.mask]  # (N,) row-major, as BatchView's positions
-        kept_flat = kept[r.mask]  # (N,)
+        at = _loss_positions(src, _payload)  # (N,) row-major, as BatchView's positions
+        coefficients = out.weights.reshape(-1).index_select(0, at)  # (N,) = out.weights[r.mask]
+        kept_flat = kept.reshape(-1).index_select(0, at)  # (N,) = kept[r.mask]
     rollouts = {k: v.float().cpu().numpy() if v.is_floating_point() else v.cpu().numpy()
                 for k, v in out.rollouts.items()}
     s = noise_scale(src)
