@@ -18,7 +18,7 @@ import math
 
 import torch
 
-from ._kernels import expm1, masked_mean, row_blocks
+from ._kernels import expm1, masked_mean, rho2_row_sums, row_blocks
 from .evaluate import MAX_LOG_WEIGHT
 from .fast import Ratios
 from .types import Batch
@@ -109,17 +109,12 @@ def strided_sample(n: int, size: int) -> slice:
 
 
 def chi2_token_sum(l: torch.Tensor) -> torch.Tensor:
-    """() the sum over every position of rho^2 - 1 = expm1(2 l), l capped at MAX_LOG_WEIGHT / 2 so it stays
-    finite (padding holds l = 0, which adds 0); on the CPU in blocks of rows, one scratch block reused, so no
-    fresh (B, T) tensor pays its page faults."""
+    """() the sum over every position of rho^2 - 1 (padding holds l = 0, which adds 0), by the formula
+    Ratios.of(..., chi2=True) sums in its pass (`rho2_row_sums`), for a record made without it; on the CPU in
+    blocks of rows, so no fresh (B, T) tensor pays its page faults."""
     B, T = l.shape
-    blocks = row_blocks(B, T, l.device)
-    scratch = torch.empty((max((b.stop - b.start for b in blocks), default=0), T), dtype=l.dtype, device=l.device)
-    total = torch.zeros((), dtype=l.dtype, device=l.device)
-    for rows in blocks:
-        x = torch.clamp(l[rows], max=MAX_LOG_WEIGHT / 2, out=scratch[:rows.stop - rows.start]).mul_(2)  # (R, T) 2 l
-        total += expm1(x, out=x).sum()
-    return total
+    return sum((rho2_row_sums(expm1(l[rows])).sum() for rows in row_blocks(B, T, l.device)),
+               torch.zeros((), dtype=l.dtype, device=l.device))
 
 
 @torch.no_grad()
@@ -132,7 +127,7 @@ def diagnostics(batch: Batch, ratios: Ratios | None = None, *, percentile_sample
             percentile_sample, int) or percentile_sample < 1):
         raise ValueError(f"percentile_sample must be a positive number of positions or None, got "
                          f"{percentile_sample!r}")
-    r = ratios if ratios is not None else Ratios.of(batch)
+    r = ratios if ratios is not None else Ratios.of(batch, extremes=True, chi2=True)  # both read in the one pass
     n_tok = r.n_tokens.clamp(min=1)
     valid = r.valid
     zero = torch.zeros((), dtype=r.dtype, device=r.mask.device)

@@ -96,14 +96,14 @@ def dropped_map(kept: torch.Tensor, mask: torch.Tensor, tm: TokenMap) -> torch.T
 
 
 @torch.no_grad()
-def weight_histogram(out: EstimatorOutput) -> dict[str, torch.Tensor | int]:
+def weight_histogram(out: EstimatorOutput, kept_weights: torch.Tensor | None = None) -> dict[str, torch.Tensor | int]:
     """Counts of log10 of the applied weight of every kept loss token with a positive weight.
 
     counts (HIST_BINS + 2,): [below 1e-3, the HIST_BINS inner bins, above 1e3]; dropped: loss tokens
     whose gradient is dropped (weight 0, not in the counts); underflow: kept tokens whose weight is 0.
+    kept_weights: out.weights[kept] (n_kept,), when the caller has it already (no second search of the mask).
     """
-    kept = out.masks["kept"]
-    w = out.weights[kept]  # (n_kept,)
+    w = out.weights[out.masks["kept"]] if kept_weights is None else kept_weights  # (n_kept,)
     positive = w > 0
     x = torch.log10(w[positive])
     lo, hi = HIST_LOG10_RANGE
@@ -114,7 +114,7 @@ def weight_histogram(out: EstimatorOutput) -> dict[str, torch.Tensor | int]:
     inner[-1] -= above
     counts = torch.cat([torch.tensor([below]), inner, torch.tensor([above])])
     n_loss = int(out.rollouts["length"].sum())
-    return {"counts": counts, "dropped": n_loss - int(kept.sum()), "underflow": int((~positive).sum())}
+    return {"counts": counts, "dropped": n_loss - w.numel(), "underflow": int((~positive).sum())}
 
 
 @torch.no_grad()

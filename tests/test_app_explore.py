@@ -186,6 +186,9 @@ def test_an_estimator_views_token_arrays_are_its_weights_and_kept_mask_on_the_lo
         assert (~b.loss_mask).any() and v.coefficients.shape == (int(b.loss_mask.sum()),)
         assert (v.coefficients == out.weights[b.loss_mask].float().numpy()).all(), name
         assert (v.kept == out.masks["kept"][b.loss_mask].numpy()).all(), name
+        h = weight_histogram(out)  # from the view's flat arrays: the same counts as from out's own mask
+        assert (v.hist["counts"] == h["counts"].numpy()).all() and v.hist["dropped"] == h["dropped"], name
+        assert v.hist["underflow"] == h["underflow"], name
 
 
 def test_exports_and_downloads_are_offered():

@@ -298,12 +298,12 @@ def estimator_view(src: Source, c: Shown, _payload: bytes | None = None) -> Esti
     r = _ratios(src, _payload)
     with torch.no_grad():
         out = run_many([c.composition], load_batch(src, _payload), ratios=r)[c.composition]
-        hist = weight_histogram(out)
         kept = out.masks["kept"]
         dropped = dropped_map(kept, r.mask, _token_map(src, _payload))
         at = _loss_positions(src, _payload)  # (N,) row-major, as BatchView's positions
         coefficients = out.weights.reshape(-1).index_select(0, at)  # (N,) = out.weights[r.mask]
         kept_flat = kept.reshape(-1).index_select(0, at)  # (N,) = kept[r.mask]
+        hist = weight_histogram(out, coefficients[kept_flat])  # out.weights[kept]: kept tokens are loss tokens
     rollouts = {k: v.float().cpu().numpy() if v.is_floating_point() else v.cpu().numpy()
                 for k, v in out.rollouts.items()}
     s = noise_scale(src)
