@@ -240,3 +240,34 @@ def test_the_weights_legend_and_titles_never_overlap_with_eight_estimators(serve
     cut = [(t, b) for t, b in labels if b[2] > got["chart"][2] + 1]
     assert not cut, (cut, got["chart"], width)  # nothing cut at the chart's right edge
     page.close()
+
+
+COUNT_DRAWS = """() => { const P = window.Plotly, react = P.react;
+  P.react = function (node, ...rest) {
+    node.__draws = (node.__draws || 0) + 1;
+    return react.call(this, node, ...rest);
+  };
+}"""
+DRAWS = """() => Array.from(document.querySelectorAll('.seqis-chart')).map(n => ({
+  draws: n.__draws || 0, heatmap: !!(n.data && n.data.some(t => t.type === 'heatmap')),
+  title: (n.layout && n.layout.title && n.layout.title.text) || ''}))"""
+
+
+def test_a_knob_move_redraws_the_charts_it_changes_and_no_other(server, browser):  # noqa: F811
+    # a rerun sends every chart of the fragment again; one whose figure did not change (the heatmap shades what
+    # seq_tis drops, and seq_mis moved) is neither parsed nor drawn again: a Plotly.react of a 256 x 128 heatmap
+    # is tens of ms of the browser's main thread
+    page = open_page(browser, f"{server}/?{SMALL}", 1600, "explore", height=6000)  # every chart near: all drawn
+    page.wait_for_function("document.querySelectorAll('.seqis-chart .main-svg').length >= 7", timeout=90_000)
+    page.evaluate(COUNT_DRAWS)
+    thumb = page.locator('[data-testid="stMain"] input[type="range"][aria-label="geo_mask_high"]').first
+    thumb.focus()
+    thumb.press("ArrowRight")
+    _settle(page)
+    assert "ex.seq_mis.geo_mask_high=" in page.url  # the move ran (seq_mis's is the first such knob)
+    charts = page.evaluate(DRAWS)
+    heat = [c for c in charts if c["heatmap"]]
+    assert len(heat) == 1 and heat[0]["draws"] == 0, charts
+    moved = [c for c in charts if c["title"] == "<b>seq_mis</b>"]
+    assert len(moved) == 1 and moved[0]["draws"] >= 1, charts  # its band moved: drawn again
+    page.close()

@@ -80,7 +80,13 @@ function pointOf(p) {  // what a click reports: JSON-safe fields of the point un
 }
 
 export default function ({ data, parentElement, setTriggerValue }) {
-  const spec = JSON.parse(typeof data === "string" ? data : new TextDecoder().decode(data));
+  const text = typeof data === "string" ? data : new TextDecoder().decode(data);
+  const same = parentElement.querySelector(":scope > .seqis-chart");
+  if (same && same.__seqisText === text) {  // a rerun that left this figure as it was: nothing to parse or draw
+    same.__seqisReport = setTriggerValue;
+    return same.__seqisCleanup;
+  }
+  const spec = JSON.parse(text);
   if (!spec.figure) {  // preload: fetch and compile plotly when the page is idle, so the next page's charts draw at once
     const later = window.requestIdleCallback || (f => setTimeout(f, 200));
     later(() => loadPlotly(spec.plotly).catch(() => {}));
@@ -92,15 +98,19 @@ export default function ({ data, parentElement, setTriggerValue }) {
     node.className = "seqis-chart";
     node.style.width = "100%";
     parentElement.appendChild(node);
-    watch(node);
   }
+  if (!node.__seqisWatcher) watch(node);
   node.style.minHeight = (spec.figure.layout.height || 450) + "px";  // the page keeps its place until it draws
   node.__seqisSpec = spec;
+  node.__seqisText = text;
   node.__seqisReport = setTriggerValue;
   loadPlotly(spec.plotly).then(() => render(node), e => failed(node, e));
-  return () => {  // unmounted: let go of plotly's state and the observers
+  node.__seqisCleanup = node.__seqisCleanup || (() => {  // unmounted: let go of plotly's state and the observers
     if (node.__seqisWatcher) node.__seqisWatcher.unobserve(node);
     if (node.__seqisResize) node.__seqisResize.disconnect();
     if (window.Plotly) window.Plotly.purge(node);
-  };
+    // a node shown again (its cleanup can run while it stays) is watched and drawn anew
+    node.__seqisWatcher = node.__seqisResize = node.__seqisText = node.__seqisDrawn = null;
+  });
+  return node.__seqisCleanup;
 }
