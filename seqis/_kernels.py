@@ -204,6 +204,25 @@ def dot_rows(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return torch.cat([(x * y).sum(-1) for x, y in zip(a.split(rows), b.split(rows))])
 
 
+def kept_k3_logp_sums(l: torch.Tensor, logp: torch.Tensor, keep: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(R,) and (R,): each row's sums over its kept tokens of k3 = expm1(l) - l and of log pi, for the few rows of
+    a sparse filter. l (R, T) log-ratios, logp (R, T) log pi as given (inf / NaN on padding are cleaned), keep
+    (R, T) 0/1 floats, 0 off the loss mask. The values of dot_rows(k3_of(l)[0], keep) and dot_rows(cleaned log pi,
+    keep) to the bit (the same expm1), made on the CPU in blocks of rows (a multiple of 64 elements each, as
+    blockwise's) instead of through two (R, T) tensors and two products."""
+    R, T = l.shape
+    step = 64 // math.gcd(T, 64) if T else 1
+    rows = R if l.device.type != "cpu" else max(step, DOT_BLOCK // max(1, T) // step * step)
+    k3, lp = [], []
+    for a in range(0, R, rows):
+        lb, kb = l[a:a + rows], keep[a:a + rows]
+        k3.append(expm1(lb).sub_(lb).mul_(kb).sum(-1))
+        lp.append(torch.nan_to_num(as_dtype(logp[a:a + rows], l.dtype), 0.0, 0.0, 0.0).mul_(kb).sum(-1))
+    if len(k3) == 1:
+        return k3[0], lp[0]
+    return (torch.cat(k3), torch.cat(lp)) if k3 else (l.new_zeros(0), l.new_zeros(0))
+
+
 def blockwise(fn: Callable[..., torch.Tensor], *xs: torch.Tensor) -> torch.Tensor:
     """fn(*xs) for an elementwise fn of (B, T) tensors, made on the CPU in blocks of rows of about DOT_BLOCK
     elements (in cache; a chain of elementwise steps over fresh (B, T) temporaries pays their page faults), each
@@ -345,6 +364,19 @@ def rho2_row_sums(e: torch.Tensor, scratch: tuple[torch.Tensor, torch.Tensor] | 
     a, b = scratch if scratch is not None else (None, None)
     c = torch.clamp(e, max=RHO_M1_CAP, out=a)  # (B, T) capped rho - 1
     return torch.add(c, 2.0, out=b).mul_(c).sum(-1)  # capped (rho + 1) (rho - 1)
+
+
+def rho2_row_sums_by_norm(e: torch.Tensor) -> torch.Tensor:
+    """rho2_row_sums(e) as |e|^2 + 2 sum e per row: two reductions that read e once each, against a clamp, an add,
+    a product and a sum (60 -> 20 us a 64 x 4096 block). A row whose norm passes RHO_M1_CAP (so that an e in it
+    may: the cap applies) takes rho2_row_sums. Asks whether any row does (a sync): the CPU's form."""
+    norm = torch.linalg.vector_norm(e, dim=-1)  # (B,)
+    capped = ~(norm <= RHO_M1_CAP)  # (B,) inf and NaN too
+    out = norm.square().add_(e.sum(-1), alpha=2.0)
+    if bool(capped.any()):
+        rows = capped.nonzero().squeeze(1)
+        out.index_copy_(0, rows, rho2_row_sums(e.index_select(0, rows)))
+    return out
 
 
 def k3_of(log_ratio: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -54,11 +54,13 @@ from ._kernels import (
     in_log_band,
     k3_of,
     k3_row_sums,
+    kept_k3_logp_sums,
     known_losses,
     masked_mean,
     outside_band,
     ratio_edges,
     rho2_row_sums,
+    rho2_row_sums_by_norm,
     row_blocks,
     row_extremes,
     rows_above,
@@ -172,8 +174,8 @@ class Ratios:
                 row_max[rows], row_min[rows] = row_extremes(lr)
             k3_rows = k3_tokens[rows] if k3_tokens is not None else k3_[:n]
             e = expm1(lr, out=k3_rows)  # (R, T) rho - 1
-            if chi2:  # into the block's mask and log pi buffers, free by now
-                rho2_sum[rows] = rho2_row_sums(e, (logp_[:n], mf_[:n]))
+            if chi2:  # by the norm where a value may be asked for; else into the block's free mask and log pi buffers
+                rho2_sum[rows] = rho2_row_sums_by_norm(e) if shortcuts else rho2_row_sums(e, (logp_[:n], mf_[:n]))
             k3_sum[rows] = torch.sub(e, lr, out=k3_rows).sum(-1)
         if shortcuts and not bool(torch.isfinite(S).all()):  # the sums, needed anyway, say whether any is there
             bad = (~torch.isfinite(S)).nonzero().squeeze(1)  # (R,) the rows to clean, and their sums and k3 again
@@ -918,11 +920,13 @@ def _sparse_rows(r: Ratios, cache: Cache, w: Weight | None, clamp, rules, each=F
         band = band_keep(x, sub_cache.mask_f(sub), *weight_band(w, sub.dtype)) if w.band else sub_cache.mask_f(sub)
         applied = dot(own.token_weights, band)
         factor = own.token_weights.mul_(keep)
-    else:
+        count = keep.sum(-1)
+        k3, logp = dot_rows(cache.k3_rows(r, rows, sub), keep), dot_rows(sub_cache.logp(sub), factor)
+    else:  # a pure filter: its kept tokens' k3 and log pi summed in one blocked pass
         keep = factor = token_keep(sub_cache, sub_rules, None)
-    count = keep.sum(-1)
-    kept_rows = KeptRows(rows, keep, factor, count, factor.sum(-1) if factor is not keep else count,
-                         dot_rows(cache.k3_rows(r, rows, sub), keep), dot_rows(sub_cache.logp(sub), factor))
+        count = keep.sum(-1)
+        k3, logp = kept_k3_logp_sums(sub.log_ratio, sub.trainer_logprobs, keep)
+    kept_rows = KeptRows(rows, keep, factor, count, factor.sum(-1) if factor is not keep else count, k3, logp)
     return kept_rows, r.length.index_copy(0, rows, count), applied, sub_rc
 
 
@@ -1027,15 +1031,17 @@ def _outputs(r: Ratios, pieces: Cache, batch: Batch, c: Correction, comp: Compos
     n_tok, n_kept = r.n_tokens, kept_len.sum()
 
     # common metrics: mismatch KL split into dropped / kept tokens (read `kept` before the loss takes it)
-    k3_total = r.k3_rollout.sum()
+    # per rollout, kept and dropped: a rollout that keeps every token drops exactly 0 (the difference of the batch's
+    # sums, 2^-15 of rounding on a batch that dropped nothing, was reported as the dropped tokens' KL)
     if c.keep is not None:
-        k3_kept = dot(pieces.k3(r), c.keep)
+        kept_k3 = dot_rows(pieces.k3(r), c.keep)  # (B,)
     else:
-        k3_kept = gated(accepted, row_sums(r.k3_rollout, kept_rows, "k3")).sum()
+        kept_k3 = gated(accepted, row_sums(r.k3_rollout, kept_rows, "k3"))  # (B,)
+    k3_kept, k3_dropped = kept_k3.sum(), (r.k3_rollout - kept_k3).sum()
     common = r.batch_metrics
     metrics = {
         "mismatch_kl": common["mismatch_kl"],
-        "masked_mismatch_kl": (k3_total - k3_kept) / (n_tok - n_kept).clamp(min=1),
+        "masked_mismatch_kl": k3_dropped / (n_tok - n_kept).clamp(min=1),
         "unmasked_mismatch_kl": k3_kept / n_kept.clamp(min=1),
         "is_masked": (n_tok - n_kept) / n_tok.clamp(min=1),
         "seq_log_ratio": common["seq_log_ratio"],
