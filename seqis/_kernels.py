@@ -211,16 +211,21 @@ def kept_k3_logp_sums(l: torch.Tensor, logp: torch.Tensor, keep: torch.Tensor) -
     keep) to the bit (the same expm1), made on the CPU in blocks of rows (a multiple of 64 elements each, as
     blockwise's) instead of through two (R, T) tensors and two products."""
     R, T = l.shape
-    step = 64 // math.gcd(T, 64) if T else 1
-    rows = R if l.device.type != "cpu" else max(step, DOT_BLOCK // max(1, T) // step * step)
+    rows = max(1, R) if l.device.type != "cpu" else aligned_block_rows(T)
     k3, lp = [], []
-    for a in range(0, R, rows):
+    for a in range(0, max(1, R), rows):  # one (empty) block for no rows
         lb, kb = l[a:a + rows], keep[a:a + rows]
         k3.append(expm1(lb).sub_(lb).mul_(kb).sum(-1))
         lp.append(torch.nan_to_num(as_dtype(logp[a:a + rows], l.dtype), 0.0, 0.0, 0.0).mul_(kb).sum(-1))
-    if len(k3) == 1:
-        return k3[0], lp[0]
-    return (torch.cat(k3), torch.cat(lp)) if k3 else (l.new_zeros(0), l.new_zeros(0))
+    return torch.cat(k3), torch.cat(lp)
+
+
+def aligned_block_rows(T: int) -> int:
+    """Rows of T positions in a CPU block of about DOT_BLOCK elements, a multiple of 64 elements: every element of
+    a block takes the path (SIMD or the scalar tail) it takes in one pass over the whole, so blocked elementwise
+    work gives the whole pass's values to the bit."""
+    step = 64 // math.gcd(T, 64) if T else 1  # rows whose element count is a multiple of 64
+    return max(step, DOT_BLOCK // max(1, T) // step * step)
 
 
 def blockwise(fn: Callable[..., torch.Tensor], *xs: torch.Tensor) -> torch.Tensor:
@@ -229,8 +234,7 @@ def blockwise(fn: Callable[..., torch.Tensor], *xs: torch.Tensor) -> torch.Tenso
     block a multiple of 64 elements, so every element takes the path (SIMD or the scalar tail) it takes in one
     pass over the whole: the same values to the bit. One pass on a GPU, or when one block covers the rows."""
     B, T = xs[0].shape
-    step = 64 // math.gcd(T, 64) if T else 1  # rows whose element count is a multiple of 64
-    rows = max(step, DOT_BLOCK // max(1, T) // step * step)
+    rows = aligned_block_rows(T)
     if xs[0].device.type != "cpu" or B <= rows:
         return fn(*xs)
     out = torch.empty_like(xs[0])

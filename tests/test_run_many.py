@@ -129,6 +129,7 @@ def test_a_sparse_filters_kept_sums_in_one_pass_equal_the_formula(dtype, T):
     torch.testing.assert_close(lp.double(), want_lp, **tol)
     assert torch.equal(k3, dot_rows(k3_of(l)[0], keep))  # what the two row dots gave before
     assert torch.equal(lp, dot_rows(torch.nan_to_num(logp, 0.0, 0.0, 0.0) * mask.to(dtype), keep))
+    assert [x.shape for x in kept_k3_logp_sums(l[:0], logp[:0], keep[:0])] == [(0,), (0,)]  # no rows
 
 
 def test_the_sparse_rows_form_on_a_batch_of_many_rollouts():
