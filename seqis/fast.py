@@ -35,7 +35,9 @@ from functools import partial
 
 import torch
 
+from . import _native
 from ._kernels import (
+    RHO_M1_CAP,
     SPARSE_ROW_SHARE,
     SharedGradient,
     above_on,
@@ -142,12 +144,12 @@ class Ratios:
     @classmethod
     def of(cls, batch: Batch, *, shortcuts: bool | None = None, sparse_share: float = SPARSE_ROW_SHARE,
            k3: bool = False, extremes: bool = False, chi2: bool = False) -> Ratios:
-        """The batch's ratios, in one pass over the batch in blocks of rows (row_blocks): only l (B, T) (and k3
-        (B, T) with k3=True: run_many asks for it when a token-level composition will need its kept share)
-        is made at full size; extremes=True: each row's max and min of l too (run_many asks when a token rule on the
-        ratio will read them); chi2=True: each row's sum of rho^2 - 1 (seqis.monitor asks). shortcuts None: on
-        for a CPU batch, off on a GPU (where asking a value costs a sync); the forms agree either way (tests run
-        both)."""
+        """The batch's ratios, in one pass over the batch: on the CPU the fused pass of seqis/_native.c, else (or
+        without it) torch operations in blocks of rows (row_blocks). Only l (B, T) (and k3 (B, T) with k3=True:
+        run_many asks for it when a token-level composition will need its kept share) is made at full size;
+        extremes=True: each row's max and min of l too (run_many asks when a token rule on the ratio will read
+        them); chi2=True: each row's sum of rho^2 - 1 (seqis.monitor asks). shortcuts None: on for a CPU batch,
+        off on a GPU (where asking a value costs a sync); the forms agree either way (tests run both)."""
         tl, il, m = batch.trainer_logprobs.detach(), batch.inference_logprobs, batch.loss_mask
         dtype = compute_dtype(tl)
         shortcuts = shortcuts_for(tl) if shortcuts is None else shortcuts
@@ -157,6 +159,11 @@ class Ratios:
         length, S, logp_sum, k3_sum = (torch.empty(B, dtype=dtype, device=m.device) for _ in range(4))
         row_max, row_min = (torch.empty(B, dtype=dtype, device=m.device) if extremes else None for _ in range(2))
         rho2_sum = torch.empty(B, dtype=dtype, device=m.device) if chi2 else None
+        if T and _native.usable(tl, il, mask=m):  # the whole pass in one (seqis/_native.c)
+            hi, lo = (row_max, row_min) if extremes else (torch.empty_like(S), torch.empty_like(S))
+            _native.ratios(tl, il, m, l, k3_tokens, (length, S, logp_sum, k3_sum, hi, lo), rho2_sum, RHO_M1_CAP)
+            return cls(m, l, l, tl, il, batch.advantages, length, S, logp_sum, k3_sum, k3_tokens, None, shortcuts,
+                       sparse_share, row_max=row_max, row_min=row_min, rho2_rowsum=rho2_sum)
         blocks = row_blocks(B, T, m.device)
         R = max((b.stop - b.start for b in blocks), default=0)
         mf_, logp_, k3_ = (torch.empty((R, T), dtype=dtype, device=m.device) for _ in range(3))  # reused per block

@@ -11,6 +11,7 @@ the last tests break a reference and fast paths on purpose and check that the co
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 import pytest
@@ -20,7 +21,7 @@ from hypothesis import strategies as st
 from strategies import configs, examples
 from test_reference import compositions  # the reference test's draws: each part a helper adds is drawn here too
 
-from seqis import AGGREGATIONS, ESTIMATORS, PRESETS, Batch, run
+from seqis import AGGREGATIONS, ESTIMATORS, PRESETS, Batch, _native, run
 from seqis import fast as fast_module
 from seqis.compose import BatchRule, Composition, Criterion, Weight
 from seqis.evaluate import evaluate
@@ -88,13 +89,22 @@ def same_output(a, b, batch: Batch, what: str) -> None:
 
 
 # the fast evaluator's forms: CPU shortcuts, the GPU's passes (shortcuts off), token-level parts always in the
-# sparse rows form on a shared profile (as run_many of several does), and never sparse
-FORMS = [dict(), dict(shortcuts=False), dict(sparse_share=1.0, profiles=True), dict(sparse_share=-1.0)]
+# sparse rows form on a shared profile (as run_many of several does), never sparse, and the first two again in
+# their torch forms instead of the CPU's fused passes (seqis/_native.c: a CPU without a C compiler, and a GPU)
+FORMS = [dict(), dict(shortcuts=False), dict(sparse_share=1.0, profiles=True), dict(sparse_share=-1.0),
+         dict(native=False), dict(shortcuts=False, native=False)]
+FORM_IDS = ["cpu", "passes", "sparse", "dense", "cpu torch", "passes torch"]
 
 
 def fast(comp, batch: Batch, agg: str, form: dict):
-    r = Ratios.of(batch, **{k: v for k, v in form.items() if k != "profiles"})
+    r = Ratios.of(batch, **{k: v for k, v in form.items() if k in ("shortcuts", "sparse_share")})
     return fast_module.evaluate_many({comp: 1}, batch, agg, r, profiles=form.get("profiles"))[comp][0]
+
+
+def fast_agrees(comp, batch: Batch, agg: str, form: dict, want, what: str) -> None:
+    """The fast evaluator in this form gives `want` (its lazy parts, the gradient among them, made in it too)."""
+    with _native.disabled() if form.get("native") is False else contextlib.nullcontext():
+        same_output(fast(comp, batch, agg, form), want, batch, what)
 
 
 @pytest.mark.parametrize("name", list(ESTIMATORS))
@@ -113,7 +123,7 @@ def test_reference_plain_and_fast_agree_for_every_estimator(name, batch, data):
     plain64 = plain if wide is batch else evaluate(comp, wide, agg)
     same_weights((plain64.weights, plain64.masks["kept"]), ESTIMATORS[name].reference(batch, cfg), wide,
                  f"{name} plain vs its reference")
-    same_output(fast(comp, batch, agg, data.draw(st.sampled_from(FORMS))), plain, batch, f"{name} fast vs plain")
+    fast_agrees(comp, batch, agg, data.draw(st.sampled_from(FORMS)), plain, f"{name} fast vs plain")
 
 
 @pytest.mark.parametrize("key", sorted(PRESETS))
@@ -122,14 +132,16 @@ def test_reference_plain_and_fast_agree_for_every_estimator(name, batch, data):
 def test_plain_and_fast_agree_for_every_preset(key, batch, agg, form):
     comp = resolve(key)
     assert fast_module.supports(comp), f"{key} has a part the fast evaluator lacks"  # run_many's row needs all fast
-    same_output(fast(comp, batch, agg, form), evaluate(comp, batch, agg), batch, f"{key} fast vs plain")
+    fast_agrees(comp, batch, agg, form, evaluate(comp, batch, agg), f"{key} fast vs plain")
 
 
 @settings(max_examples=examples(150), deadline=None)
 @given(comp=compositions(), batch=batches(), agg=st.sampled_from(AGGREGATIONS), form=st.sampled_from(FORMS))
 def test_plain_and_fast_agree_on_any_composition(comp, batch, agg, form):
-    got = fast(comp, batch, agg, form) if fast_module.supports(comp) else run(comp, batch, agg=agg)
-    same_output(got, evaluate(comp, batch, agg), batch, f"{comp.describe()} fast vs plain")
+    if fast_module.supports(comp):
+        fast_agrees(comp, batch, agg, form, evaluate(comp, batch, agg), f"{comp.describe()} fast vs plain")
+    else:
+        same_output(run(comp, batch, agg=agg), evaluate(comp, batch, agg), batch, f"{comp.describe()} vs plain")
 
 
 def test_a_composition_the_fast_evaluator_lacks_runs_on_the_plain_one(monkeypatch):
@@ -181,7 +193,7 @@ ACTING = {
 }
 
 
-@pytest.mark.parametrize("form", FORMS, ids=["cpu", "passes", "sparse", "dense"])
+@pytest.mark.parametrize("form", FORMS, ids=FORM_IDS)
 @pytest.mark.parametrize("per_token", [False, True], ids=["rollout advantages", "token advantages"])
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
 @pytest.mark.parametrize("name", list(ACTING))
@@ -195,7 +207,7 @@ def test_the_batch_rule_gamma_and_normaliser_where_they_act(name, dtype, per_tok
     if name == "m2po alone":  # the cut falls inside the tie: the first in batch order goes
         assert kept[4, 2].item() is False and kept[9, 0].item() is True and (~kept & batch.loss_mask).sum() == 2
     for agg in AGGREGATIONS:
-        same_output(fast(comp, batch, agg, form), evaluate(comp, batch, agg), batch, f"{name} ({agg})")
+        fast_agrees(comp, batch, agg, form, evaluate(comp, batch, agg), f"{name} ({agg})")
 
 
 @pytest.mark.parametrize("T", [4096, 1000, 333])

@@ -13,6 +13,8 @@ import pkgutil
 
 import torch
 
+from .. import _native
+
 SHARED = {"timing"}  # modules of this package that are not sections
 
 
@@ -36,7 +38,8 @@ def main(argv=None) -> None:
                     "--pause seconds apart, and print the median and range of each ratio")
     ap.add_argument("--pause", type=float, default=20.0)
     args = ap.parse_args(argv)
-    print(f"# seqis benchmark: torch {torch.__version__}, {torch.get_num_threads()} CPU threads, device {args.device}")
+    print(f"# seqis benchmark: torch {torch.__version__}, {torch.get_num_threads()} CPU threads, device {args.device}; "
+          f"{_native.status()}")
     for name, section in found.items():
         if args.only and name not in args.only:
             continue
