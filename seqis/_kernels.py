@@ -363,7 +363,7 @@ def gated(gate: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
 def k3_row_sums(log_ratio: torch.Tensor) -> torch.Tensor:
     """(B,) sum over T of k3 = rho - 1 - l, made in blocks of rows (no (B, T) temporary on the CPU)."""
     if _native.usable(log_ratio):
-        return _native.k3_tokens(log_ratio)[1]
+        return _native.k3_tokens(log_ratio, tokens=False)[1]
     B, T = log_ratio.shape
     return torch.cat([k3_of(log_ratio[rows])[1] for rows in row_blocks(B, T, log_ratio.device)])
 

@@ -79,6 +79,7 @@ def _build(cc: str, target: Path) -> None:
 
 _why_off = ""  # why lib() is None, for status()
 _widest = 0  # the widest register width (in floats) this CPU runs the passes at
+_parallel = False  # whether rows run on torch's OpenMP threads (else on the calling thread)
 
 
 @cache
@@ -111,10 +112,12 @@ def lib() -> ctypes.CDLL | None:
             fn = getattr(native, f"seqis_{name}_{suffix}")
             fn.argtypes, fn.restype = args, None
     native.seqis_set_width.argtypes, native.seqis_set_width.restype = [ctypes.c_int], ctypes.c_int
-    global _widest
+    global _widest, _parallel
     _widest = native.seqis_set_width(0)
     native.seqis_set_parallel.argtypes, native.seqis_set_parallel.restype = [_P, _P, _P], None
-    native.seqis_set_parallel(*(_openmp() or (None, None, None)))
+    entries = _openmp()
+    native.seqis_set_parallel(*(entries or (None, None, None)))
+    _parallel = entries is not None
     return native
 
 
@@ -155,7 +158,7 @@ def status() -> str:
     w = _widest
     if not worth_it():
         return f"native passes: off, torch forms (the CPU runs {names.get(w, w)} only: the torch forms are faster)"
-    threads = "torch's OpenMP threads" if _openmp() else "one thread"
+    threads = "torch's OpenMP threads" if _parallel else "one thread"
     return f"native passes: on, {names.get(w, w)}, {threads} ({_compiler()[1]})"
 
 
@@ -214,12 +217,13 @@ def ratios(tl: torch.Tensor, il: torch.Tensor, mask: torch.Tensor, l: torch.Tens
        l.stride(0), _at(k3), _stride(k3), *(s.data_ptr() for s in sums), _at(rho2), cap, _threads(B, T))
 
 
-def k3_tokens(l: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """k3 = expm1(l) - l per token (a new (B, T) tensor) and its (B,) row sums, for finite log-ratios l."""
+def k3_tokens(l: torch.Tensor, tokens: bool = True) -> tuple[torch.Tensor | None, torch.Tensor]:
+    """k3 = expm1(l) - l per token (a new (B, T) tensor; None with tokens=False: the sums alone) and its (B,) row
+    sums, for finite log-ratios l."""
     B, T = l.shape
-    k3, sums = torch.empty_like(l, memory_format=torch.contiguous_format), l.new_empty(B)
+    k3, sums = torch.empty_like(l, memory_format=torch.contiguous_format) if tokens else None, l.new_empty(B)
     fn = getattr(lib(), f"seqis_k3_{SUFFIX[l.dtype]}")
-    fn(B, T, l.data_ptr(), l.stride(0), k3.data_ptr(), k3.stride(0), sums.data_ptr(), _threads(B, T))
+    fn(B, T, l.data_ptr(), l.stride(0), _at(k3), _stride(k3), sums.data_ptr(), _threads(B, T))
     return k3, sums
 
 

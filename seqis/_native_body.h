@@ -7,12 +7,10 @@
 
 #define CAT_(a, b, c) a##_##b##_##c
 #define CAT(a, b, c) CAT_(a, b, c)
-#define SUF CAT(FT, TAG, x)
 #define FN(name) CAT(seqis_##name, FT, TAG)
 #define TY(name) CAT(name, FT, TAG)
 
 typedef double TY(hd) __attribute__((vector_size(4 * W)));  /* W / 2 doubles: a sum register */
-typedef int64_t TY(hl) __attribute__((vector_size(4 * W)));
 #if IS_FLOAT
 #define EW W
 typedef float TY(ev) __attribute__((vector_size(4 * W)));   /* a register of elements */
@@ -213,7 +211,7 @@ TARGET void FN(ratios)(int64_t B, int64_t T, const FT *tl, int64_t tls, const FT
 TARGET void FN(k3)(int64_t B, int64_t T, const FT *l, int64_t ls, FT *k3, int64_t k3s, FT *sums) {
     for (int64_t b = 0; b < B; b++) {
         HD kk[ACC] = {{0}};
-        EACH_REGISTER(T, EV k = TY(k3)(TY(load)(l + b * ls + o, w)); TY(store)(k3 + b * k3s + o, k, w);
+        EACH_REGISTER(T, EV k = TY(k3)(TY(load)(l + b * ls + o, w)); if (k3) TY(store)(k3 + b * k3s + o, k, w);
                       TY(add)(kk, c, k);)
         sums[b] = (FT)TY(tree)(kk);
     }
@@ -238,7 +236,6 @@ TARGET void FN(dot)(int64_t B, int64_t T, const FT *a, int64_t as, const FT *c_,
     }
 }
 
-#undef SUF
 #undef FN
 #undef TY
 #undef EW

@@ -19,7 +19,7 @@ import pytest
 import torch
 
 from seqis import _native
-from seqis._kernels import RHO_M1_CAP, dot_rows, k3_of, kept_k3_logp_sums
+from seqis._kernels import RHO_M1_CAP, dot_rows, k3_of, k3_row_sums, kept_k3_logp_sums
 from seqis.fast import Ratios
 from seqis.types import Batch
 
@@ -203,6 +203,7 @@ def test_the_pieces_sum_to_the_whole(dtype):
     assert torch.equal(dot_rows(r.k3, mask_f), r.k3_rollout)
     tokens, sums = k3_of(r.log_ratio)
     assert torch.equal(tokens, r.k3) and torch.equal(sums, r.k3_rollout)
+    assert torch.equal(k3_row_sums(r.log_ratio), r.k3_rollout)  # the sums alone, no (B, T) tokens written
     torch.testing.assert_close(dot_rows(r.log_ratio, mask_f).double(), r.seq_log_ratio.double(), rtol=1e-6, atol=1e-6)
 
 
