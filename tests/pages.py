@@ -49,3 +49,11 @@ def explore(*, timeout: float = 90, **params) -> AppTest:
     at.run()
     assert not at.exception, [e.value for e in at.exception]
     return at
+
+
+def open_code(at: AppTest) -> AppTest:
+    """Open Explore's export popover (its code is drawn while it is open; opening it reruns the page)."""
+    at.session_state["ex.export.show"] = True
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at

@@ -14,7 +14,7 @@ from seqis import PRESETS, run_many
 from seqis.synthetic import make_batch
 
 pytest.importorskip("streamlit")
-from pages import explore  # noqa: E402
+from pages import explore, open_code  # noqa: E402
 from streamlit.runtime.media_file_manager import MediaFileManager  # noqa: E402
 from streamlit.runtime.memory_media_file_storage import MemoryMediaFileStorage  # noqa: E402
 from streamlit.testing.v1 import AppTest  # noqa: E402
@@ -51,9 +51,10 @@ def download(at: AppTest, files: dict, label_start: str) -> str:
 
 
 def export_to(at: AppTest, name: str, trainer: str) -> None:
+    """Export `name` to `trainer`, the popover's code open (a new pick is a new popover, closed)."""
     at.selectbox(key="ex.export").select(name).run()
     at.selectbox(key="ex.export.fw").select(trainer).run()
-    assert not at.exception, [e.value for e in at.exception]
+    open_code(at)
 
 
 def shown_code(at: AppTest, name: str) -> str:

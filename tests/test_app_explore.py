@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from pages import charts  # noqa: E402
+from pages import charts, open_code  # noqa: E402
 
 from seqis import ESTIMATORS, SEED_ESTIMATORS, run_many
 from seqis.fast import Ratios
@@ -195,12 +195,16 @@ def test_exports_and_downloads_are_offered():
     """One export control for the page: the picked estimator in the picked trainer's language, its knobs' current
     values; a download button for it and the CSVs."""
     at = explore(**{"ex.est": "seq_tis,mis_po", "ex.seq_tis.seq_clip": "3.0"})
+    assert not [c for c in at.code if "[loss]" in c.value]  # the popover's code is drawn while it is open
+    open_code(at)
     assert any("[loss]" in c.value and "sequence_clip_high = 3.0" in c.value for c in at.code)
     labels = [b.proto.label for b in at.get("download_button")]
     assert "Metrics CSV" in labels and "Rollouts CSV" in labels and "Download seq_tis.prime-rl.toml" in labels
     at.selectbox(key="ex.export").select("mis_po").run()
     at.selectbox(key="ex.export.fw").select("verl").run()
     assert not at.exception
+    assert not [c for c in at.code if "rollout_correction:" in c.value]  # a new pick is a new popover, closed
+    open_code(at)
     assert [c.value for c in at.code if "rollout_correction:" in c.value and "token_k1,seq_mean_k1" in c.value]
     assert "Download mis_po.verl.yaml" in [b.proto.label for b in at.get("download_button")]
     assert any(b.label == "Render PNGs" for b in at.button)

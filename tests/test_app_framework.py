@@ -11,6 +11,7 @@ from seqis.presets import FRAMEWORKS
 from seqis.synthetic import make_batch
 
 pytest.importorskip("streamlit")
+from pages import open_code  # noqa: E402
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
 APP = str(Path(__file__).resolve().parent.parent / "app" / "streamlit_app.py")
@@ -53,7 +54,7 @@ def test_a_picked_preset_is_a_column_with_the_frameworks_numbers_and_knobs():
     assert at.selectbox(key=f"ex.{key}.rollout_rs").value == "seq_mean_k1"
     assert any(PRESETS[key].source in c.value for c in at.caption)
     assert any(m.value.startswith(f"**{key}** · {PRESETS[key].summary[:40]}") for m in at.markdown)
-    yaml = [c.value for c in at.code if "rollout_correction:" in c.value and key in c.value]
+    yaml = [c.value for c in open_code(at).code if "rollout_correction:" in c.value and key in c.value]
     assert yaml and "rollout_rs: seq_mean_k1" in yaml[0]
 
 
@@ -64,6 +65,7 @@ def test_a_presets_knob_moves_its_numbers():
     at.select_slider(key=f"ex.{key}.vllm_importance_sampling_clip_max").set_value(1.5).run()
     assert not at.exception and not at.error
     assert metric(at, key, "is_masked") > before  # a tighter C_max masks more rollouts
+    open_code(at)
     assert any("GRPOConfig(" in c.value and "vllm_importance_sampling_clip_max=1.5" in c.value for c in at.code)
 
 
@@ -85,8 +87,10 @@ def test_the_custom_composition_builds_a_correction_from_its_parts():
     # geometric gate with truncated, banded token weights says so
     assert {"verl", "trl"} <= set(at.selectbox(key="ex.export.fw").options)
     at.selectbox(key="ex.export.fw").select("trl").run()
+    open_code(at)
     assert any(c.value.startswith(f"# seqis {key}") and "cannot express in trl" in c.value for c in at.code)
     at.selectbox(key="ex.export.fw").select("verl").run()
+    open_code(at)
     assert any(c.value.startswith(f"# seqis {key}") and "rollout_correction:" in c.value for c in at.code)
 
 

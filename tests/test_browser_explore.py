@@ -70,6 +70,52 @@ def test_a_knob_moved_with_the_keyboard_reaches_the_downloads(server, browser): 
     row = next(line for line in csv.splitlines() if line.startswith("metric,seq_tis,is_clipped,"))
     cell = page.locator('[data-testid="stTable"]').first.locator("tr", has_text="is_clipped").locator("td").first
     assert float(row.rsplit(",", 1)[1]) == pytest.approx(float(cell.inner_text()), rel=1e-3, abs=1e-9)
+    # the export's code, drawn when its popover opens (a move redraws no button and no code): these knobs
+    page.locator('[data-testid="stMain"] button').filter(has_text="Show seq_tis").first.click()
+    code = page.locator('[data-testid="stPopoverBody"] [data-testid="stCode"]')
+    code.wait_for(timeout=30_000)
+    assert "sequence_clip_high = 6.0" in code.inner_text()
+    page.close()
+
+
+def advice_line(page, name: str) -> str:
+    """The advice's line on `name` ("`name` keeps 97% of the tokens, accepts ...")."""
+    text = page.locator('[data-testid="stExpander"]').filter(has_text="What this means").inner_text()
+    return next(line for line in text.splitlines() if line.startswith(f"{name} keeps"))
+
+
+def test_the_open_advice_follows_a_knob_and_a_closed_one_waits(server, browser):  # noqa: F811
+    """Closed (a scenario's start), the advice is not drawn, and a move does not draw it; opened (a page rerun),
+    it reads the knobs, and a move (a fragment rerun) redraws it with the library's numbers."""
+    from seqis import ESTIMATORS, run_many
+    from seqis.summaries import effective_batch
+    from seqis.synthetic import make_batch
+
+    page = open_page(browser, f"{server}/?{SMALL}", 1600, "explore")
+    advice = page.locator('[data-testid="stExpander"]').filter(has_text="What this means")
+    assert "Start with" not in advice.inner_text()
+    thumb = page.locator('[data-testid="stMain"] input[type="range"][aria-label="geo_mask_high"]').first  # seq_mis's
+    thumb.focus()
+    thumb.press("ArrowLeft")
+    _settle(page)
+    assert "Start with" not in advice.inner_text()
+    advice.locator("summary").click()
+    page.locator('[data-testid="stExpander"] [data-testid="stMarkdownContainer"]').filter(
+        has_text="Start with").first.wait_for(timeout=30_000)
+    _settle(page)
+    before = advice_line(page, "seq_mis")
+    thumb.focus()
+    for _ in range(6):  # seq_mis's gate's top edge down to 1.0: rollouts above it are rejected
+        thumb.press("ArrowLeft")
+        page.wait_for_timeout(200)
+    _settle(page)
+    after = advice_line(page, "seq_mis")
+    high = float(re.search(r"ex\.seq_mis\.geo_mask_high=([0-9.]+)", page.url).group(1))
+    cfg = ESTIMATORS["seq_mis"].config(geo_mask_high=high)
+    eff = effective_batch(run_many([("seq_mis", cfg)], make_batch("gaussian", n_rollouts=64, max_len=512,
+                                                                  seed=0))["seq_mis"])
+    assert after != before, (before, after)
+    assert f"keeps {eff['tokens_kept_frac']:.0%} of the tokens, accepts {eff['rollouts_kept_frac']:.0%}" in after
     page.close()
 
 

@@ -51,8 +51,10 @@ def table(slot, frame: pd.DataFrame) -> None:
 # sections that depend on several estimators: drawn by the full run, and by a column's fragment after a move
 
 
-# every column's fragment writes these
-SHARED_SLOTS = ("advice", "heat", "coef", "weights", "metrics", "effective", "downloads", "export")
+# the sections a column's fragment redraws after a knob move (the advice only while its expander is open)
+SHARED_SLOTS = ("heat", "coef", "weights", "metrics", "effective")
+HANDOUT = "explore.handout"  # session state: what the downloads hand out, made by the run that drew the page
+CODE_OPEN = f"{P}export.show"  # the export popover's open state
 
 
 def _knobs(knobs: dict) -> str:
@@ -61,33 +63,49 @@ def _knobs(knobs: dict) -> str:
 
 
 def draw_advice(slot, advice) -> None:
-    """The batch read against each shown estimator, and where to start (seqis.advice)."""
+    """The batch read against each shown estimator, and where to start (seqis.advice), as one block of text."""
     f = advice.facts
     # a line per estimator, not a table: at 900 px a table's last column ("what binds here") was a word wide
     rows = [f"- `{r.name}` keeps {r.tokens_kept:.0%} of the tokens, accepts {r.rollouts_kept:.0%} of the "
             f"rollouts, ESS {r.ess:.0%}: {r.why[0]}" for r in advice.readings]
-    with slot.container():
-        st.markdown(f"**The batch.** {advice.regime}. Rollout lengths: median {f['length_p50']:.0f}, 90th percentile "
-                    f"{f['length_p90']:.0f}, longest {f['length_max']:.0f}. |l| 99th percentile {f['abs_l_p99']:.2g}, "
-                    f"largest {f['abs_l_max']:.2g}; {f['catastrophic']:.0f} tokens with |l| > log 10. Untruncated "
-                    f"sequence weights: ESS {f['ess_seq']:.0%} of the rollouts.")
-        st.markdown(f"**Start with `{advice.suggestion}`** ({_knobs(advice.knobs) or 'no knobs'}): "
-                    + "; ".join(advice.reasons) + "."
-                    + ("" if not advice.caveats else "  \n**Caveats:** " + "; ".join(advice.caveats) + "."))
-        st.markdown("\n".join(rows))
+    slot.markdown(
+        f"**The batch.** {advice.regime}. Rollout lengths: median {f['length_p50']:.0f}, 90th percentile "
+        f"{f['length_p90']:.0f}, longest {f['length_max']:.0f}. |l| 99th percentile {f['abs_l_p99']:.2g}, "
+        f"largest {f['abs_l_max']:.2g}; {f['catastrophic']:.0f} tokens with |l| > log 10. Untruncated "
+        f"sequence weights: ESS {f['ess_seq']:.0%} of the rollouts.\n\n"
+        f"**Start with `{advice.suggestion}`** ({_knobs(advice.knobs) or 'no knobs'}): "
+        + "; ".join(advice.reasons) + "."
+        + ("" if not advice.caveats else "  \n**Caveats:** " + "; ".join(advice.caveats) + ".")
+        + "\n\n" + "\n".join(rows))
+
+
+def advice_key(src: data.Source) -> str:
+    """The advice expander's open state, one per kind of batch: open at first for a file, closed for a scenario."""
+    return f"{P}advice.{src.kind}"
+
+
+def shared_slots(src: data.Source) -> tuple[str, ...]:
+    """The slots every column's fragment writes: the advice only while its expander is open (closed, nothing
+    there moves with the knobs; opening it reruns the page, which draws it)."""
+    return ("advice", *SHARED_SLOTS) if st.session_state.get(advice_key(src)) else SHARED_SLOTS
 
 
 def draw_dependents(view: data.ExploreView, slots: dict) -> None:
-    """Draw every shared slot from the view of every shown column's current correction: the sections that depend
-    on several of them, the CSVs and the export (a download carries what the page shows at this moment)."""
+    """Draw every shared slot from the view of every shown column's current correction (the sections that depend
+    on several of them), and leave in HANDOUT what the downloads hand out when clicked: the CSVs and the export
+    snippet from these very corrections (a download carries what the page shows at this moment, and its button,
+    drawn once by the page, is not redrawn by a move)."""
+    handout = st.session_state.setdefault(HANDOUT, {})
     if not view.corrections:
-        for key in SHARED_SLOTS:
+        handout.clear()
+        for key in shared_slots(view.src):
             slots[key].empty()
         return
     drops = st.session_state.get(f"{P}drops")
     drops = drops if drops in view.names else view.names[0]
     rollout = int(st.session_state.get(f"{P}rollout", 0))
-    draw_advice(slots["advice"], view.advice())
+    if "advice" in shared_slots(view.src):
+        draw_advice(slots["advice"], view.advice())
     with slots["heat"]:
         chart(view.heatmap(drops, rollout), key=f"{P}heat")
     with slots["coef"]:
@@ -97,33 +115,42 @@ def draw_dependents(view: data.ExploreView, slots: dict) -> None:
     t = view.tables()
     table(slots["metrics"], t.metrics)
     table(slots["effective"], t.effective)
-    metrics_csv, rollouts_csv = view.csv_later()  # written when clicked, from what this run shows
-    with slots["downloads"].container():
-        d1, d2 = st.columns(2)
-        d1.download_button("Metrics CSV", metrics_csv, file_name="seqis-metrics.csv", mime="text/csv",
-                           on_click="ignore", key=f"{P}csv")
-        d2.download_button("Rollouts CSV", rollouts_csv, file_name="seqis-rollouts.csv", mime="text/csv",
-                           on_click="ignore", key=f"{P}csv_rollouts")
-    draw_export(slots["export"], view)
-
-
-def draw_export(slot, view: data.ExploreView) -> None:
-    """The picked correction's settings in the picked trainer's language, with its current knobs: shown in a
-    popover and downloaded, both from one snippet."""
     name, fw = view.export_pick(st.session_state.get(f"{P}export"), st.session_state.get(f"{P}export.fw"))
-    if name not in view.names:  # its knobs are invalid: the column says why
+    handout.update(csv=view.csv_later(),  # written when clicked, from what this run shows
+                   export=(fw, view.export(name, fw)) if name in view.names else None)
+    if fragment_rerun() and st.session_state.get(CODE_OPEN):  # the export's code is open: redraw the page, so
+        st.rerun(scope="app")  # that it shows these knobs (a move with the popover open is rare)
+
+
+def draw_downloads(slot, handout: dict) -> None:
+    """The CSV buttons, drawn by the page: a click writes the CSV from HANDOUT, what the page shows then."""
+    with slot.container():
+        d1, d2 = st.columns(2)
+        for col, label, i, fname, key in ((d1, "Metrics CSV", 0, "seqis-metrics.csv", f"{P}csv"),
+                                          (d2, "Rollouts CSV", 1, "seqis-rollouts.csv", f"{P}csv_rollouts")):
+            col.download_button(label, lambda i=i: handout["csv"][i](), file_name=fname, mime="text/csv",
+                                on_click="ignore", key=key, disabled="csv" not in handout)
+
+
+def draw_export(slot, handout: dict) -> None:
+    """The picked correction's settings in the picked trainer's language, with its current knobs: shown in a
+    popover and downloaded, both from HANDOUT's snippet (the download reads it when clicked)."""
+    fw, snip = handout.get("export") or (None, None)
+    if snip is None:  # no correction shown, or its knobs are invalid: the column says why
         slot.empty()
         return
-    snip = view.export(name, fw)
-    note = "" if snip.exact else " (approximate: see the NOTE lines)" if snip.expressible else " (cannot express)"
     with slot.container():
         b1, b2 = st.columns(2, vertical_alignment="center")
-        # in a popover, drawn when opened: the code view's highlighter is 1.5 MB of JavaScript a first load skips
-        b1.popover(f"Show {snip.filename}", icon=":material/code:").code(
-            snip.text + (f"# {fw}{note}\n" if note else ""), language=data.language(snip))
-        # the text as a function: a string is sent to the browser with every move (it fetches each one), a
+        # its code drawn while open (opening reruns the page): a knob move redraws no code nobody reads, and the
+        # code view's highlighter is 1.5 MB of JavaScript a first load skips
+        pop = b1.popover(f"Show {snip.filename}", icon=":material/code:", key=CODE_OPEN, on_change="rerun")
+        if pop.open:
+            note = "" if snip.exact else " (approximate: see the NOTE lines)" if snip.expressible else \
+                " (cannot express)"
+            pop.code(snip.text + (f"# {fw}{note}\n" if note else ""), language=data.language(snip))
+        # the text as a function: a string is sent to the browser with every run (it fetches each one), a
         # function only when clicked
-        b2.download_button(f"Download {snip.filename}", lambda: snip.text, file_name=snip.filename,
+        b2.download_button(f"Download {snip.filename}", lambda: handout["export"][1].text, file_name=snip.filename,
                            mime="text/plain", on_click="ignore", key=f"{P}dl")
 
 
@@ -161,7 +188,7 @@ def estimator_column(name: str, src: data.Source, payload, names: list[str], slo
     if last or fragment_rerun():
         draw_dependents(view, slots)
     else:
-        for key in SHARED_SLOTS:
+        for key in shared_slots(src):
             slots[key].empty()
 
 
@@ -217,7 +244,8 @@ if not names:
     st.stop()
 
 # the page's skeleton first: the advice, a column per estimator, then one slot per dependent chart or table
-advice_box = st.expander("What this means for your batch", expanded=src.kind != "synthetic")
+advice_box = st.expander("What this means for your batch", expanded=src.kind != "synthetic", key=advice_key(src),
+                         on_change="rerun")
 advice_box.caption("The batch's mismatch read against each estimator's band and clip (closed forms and the "
                    "literature's thresholds; seqis.advice), and a suggested starting point. Follows the knobs below.")
 slots = {"advice": advice_box.empty()}
@@ -265,7 +293,7 @@ right.markdown("**Batch diagnostics** (estimator-free)")
 table(right, pd.Series(bv.diagnostics, name="value").to_frame())
 for note in bv.notes:
     right.caption(note)
-slots["downloads"] = right.empty()
+downloads_slot = right.empty()
 
 st.subheader("Export")
 st.caption("An estimator's current settings as trainer config. A `# NOTE` line says where a knob has no "
@@ -275,7 +303,7 @@ bound(e1.selectbox, "Estimator", f"{P}export", names[0], options=names, valid=la
 export_name = st.session_state[f"{P}export"]
 offered = data.frameworks(data.start(export_name))  # does not move with the knobs
 bound(e2.selectbox, "Trainer", f"{P}export.fw", offered[0], options=offered, valid=lambda v: v in offered)
-slots["export"] = st.empty()
+export_slot = st.empty()
 png_box = st.expander("Figures as PNG")
 
 # fill the skeleton: each estimator's column (a fragment), then the dependent slots once
@@ -283,6 +311,9 @@ for name, col in columns:
     with col:
         column_fragment(name, src, payload, names, slots, color_by, name == columns[-1][0])
 
+handout = st.session_state.setdefault(HANDOUT, {})  # the last column's run filled it
+draw_downloads(downloads_slot, handout)
+draw_export(export_slot, handout)
 with png_box:  # every column has drawn: its view holds what they show
     st.caption("Each chart's camera icon saves it as PNG in the browser. Here all of them render at once "
                "through kaleido and a headless chromium.")
