@@ -20,6 +20,9 @@ def open_view(view: str, *, timeout: float = 120, **params) -> AppTest:
     return at
 
 
+PLOTLY_JS_UNDERSCORED = {"paper_bgcolor", "plot_bgcolor", "error_x", "error_y", "error_z"}  # its own such names
+
+
 def charts(at: AppTest) -> list[dict]:
     """The plotly figures the page drew (ui/runtime/chart.py's component), in page order, each validated by plotly (the
     app sends them unvalidated: an invalid property fails here) and drawable by the cartesian bundle the browser
@@ -29,10 +32,21 @@ def charts(at: AppTest) -> list[dict]:
     import plotly.graph_objects as go
 
     out = []
+
+    def plotly_names(node, path="figure"):  # a "_" in a name: plotly.py's magic underscore, which plotly.js never reads
+        if isinstance(node, dict):
+            for k, v in node.items():
+                assert "_" not in k or k in PLOTLY_JS_UNDERSCORED, f"{path}.{k}: no such property in plotly.js"
+                plotly_names(v, f"{path}.{k}")
+        elif isinstance(node, list):
+            for i, v in enumerate(node):
+                plotly_names(v, f"{path}[{i}]")
+
     for e in at.get("bidi_component"):
         fig = json.loads(e.proto.bytes).get("figure") if e.proto.component_name == "seqis_chart" else None
         if fig is not None:  # (the frame's plotly preload has none)
             go.Figure(fig)  # raises ValueError on a property plotly does not know
+            plotly_names(fig)
             assert {t.get("type", "scatter") for t in fig["data"]} <= CARTESIAN_TRACES, fig["data"]
             out.append(fig)
     return out

@@ -419,6 +419,38 @@ def test_rollouts_can_be_coloured_by_metadata():
     assert shown == {(name.split(" = ")[1], color) for name, color in key.items()}
 
 
+def test_a_figure_as_plain_data_is_the_json_plotly_writes_for_it():
+    """The chart builders' figures (explore_charts.Figure: trace and layout dicts) go to the browser as their own
+    JSON; plotly's figure objects, the reference, write the same for each of Explore's figures (its default
+    template aside: the chart component puts the explorer's in), with every numeric array a typed array."""
+    import plotly.io as pio
+    from ui import explore_data as data
+    from ui.presets import FIRST_ESTIMATORS
+
+    from seqis.synthetic import SCENARIOS
+
+    src = data.Source("synthetic", "drift", SCENARIOS["drift"](n_rollouts=32, max_len=128), 0)
+    view = data.explore(src, tuple((n, data.start(n).config) for n in [*FIRST_ESTIMATORS, "token_tis"]))
+    for color_by in (None, "reward", "group_id"):
+        for name, fig in view.figures(color_by, "mis_po", 3).items():
+            ours = json.loads(pio.to_json(fig.to_plotly_json(), validate=False))
+            ref = json.loads(pio.to_json(fig.plotly.to_plotly_json(), validate=False))
+            ref["layout"].pop("template")
+            assert ours == ref, (name, color_by)
+            assert not long_number_lists(ours), name  # numbers go as typed arrays, not JSON lists
+
+
+def long_number_lists(node) -> list:
+    """The lists of 16 or more plain numbers in a spec."""
+    if isinstance(node, dict):
+        return [x for v in node.values() for x in long_number_lists(v)]
+    if isinstance(node, list):
+        if len(node) >= 16 and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in node):
+            return [node]
+        return [x for v in node for x in long_number_lists(v)]
+    return []
+
+
 def test_the_coefficient_lines_draw_every_token_with_fewer_points():
     """A step line through step_points' kept points holds, at every loss token, the value the token has (the
     reference: the value at the last kept point at or before it); a sequence-level weight needs two points."""

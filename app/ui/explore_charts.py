@@ -6,11 +6,13 @@ the per-token coefficients, the histograms and the effective-batch bars read tog
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping, Sequence
 
 import numpy as np
 import plotly.graph_objects as go
+from _plotly_utils.utils import to_typed_array_spec
 
 from seqis.compose import Composition
 from seqis.summaries import HIST_BINS, HIST_LOG10_RANGE
@@ -70,10 +72,49 @@ def bands_of(comp: Composition) -> list[tuple[str, str, float]]:
 NOTE_BELOW_AXIS, NOTE_LINE = 40, 14  # px: a rollout map's note sits under its x axis's ticks and title, 14 px a line
 
 
-def figure(traces: list[dict], layout: dict) -> go.Figure:
-    """A figure from plain trace and layout dicts, without plotly's per-property validation (tens of ms a
-    figure; ui/runtime/chart.py sends it unvalidated, and the tests validate every figure a page draws)."""
-    return go.Figure(dict(data=traces, layout=layout), _validate=False)
+_AS_GIVEN = ("geojson", "layer", "layers", "range")  # plotly's is_skipped_key: never typed arrays
+
+
+def _plain(node, key: str = ""):
+    """A copy of a spec's dicts and lists as plotly's to_plotly_json writes them: None-valued properties left out,
+    a numeric numpy array as a typed-array spec (base64), except under the keys plotly keeps as they are."""
+    if isinstance(node, dict):
+        return {k: _plain(v, k) for k, v in node.items() if v is not None}
+    if isinstance(node, (list, tuple)):
+        return [_plain(v) for v in node]
+    if isinstance(node, np.ndarray) and node.dtype.kind in "biuf" and key not in _AS_GIVEN:
+        return to_typed_array_spec(node)
+    return node
+
+
+class Figure:
+    """A figure as plain data: trace and layout dicts, numpy arrays inside, as the builders below make it.
+    ui/runtime/chart.py sends `to_plotly_json()`; plotly's figure objects would copy and convert it twice (~2 ms
+    a figure; a knob move makes four). `data` and `layout` are plotly's, made when first read (the PNG export,
+    tests), unvalidated: the tests validate every figure a page draws. Never mutate one: the caches share it."""
+
+    def __init__(self, traces: list[dict], layout: dict):
+        self.traces, self.spec_layout = traces, layout
+
+    def to_plotly_json(self) -> dict:
+        """{"data", "layout"} as plotly's own to_plotly_json gives them: numeric arrays as typed-array specs."""
+        return _plain({"data": self.traces, "layout": self.spec_layout})
+
+    @functools.cached_property
+    def plotly(self) -> go.Figure:
+        return go.Figure(dict(data=self.traces, layout=self.spec_layout), _validate=False)
+
+    @property
+    def data(self):
+        return self.plotly.data
+
+    @property
+    def layout(self):
+        return self.plotly.layout
+
+
+def figure(traces: list[dict], layout: dict) -> Figure:
+    return Figure(traces, layout)
 
 
 def metadata_colors(name: str, values, n: int) -> dict | None:
@@ -116,7 +157,7 @@ def rollout_map(
     color_by: str | None = None,
     height: int = 360,
     title: str | None = None,
-) -> go.Figure:
+) -> Figure:
     """Length (log axis) vs geometric log-ratio S/T, one point per non-empty rollout, marked kept /
     clipped / dropped (symbols; also colours unless `color_by` names a metadata column to colour by);
     the estimator's bands drawn; with noise_s, the Gaussian theory's funnel -s^2/2 +- 2 s / sqrt(T) in grey."""
@@ -259,7 +300,7 @@ def token_heatmap(
     picked: int | None = None,
     height: int = 420,
     title: str | None = None,
-) -> go.Figure:
+) -> Figure:
     """Rollouts (rows, in the order of `index`: longest first) x positions (columns pooled over `block`
     positions: the signed log-ratio of largest magnitude in each block); the tokens whose gradient is
     dropped shaded grey by the fraction dropped; the picked rollout marked."""
@@ -321,7 +362,7 @@ def coefficient_plot(
     *,
     height: int = 380,
     title: str | None = None,
-) -> go.Figure:
+) -> Figure:
     """Each estimator's gradient coefficient on every loss token of one rollout (top; dashes differ so
     coinciding lines stay visible, the legend gives the mean), and the tokens' log-ratios l_t (bottom)."""
     traces = []  # SVG paths: one path per line draws fast; no WebGL context to start
@@ -351,7 +392,7 @@ def coefficient_plot(
 # weights and the effective batch
 
 
-def weight_histograms(hists: Mapping[str, Mapping], *, height: int = 340, title: str | None = None) -> go.Figure:
+def weight_histograms(hists: Mapping[str, Mapping], *, height: int = 340, title: str | None = None) -> Figure:
     """Counts of log10 of the applied token weights (kept tokens), one step line per estimator on shared
     bins; the two end bins collect weights below 1e-3 and above 1e3. Dropped tokens are in the legend."""
     lo, hi = HIST_LOG10_RANGE
@@ -363,8 +404,8 @@ def weight_histograms(hists: Mapping[str, Mapping], *, height: int = 340, title:
         counts = np.asarray(h["counts"], dtype=float)
         top = max(top, float(counts.max()) if counts.size else 1.0)
         traces.append(dict(type="scatter",
-            x=centers, y=np.maximum(counts, floor), customdata=counts, mode="lines", line_shape="hvh",
-            line=dict(color=color(name), width=2.2 if i == 0 else 1.8, dash=dash(i)),
+            x=centers, y=np.maximum(counts, floor), customdata=counts, mode="lines",
+            line=dict(color=color(name), width=2.2 if i == 0 else 1.8, dash=dash(i), shape="hvh"),
             name=f"{name} (dropped {h['dropped']:,})",
             hovertemplate=f"{name}<br>log10 w ≈ %{{x:.2f}}<br>tokens = %{{customdata:,.0f}}<extra></extra>"))
     inner = list(range(int(lo) + 1, int(hi)))
@@ -388,7 +429,7 @@ def effective_bars(
     *,
     height: int = 300,
     title: str | None = None,
-) -> go.Figure:
+) -> Figure:
     """What survives per estimator: tokens kept, rollouts accepted, ESS of the applied rollout weights over the
     valid rollouts; theory's expected fraction of rollouts accepted (Gaussian closed forms) as black diamonds
     (say so in the title: the chart has no legend). Past FEW_BARS estimators the bars lie down, one row each, the
@@ -439,12 +480,12 @@ def survival_px(n: int) -> int:
     return 200 if n <= FEW_BARS else 16 * 3 * n
 
 
-def stacked(top: go.Figure, bottom: go.Figure, *, top_px: int = 240, bottom_px: int = 200,
-            between_px: int = 110) -> go.Figure:
+def stacked(top: Figure, bottom: Figure, *, top_px: int = 240, bottom_px: int = 200,
+            between_px: int = 110) -> Figure:
     """Two of these figures as one (one chart for the browser to build, not two), one above the other so that it
     holds at any width: top's traces on x/y with its legend above it, bottom's on x2/y2 without one; each keeps
     its axes, and its title goes above its plot."""
-    to, bo = top.to_plotly_json(), bottom.to_plotly_json()
+    to, bo = dict(data=top.traces, layout=top.spec_layout), dict(data=bottom.traces, layout=bottom.spec_layout)
     tl, bl = to["layout"], bo["layout"]
     # room over the plots for the legend's rows (about two entries a row at 900 px), so that plotly, which widens
     # the top margin to fit them, does not take it from the plots: their rows of bars would squeeze together

@@ -28,7 +28,6 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import plotly.graph_objects as go
 import streamlit as st
 import torch
 
@@ -322,14 +321,14 @@ def estimator_view(src: Source, c: Shown, _payload: bytes | None = None) -> Esti
 
 @_section(VIEWS)
 def rollout_map_figure(src: Source, c: Shown, color_by: str | None = None, _payload: bytes | None = None
-                       ) -> go.Figure:
+                       ) -> charts.Figure:
     bv, v = batch_view(src, _payload), estimator_view(src, c, _payload)
     return charts.rollout_map(c.name, v.rollouts, charts.bands_of(c.composition), metadata=bv.metadata,
                               noise_s=bv.noise_s, color_by=color_by, height=340)
 
 
 @_section(FIGURES)
-def token_heatmap_figure(src: Source, c: Shown, rollout: int, _payload: bytes | None = None) -> go.Figure:
+def token_heatmap_figure(src: Source, c: Shown, rollout: int, _payload: bytes | None = None) -> charts.Figure:
     bv, v = batch_view(src, _payload), estimator_view(src, c, _payload)
     return charts.token_heatmap(bv.token_values, bv.token_block, bv.token_index, dropped=v.dropped,
                                 dropped_label=c.name, picked=rollout, height=520,
@@ -508,16 +507,16 @@ class ExploreView:
     def estimator(self, name: str) -> EstimatorView:
         return estimator_view(self.src, self.get(name), _payload=self.payload)
 
-    def rollout_map(self, name: str, color_by: str | None = None) -> go.Figure:
+    def rollout_map(self, name: str, color_by: str | None = None) -> charts.Figure:
         return rollout_map_figure(self.src, self.get(name), color_by, _payload=self.payload)
 
-    def heatmap(self, drops: str, rollout: int) -> go.Figure:
+    def heatmap(self, drops: str, rollout: int) -> charts.Figure:
         return token_heatmap_figure(self.src, self.get(drops), rollout, _payload=self.payload)
 
-    def coefficients(self, rollout: int) -> go.Figure:
+    def coefficients(self, rollout: int) -> charts.Figure:
         return coefficient_figure(self.src, self.corrections, rollout, _payload=self.payload)
 
-    def weights(self) -> go.Figure:
+    def weights(self) -> charts.Figure:
         return weights_figure(self.src, self.corrections, _payload=self.payload)
 
     def advice(self) -> Advice:
@@ -555,7 +554,7 @@ class ExploreView:
         offered = self.frameworks(name)
         return name, framework if framework in offered else offered[0]
 
-    def figures(self, color_by: str | None, drops: str, rollout: int) -> dict[str, go.Figure]:
+    def figures(self, color_by: str | None, drops: str, rollout: int) -> dict[str, charts.Figure]:
         """Every figure the page draws, by a file name (the PNG export)."""
         out = {f"rollout_map_{c.name.replace('/', '_')}": self.rollout_map(c.name, color_by)
                for c in self.corrections}

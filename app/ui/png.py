@@ -49,7 +49,7 @@ def to_png(figures: Mapping[str, go.Figure], *, width: int = 1200, scale: float 
         async with kaleido.Kaleido(n=1, mathjax=False, path=path) as k:
             for name, fig in figures.items():
                 # a copy (cached figures stay) in the page's look: the template ui/runtime/chart.py draws with
-                styled = go.Figure(fig).update_layout(template=CHART_TEMPLATE)
+                styled = go.Figure(fig.to_plotly_json()).update_layout(template=CHART_TEMPLATE)
                 h = fig.layout.height or 500
                 out[name] = await k.calc_fig(styled.to_dict(), opts=dict(format="png", width=width, height=h,
                                                                           scale=scale))

@@ -105,7 +105,7 @@ def base_layout(*, height: int, title: str | None = None, legend: bool = True, *
         font=FONT,
         showlegend=legend,
         legend=dict(orientation="h", yanchor="top", y=-0.28, xanchor="left", x=0.0, font=dict(size=12)),
-        hoverlabel=dict(font_size=12),
+        hoverlabel=dict(font=dict(size=12)),
     )
     layout.update(extra)
     return layout

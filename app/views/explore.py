@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import io
 import zipfile
+from dataclasses import dataclass
 
 import pandas as pd
 import streamlit as st
@@ -20,9 +21,9 @@ from ui.batch_source import batch_source
 from ui.numbers import number
 from ui.png import to_png
 from ui.presets import FIRST_ESTIMATORS, FIRST_SCENARIO, PREFIX, arrival, key_estimators
-from ui.runtime.chart import chart
+from ui.runtime.chart import chart, prepare
 from ui.state import ARRIVED_KEY, bound, first_look, fragment_rerun, set_view
-from ui.widgets import knob_widgets
+from ui.widgets import config_from_state, knob_widgets
 
 from seqis import ESTIMATORS
 
@@ -90,34 +91,53 @@ def shared_slots(src: data.Source) -> tuple[str, ...]:
     return ("advice", *SHARED_SLOTS) if st.session_state.get(advice_key(src)) else SHARED_SLOTS
 
 
-def draw_dependents(view: data.ExploreView, slots: dict) -> None:
-    """Draw every shared slot from the view of every shown column's current correction (the sections that depend
-    on several of them), and leave in HANDOUT what the downloads hand out when clicked: the CSVs and the export
-    snippet from these very corrections (a download carries what the page shows at this moment, and its button,
-    drawn once by the page, is not redrawn by a move)."""
+@dataclass(frozen=True)
+class Dependents:
+    """What the shared slots show for the shown columns' current corrections, computed before any of it is drawn."""
+
+    advice: object | None  # seqis.advice.Advice, while its expander is open
+    heat: object
+    coef: object
+    weights: object
+    metrics: pd.DataFrame
+    effective: pd.DataFrame
+
+
+def dependents(view: data.ExploreView) -> Dependents | None:
+    """The shared slots' figures (serialized) and tables (formatted) from the view of every shown column's
+    current correction; and what the downloads hand out, left in HANDOUT: the CSVs and the export snippet from
+    these very corrections (a download carries what the page shows at this moment, and its button, drawn once by
+    the page, is not redrawn by a move). None when no correction is shown."""
     handout = st.session_state.setdefault(HANDOUT, {})
     if not view.corrections:
         handout.clear()
-        for key in shared_slots(view.src):
-            slots[key].empty()
-        return
+        return None
     drops = st.session_state.get(f"{P}drops")
     drops = drops if drops in view.names else view.names[0]
     rollout = int(st.session_state.get(f"{P}rollout", 0))
-    if "advice" in shared_slots(view.src):
-        draw_advice(slots["advice"], view.advice())
-    with slots["heat"]:
-        chart(view.heatmap(drops, rollout), key=f"{P}heat")
-    with slots["coef"]:
-        chart(view.coefficients(rollout), key=f"{P}coef")
-    with slots["weights"]:
-        chart(view.weights(), key=f"{P}weights")
+    figures = view.heatmap(drops, rollout), view.coefficients(rollout), view.weights()
+    prepare(*figures)
     t = view.tables()
-    table(slots["metrics"], t.metrics)
-    table(slots["effective"], t.effective)
     name, fw = view.export_pick(st.session_state.get(f"{P}export"), st.session_state.get(f"{P}export.fw"))
     handout.update(csv=view.csv_later(),  # written when clicked, from what this run shows
                    export=(fw, view.export(name, fw)) if name in view.names else None)
+    return Dependents(view.advice() if "advice" in shared_slots(view.src) else None, *figures, t.metrics,
+                      t.effective)
+
+
+def draw_dependents(d: Dependents | None, slots: dict, src: data.Source) -> None:
+    """Draw every shared slot (the sections that depend on several columns) from what `dependents` computed."""
+    if d is None:
+        for key in shared_slots(src):
+            slots[key].empty()
+        return
+    if d.advice is not None:
+        draw_advice(slots["advice"], d.advice)
+    for key in ("heat", "coef", "weights"):
+        with slots[key]:
+            chart(getattr(d, key), key=f"{P}{key}")
+    table(slots["metrics"], d.metrics)
+    table(slots["effective"], d.effective)
     if fragment_rerun() and st.session_state.get(CODE_OPEN):  # the export's code is open: redraw the page, so
         st.rerun(scope="app")  # that it shows these knobs (a move with the popover open is rare)
 
@@ -161,35 +181,56 @@ def estimator_column(name: str, src: data.Source, payload, names: list[str], slo
     PICKS). In a full run every column writes the shared slots (Streamlit keeps a fragment's place in a slot it
     wrote in the full run): all but the last clear them, the last draws them."""
     first = data.start(name)  # a registry estimator at its defaults, or a preset at its framework's
+    kind, prefix, defaults = type(first.config), f"{P}{name}", first.config.as_dict()
+    picks = st.session_state.setdefault(PICKS, {})
+    shared = last or fragment_rerun()
+    # Everything this run draws is computed before it sends any of it, so the browser renders the page once for
+    # the lot (each render walks the whole page; sections sent as they were made cost it one render each). The
+    # knobs' values are in the session before their widgets are drawn (a move's new value too).
+    held = config_from_state(kind, prefix, defaults)
+    if held is not None:
+        picks[name] = held
+    view = data.explore(src, tuple((n, picks[n]) for n in names if n in picks), payload)
+    d = dependents(view) if shared else None
+    if held is not None:
+        fig = view.rollout_map(name, color_by)
+        prepare(fig)
     plot_slot = st.container()
     panel = st.container(border=True)
     panel.markdown(f"**{name}** · {first.about.summary}")
-    cfg, err = knob_widgets(type(first.config), f"{P}{name}", container=panel, defaults=first.config.as_dict())
-    picks = st.session_state.setdefault(PICKS, {})
+    cfg, err = knob_widgets(kind, prefix, container=panel, defaults=defaults)
     if err:
         picks.pop(name, None)
         panel.error(f"{name}: {err}")
     else:
         picks[name] = cfg
-    view = data.explore(src, tuple((n, picks[n]) for n in names if n in picks), payload)
+    if cfg != held:  # the widgets made another config than the session held (a value they refused): redo
+        view = data.explore(src, tuple((n, picks[n]) for n in names if n in picks), payload)
+        d = dependents(view) if shared else None
     if not err:
+        fig = view.rollout_map(name, color_by)
         with plot_slot:
-            chart(view.rollout_map(name, color_by), key=f"{P}map.{name}")
-        eff, th = view.estimator(name).effective, view.estimator(name).theory
-        lines = [f"tokens kept **{eff['tokens_kept_frac']:.1%}** · ESS **{number(eff['ess'])}** of "
-                 f"{int(eff['rollouts'])}",
-                 f"rollouts accepted **{eff['rollouts_kept_frac']:.1%}**"
-                 + (f" (theory {th['rollouts_kept_frac']:.1%})" if "rollouts_kept_frac" in th else "")]
-        if "clipped_frac" in th or eff["clipped_frac"] > 0:
-            lines.append(f"rollouts clipped **{eff['clipped_frac']:.1%}**"
-                         + (f" (theory {th['clipped_frac']:.1%})" if "clipped_frac" in th else ""))
-        panel.markdown("  \n".join(lines), help="ESS: (Σw)² / Σw² of the applied rollout weights. Theory: the "
-                       "Gaussian closed forms (seqis.theory) at this batch's lengths.")
-    if last or fragment_rerun():
-        draw_dependents(view, slots)
+            chart(fig, key=f"{P}map.{name}")
+        panel.markdown("  \n".join(column_numbers(view.estimator(name))), help="ESS: (Σw)² / Σw² of the applied "
+                       "rollout weights. Theory: the Gaussian closed forms (seqis.theory) at this batch's lengths.")
+    if shared:
+        draw_dependents(d, slots, src)
     else:
         for key in shared_slots(src):
             slots[key].empty()
+
+
+def column_numbers(v: data.EstimatorView) -> list[str]:
+    """What survives under one correction, in words, with the theory's value where it has one."""
+    eff, th = v.effective, v.theory
+    lines = [f"tokens kept **{eff['tokens_kept_frac']:.1%}** · ESS **{number(eff['ess'])}** of "
+             f"{int(eff['rollouts'])}",
+             f"rollouts accepted **{eff['rollouts_kept_frac']:.1%}**"
+             + (f" (theory {th['rollouts_kept_frac']:.1%})" if "rollouts_kept_frac" in th else "")]
+    if "clipped_frac" in th or eff["clipped_frac"] > 0:
+        lines.append(f"rollouts clipped **{eff['clipped_frac']:.1%}**"
+                     + (f" (theory {th['clipped_frac']:.1%})" if "clipped_frac" in th else ""))
+    return lines
 
 
 column_fragment = warm.fragment(estimator_column)  # its reruns hold the background warm-up back

@@ -82,6 +82,14 @@ def _base() -> str:
     return f"/{path}/" if path else "/"
 
 
+def prepare(*figs) -> None:
+    """Serialize figures now (figure_json keeps the text while a figure lives): a run that computes everything it
+    draws before it draws any of it sends its deltas together, and the browser renders them once."""
+    scale = PRESENT_SCALE if present() else 1.0
+    for fig in figs:
+        figure_json(fig, scale)
+
+
 def chart(fig, *, key: str, click: bool = False) -> dict | None:
     """Draw `fig` in the current container under `key` (stable across reruns: the node is kept and updated).
     With click=True, returns the clicked point ({"x", "y", "curve", "index", "customdata", "name"}) on the rerun
