@@ -69,6 +69,7 @@ def bands_of(comp: Composition) -> list[tuple[str, str, float]]:
     return out
 
 
+MAP_LEFT = 80  # px: the widest y labels and title of the maps seen (73 px on the drift scenario)
 NOTE_BELOW_AXIS, NOTE_LINE = 40, 14  # px: a rollout map's note sits under its x axis's ticks and title, 14 px a line
 
 
@@ -227,7 +228,9 @@ def rollout_map(
     key_top = NOTE_BELOW_AXIS + notes_px + 12  # px below the plot where the colour key starts (a gap over the notes)
     key_px = 0 if by is None else KEY_BAR if "colorscale" in by else KEY_ROW * _key_rows(len(by.get("key", ())))
     top = 64  # the name, and the counts under it
-    margin = dict(l=10, r=40, t=top, b=key_top + key_px if key_px else NOTE_BELOW_AXIS + notes_px)
+    # l: room for the y axis's labels and title on any batch (plotly's automatic margins take what they need; with
+    # a margin that already holds them, a redraw with other numbers (a scenario switch) is one pass, not two)
+    margin = dict(l=MAP_LEFT, r=40, t=top, b=key_top + key_px if key_px else NOTE_BELOW_AXIS + notes_px)
     height = height + key_px  # the colour key adds to the figure, not taken from its plot
     plot_px = max(height - margin["t"] - margin["b"], 1)
     labels_apart(labels, y_range, plot_px)  # mis_po's 1.001 and 0.996 sit 2 px apart on some maps
@@ -337,7 +340,7 @@ def token_heatmap(
                      # the ticks are positions (a column's centre); the pooling is said beside them
                      xaxis=dict(title=dict(text=f"position t (one column per {block} positions)" if block > 1
                                            else "position t")))
-    layout["margin"] = dict(l=80, r=10, t=48 if title else 10, b=10)
+    layout["margin"] = dict(l=80, r=96, t=48 if title else 10, b=56)  # what its labels and colour bar take
     return figure(traces, layout)
 
 
@@ -385,6 +388,7 @@ def coefficient_plot(
                      yaxis=dict(title=dict(text="coefficient"), domain=[0.38, 1.0], rangemode="tozero"),
                      yaxis2=dict(title=dict(text="l_t"), domain=[0.0, 0.3], zeroline=True, zerolinecolor="#bbb"))
     layout["legend"] = dict(orientation="h", yanchor="top", y=-0.25, x=0.0, font=dict(size=11))
+    layout["margin"] = {**layout["margin"], "l": 90, "r": 16, "b": 126}  # what its labels and legend take (one pass)
     return figure(traces, layout)
 
 
@@ -490,7 +494,7 @@ def stacked(top: Figure, bottom: Figure, *, top_px: int = 240, bottom_px: int = 
     # room over the plots for the legend's rows (about two entries a row at 900 px), so that plotly, which widens
     # the top margin to fit them, does not take it from the plots: their rows of bars would squeeze together
     entries = sum(1 for t in to["data"] if t.get("showlegend", True) is not False)
-    margin = dict(l=10, r=10, t=34 + 20 * -(-entries // 2), b=48)
+    margin = dict(l=60, r=10, t=34 + 20 * -(-entries // 2), b=48)  # l: its labels' room (one pass)
     area = top_px + between_px + bottom_px  # the plot area's height in pixels; domains are fractions of it
     split = 1 - top_px / area  # top plot: [split, 1]; bottom plot: [0, low]
     low = bottom_px / area
