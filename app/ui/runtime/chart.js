@@ -19,7 +19,7 @@ function loadPlotly(src) {
   return window.__seqisPlotly;
 }
 
-const NEAR = "0px 0px";  // a chart draws when it is in the visible part of the page
+const NEAR = "600px 0px";  // a chart within this distance of the visible part of the page draws at once
 const watchers = new WeakMap();  // scrolling element -> the IntersectionObserver of the charts in it
 
 function watch(node) {
