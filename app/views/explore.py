@@ -26,6 +26,7 @@ from ui.state import ARRIVED_KEY, bound, first_look, fragment_rerun, set_view
 from ui.widgets import config_from_state, knob_widgets
 
 from seqis import ESTIMATORS
+from seqis.advice import Advice
 
 P = PREFIX  # "ex."
 PICKS = "explore.picks"  # session state: name -> the config its column's knobs hold (valid ones only)
@@ -95,16 +96,16 @@ def shared_slots(src: data.Source) -> tuple[str, ...]:
 class Dependents:
     """What the shared slots show for the shown columns' current corrections, computed before any of it is drawn."""
 
-    advice: object | None  # seqis.advice.Advice, while its expander is open
-    heat: object
-    coef: object
-    weights: object
-    metrics: pd.DataFrame
+    advice: Advice | None  # while its expander is open
+    heat: data.charts.Figure  # serialized (ui/runtime/chart.prepare)
+    coef: data.charts.Figure
+    weights: data.charts.Figure
+    metrics: pd.DataFrame  # unformatted: `table` prints them
     effective: pd.DataFrame
 
 
 def dependents(view: data.ExploreView) -> Dependents | None:
-    """The shared slots' figures (serialized) and tables (formatted) from the view of every shown column's
+    """The shared slots' figures (serialized) and tables from the view of every shown column's
     current correction; and what the downloads hand out, left in HANDOUT: the CSVs and the export snippet from
     these very corrections (a download carries what the page shows at this moment, and its button, drawn once by
     the page, is not redrawn by a move). None when no correction is shown."""
@@ -170,8 +171,9 @@ def draw_export(slot, handout: dict) -> None:
             pop.code(snip.text + (f"# {fw}{note}\n" if note else ""), language=data.language(snip))
         # the text as a function: a string is sent to the browser with every run (it fetches each one), a
         # function only when clicked
-        b2.download_button(f"Download {snip.filename}", lambda: handout["export"][1].text, file_name=snip.filename,
-                           mime="text/plain", on_click="ignore", key=f"{P}dl")
+        # (the snippet drawn here if a later move left none: that column's knobs are invalid and it says so)
+        b2.download_button(f"Download {snip.filename}", lambda: (handout.get("export") or (fw, snip))[1].text,
+                           file_name=snip.filename, mime="text/plain", on_click="ignore", key=f"{P}dl")
 
 
 def estimator_column(name: str, src: data.Source, payload, names: list[str], slots: dict, color_by,
@@ -192,8 +194,8 @@ def estimator_column(name: str, src: data.Source, payload, names: list[str], slo
         picks[name] = held
     view = data.explore(src, tuple((n, picks[n]) for n in names if n in picks), payload)
     d = dependents(view) if shared else None
-    if held is not None:
-        fig = view.rollout_map(name, color_by)
+    fig = view.rollout_map(name, color_by) if held is not None else None
+    if fig is not None:
         prepare(fig)
     plot_slot = st.container()
     panel = st.container(border=True)
@@ -207,8 +209,8 @@ def estimator_column(name: str, src: data.Source, payload, names: list[str], slo
     if cfg != held:  # the widgets made another config than the session held (a value they refused): redo
         view = data.explore(src, tuple((n, picks[n]) for n in names if n in picks), payload)
         d = dependents(view) if shared else None
+        fig = None if err else view.rollout_map(name, color_by)
     if not err:
-        fig = view.rollout_map(name, color_by)
         with plot_slot:
             chart(fig, key=f"{P}map.{name}")
         panel.markdown("  \n".join(column_numbers(view.estimator(name))), help="ESS: (Σw)² / Σw² of the applied "

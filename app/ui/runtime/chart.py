@@ -82,20 +82,23 @@ def _base() -> str:
     return f"/{path}/" if path else "/"
 
 
+def _scale() -> float:
+    """The charts' font scale: PRESENT_SCALE in presenter mode."""
+    return PRESENT_SCALE if present() else 1.0
+
+
 def prepare(*figs) -> None:
     """Serialize figures now (figure_json keeps the text while a figure lives): a run that computes everything it
     draws before it draws any of it sends its deltas together, and the browser renders them once."""
-    scale = PRESENT_SCALE if present() else 1.0
     for fig in figs:
-        figure_json(fig, scale)
+        figure_json(fig, _scale())
 
 
 def chart(fig, *, key: str, click: bool = False) -> dict | None:
     """Draw `fig` in the current container under `key` (stable across reruns: the node is kept and updated).
     With click=True, returns the clicked point ({"x", "y", "curve", "index", "customdata", "name"}) on the rerun
     a click causes, else None."""
-    scale = PRESENT_SCALE if present() else 1.0
-    result = _mount(data=payload(fig, click=click, scale=scale), key=key, width="stretch",
+    result = _mount(data=payload(fig, click=click, scale=_scale()), key=key, width="stretch",
                     **({"on_click_change": lambda: None} if click else {}))
     return getattr(result, "click", None) if click else None
 
