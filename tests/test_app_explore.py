@@ -511,3 +511,31 @@ def test_the_mapping_hint_follows_every_column_refusal_and_no_other():
     assert is_about_columns(refusal({"trainer_logprobs": lp, "inference_logprobs": lp}))  # no advantages
     assert not is_about_columns(refusal({"trainer_logprobs": [[-0.1, float("nan")]], "inference_logprobs": lp,
                                          "advantages": [1.0]}))  # a NaN: the file, not its column names
+
+
+def test_more_batch_knobs_are_drawn_only_while_their_section_is_open():
+    """A closed "More batch knobs" expander sends no widgets (a collapsed expander's sliders still cost the
+    browser a render on every run), yet a link's value for one of its knobs makes the batch, is noted in the
+    sidebar, and is the widget's value once the section is opened."""
+    from ui.state import BATCH_KEY
+
+    at = explore(**{"ex.sc.gaussian.group_size": "4"})
+    labels = {s.label for s in at.sidebar.select_slider}
+    assert "n_rollouts" in labels and "group_size" not in labels and "min_len" not in labels
+    assert any("group_size = 4" in c.value for c in at.sidebar.caption)
+    src, _ = at.session_state[BATCH_KEY]
+    assert src.config.group_size == 4 and src.config.min_len == 16
+    at.session_state["ex.sc.more"] = True
+    at.run()
+    assert not at.exception
+    knobs = {s.label: s for s in at.sidebar.select_slider}
+    assert knobs["group_size"].value == 4 and knobs["min_len"].value == 16
+    knobs["min_len"].set_value(8).run()
+    src, _ = at.session_state[BATCH_KEY]
+    assert src.config.min_len == 8 and src.config.group_size == 4
+    at.session_state["ex.sc.more"] = False  # closed again: the moved value stays, and is noted
+    at.run()
+    src, _ = at.session_state[BATCH_KEY]
+    assert "min_len" not in {s.label for s in at.sidebar.select_slider} and src.config.min_len == 8
+    assert any("min_len = 8" in c.value for c in at.sidebar.caption)
+    assert at.query_params["ex.sc.gaussian.min_len"] == "8"

@@ -41,7 +41,7 @@ def _synthetic(sb) -> data.Source | None:
     primary = {"n_rollouts", "max_len", "lengths", *own}
     advanced = tuple(f for f in cls.__dataclass_fields__ if f not in primary)
     cfg, err = knob_widgets(cls, f"{P}sc.{scenario}", container=sb, advanced=advanced,
-                            advanced_container=sb.expander("More batch knobs"),
+                            advanced_container=sb.expander("More batch knobs", key=f"{P}sc.more", on_change="rerun"),
                             defaults=FIRST_BATCH if scenario == FIRST_SCENARIO else None)
     seed = bound(sb.number_input, "Seed", f"{P}seed", 0, min_value=0, max_value=2**31 - 1, step=1,
                  valid=lambda v: isinstance(v, int) and v >= 0)

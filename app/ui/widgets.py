@@ -105,7 +105,10 @@ def knob_widgets(cls, prefix: str, *, container=st, exclude: tuple[str, ...] = (
     (config instance or None, error message or None).
 
     defaults: start values that differ from the config's own (the page's first view); advanced: knobs
-    drawn in `advanced_container` (e.g. an expander) instead of `container`. A value from the URL or a
+    drawn in `advanced_container` (e.g. an expander) instead of `container`, and only while it is open when it
+    tracks its state (an expander with on_change="rerun": a closed one's widgets are not sent, since a collapsed
+    expander's widgets still cost the browser a render on every run; they keep their values, as an undrawn
+    advanced knob does, and a value off its default is noted in `container`). A value from the URL or a
     preset that is off the slider's grid but valid for the knob is added to the grid. A knob declared
     advanced (adv_tau) is drawn only while the app shows its advanced knobs (state.show_advanced); else it
     keeps its value from the URL or this session, or its default, and says so when that is not the default."""
@@ -116,10 +119,14 @@ def knob_widgets(cls, prefix: str, *, container=st, exclude: tuple[str, ...] = (
             continue
         m = f.metadata
         key = f"{prefix}.{f.name}"
-        where = advanced_container if (f.name in advanced and advanced_container is not None) else container
+        tucked = f.name in advanced and advanced_container is not None
+        where = advanced_container if tucked else container
         default = defaults.get(f.name, f.default if f.default is not MISSING else None)
         if m.get("advanced") and not show_advanced():
             values[f.name] = _hidden(f, key, default, container)
+            continue
+        if tucked and getattr(where, "open", None) is False:
+            values[f.name] = _hidden(f, key, default, container, why="its knob is in the closed section above")
             continue
         if m["choices"] is not None:
             values[f.name] = bound(where.selectbox, f.name, key, default, options=list(m["choices"]),
@@ -142,13 +149,13 @@ def knob_widgets(cls, prefix: str, *, container=st, exclude: tuple[str, ...] = (
         return None, str(e)
 
 
-def _hidden(field, key: str, default, container):
-    """An advanced knob left undrawn: its value from the URL or this session (if the knob admits it), else the
-    default, kept in the URL as a drawn widget's would be; a note when it is not the default."""
+def _hidden(field, key: str, default, container, why: str = "an advanced knob, set by the link"):
+    """A knob left undrawn: its value from the URL or this session (if the knob admits it), else the default, kept
+    in the URL as a drawn widget's would be; a note saying `why` when it is not the default."""
     value = initial(key, default, valid=lambda v: v == default or _admissible(field, v))
     remember(key, value, default)
     if value != default:
-        container.caption(f"{field.name} = {fmt(value)} (an advanced knob, set by the link)")
+        container.caption(f"{field.name} = {fmt(value)} ({why})")
     return value
 
 
