@@ -14,6 +14,7 @@ import pkgutil
 import torch
 
 from .. import _native
+from ._host import host_line
 
 SHARED = {"timing"}  # modules of this package that are not sections
 
@@ -39,7 +40,7 @@ def main(argv=None) -> None:
     ap.add_argument("--pause", type=float, default=20.0)
     args = ap.parse_args(argv)
     print(f"# seqis benchmark: torch {torch.__version__}, {torch.get_num_threads()} CPU threads, device {args.device}; "
-          f"{_native.status()}")
+          f"{_native.status()}; {host_line()}")
     for name, section in found.items():
         if args.only and name not in args.only:
             continue

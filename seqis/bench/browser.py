@@ -27,6 +27,8 @@ import time
 import urllib.request
 from pathlib import Path
 
+from ._host import host_line
+
 ORDER = 50
 FIRST_LOADS = 5  # first loads after the server is up, each in a fresh browser context (the median is reported)
 ROOT = Path(__file__).resolve().parents[2]
@@ -318,7 +320,8 @@ def fresh_starts(root: Path, port: int, python: str, launchers: list[str], n: in
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=chromium(), args=CHROMIUM_ARGS)
         for i, launcher in ((i, la) for i in range(n) for la in launchers):
-            print(f"fresh server {i + 1} of {n} ({launcher}), load average {os.getloadavg()}", flush=True)
+            print(f"fresh server {i + 1} of {n} ({launcher}), load average {os.getloadavg()}; {host_line()}",
+                  flush=True)
             proc, up = start_server(root, port, python, launcher)
             try:
                 ctx = browser.new_context(viewport={"width": 1600, "height": 1000})
@@ -345,7 +348,7 @@ def measure(root: Path, port: int, python: str, only: list[str], moves: int, lau
     """Start the app from root, run the sections in `only`, return action -> measurements."""
     from playwright.sync_api import sync_playwright
 
-    print(f"machine: {os.cpu_count()} cpus, load average {os.getloadavg()}", flush=True)
+    print(f"machine: {os.cpu_count()} cpus, load average {os.getloadavg()}; {host_line()}", flush=True)
     proc, up = start_server(root, port, python, launcher)
     url = f"http://127.0.0.1:{port}"
     print(f"server up in {up:.1f} s", flush=True)
