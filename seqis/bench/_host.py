@@ -1,6 +1,7 @@
-"""This host's single-core speed, printed in every benchmark's header: these machines' hosts differ 2-3x in it
-between sessions, and the explorer's server and browser follow it, so an absolute figure (docs/speed.md, the
-README) is quoted with it and a figure read on another host can be set beside them. No torch here."""
+"""This host's single-core speed, printed in every benchmark's header: these machines' hosts differ 2-4x in it
+between sessions and within one, and the explorer's server and browser follow it, so an absolute figure
+(docs/speed.md, the README) is quoted with it and a figure read on another host can be set beside them. No torch
+here."""
 
 from __future__ import annotations
 
