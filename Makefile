@@ -28,8 +28,6 @@ $(BIN)/.ready: pyproject.toml
 	  "areal==1.0.4" && for w in $(VENV)/frameworks/*.whl; do \
 	  $(BIN)/python -m zipfile -e $$w $(VENV)/frameworks/$$(basename $$w | cut -d- -f1); done \
 	  || echo "framework wheels unavailable: tests/test_presets_frameworks.py will skip"
-	# the CPU's fused passes (seqis/_native.c), compiled now rather than on the first call
-	$(BIN)/python -c "from seqis import _native; print(_native.status())"
 	touch $@
 
 venv: $(BIN)/.ready

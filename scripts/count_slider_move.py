@@ -72,9 +72,8 @@ def settle(page, timeout_s: float = 240) -> None:
 
 
 def main() -> None:
+    from bench_browser import CHROMIUM_ARGS, chromium
     from playwright.sync_api import sync_playwright
-
-    from seqis.bench.browser import CHROMIUM_ARGS, chromium
 
     root = str(Path(sys.argv[1]).resolve()) if len(sys.argv) > 1 else str(HERE)
     with socket.socket() as s:

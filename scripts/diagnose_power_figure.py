@@ -19,7 +19,7 @@ sys.path.insert(0, str(ROOT / "app"))
 from ui.diagnose_charts import power_grid_figure  # noqa: E402
 from ui.png import to_png  # noqa: E402
 
-from seqis import diagnose_power  # noqa: E402
+from seqis.diagnosis import power as diagnose_power  # noqa: E402
 
 
 def main(argv=None) -> None:

@@ -19,7 +19,7 @@ import torch
 
 from seqis import Batch, diagnostics
 from seqis.io import ASSETS_DIR, VERL_NAMES, load_batch, save_batch
-from seqis.synthetic import make_batch
+from seqis.samplers.scenarios import make_batch
 
 
 def precision_tiny_lm() -> tuple[Batch, dict]:
@@ -28,7 +28,7 @@ def precision_tiny_lm() -> tuple[Batch, dict]:
 
 
 def tiny_lm_fault(**fault):
-    """The tiny transformer (its shipped weights) sampled through one sampler fault (seqis.sampler_faults)."""
+    """The tiny transformer (its shipped weights) sampled through one sampler fault (seqis.samplers.faults)."""
     return lambda: (make_batch("tiny_lm", seed=0, **fault), {})
 
 
@@ -36,7 +36,7 @@ def tiny_lm_weights(out: Path) -> None:
     """The tiny transformer's weights (assets/models/): `train(TinyLMConfig(), seed=0)` on 2 CPU threads."""
     from safetensors.torch import save_file
 
-    from seqis.tiny_lm import WEIGHTS, TinyLMConfig, train
+    from seqis.samplers.tiny_lm import WEIGHTS, TinyLMConfig, train
 
     t = time.perf_counter()
     lm, _ = train(TinyLMConfig(), seed=0)

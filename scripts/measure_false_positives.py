@@ -13,7 +13,7 @@ import time
 import torch
 
 from seqis import diagnose
-from seqis.synthetic import make_batch
+from seqis.samplers.scenarios import make_batch
 
 
 def main():

@@ -13,15 +13,15 @@ trajectories (mis_po); reference estimators (pg, seq_is, token_tis, ...) are the
     out = run("verl/bypass_pg_geo_rs", batch)   # every framework's shipped correction: seqis.PRESETS
 """
 
-from .compose import Composition, Criterion, Penalty, Weight
-from .diagnose import Finding, diagnose
-from .diagnostics import diagnostics
+from .core.compose import Composition, Criterion, Penalty, Weight
+from .core.spec import EstimatorSpec
+from .core.types import Batch, Config, EstimatorOutput, Knobs, knob, knobs
+from .diagnosis.causes import Finding, diagnose
+from .diagnosis.statistics import diagnostics
 from .estimators import ESTIMATORS, SEED_ESTIMATORS
-from .evaluate import AGGREGATIONS
+from .evaluators.plain import AGGREGATIONS
 from .presets import PRESETS
 from .registry import run, run_many
-from .spec import EstimatorSpec
-from .types import Batch, Config, EstimatorOutput, Knobs, knob, knobs
 
 __all__ = [
     "AGGREGATIONS",

@@ -10,7 +10,7 @@ from pathlib import Path
 # command -> (module with main(argv), one line of help)
 COMMANDS: dict[str, tuple[str, str]] = {
     "bench": ("seqis.bench", "benchmarks that print ratios to a floor (python -m seqis bench --help)"),
-    "diagnose": ("seqis.diagnose_cli", "why a batch's trainer and sampler disagree (python -m seqis diagnose --help)"),
+    "diagnose": ("seqis.diagnosis.cli", "why a batch's trainer and sampler disagree (python -m seqis diagnose --help)"),
     "scan": ("seqis.runs.cli", "scan every step of a run into a parquet table (python -m seqis scan --help)"),
 }
 

@@ -2,9 +2,9 @@
 
     name or key --entry--> (EstimatorSpec, its default config) --resolve--> Composition --> output
 
-`ESTIMATORS` (seqis/estimators/) and `PRESETS` (seqis/presets/) are tables of records (seqis/spec.py); this module
+`ESTIMATORS` (seqis/estimators/) and `PRESETS` (seqis/presets/) are tables of records (seqis/core/spec.py); this module
 sits above both, so neither imports the other. Every composition is evaluated by the fast evaluator
-(seqis/fast.py), which is held to the plain one (seqis/evaluate.py) by the tests; a composition whose parts the
+(evaluators/fast.py), which is held to the plain one (evaluators/plain.py) by the tests; a composition whose parts the
 fast evaluator does not know (`fast.supports`) is evaluated by the plain one.
 """
 
@@ -14,14 +14,14 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cache, lru_cache
 
-from . import fast
-from .compose import Composition
+from .core.compose import Composition
+from .core.spec import EstimatorSpec
+from .core.types import Batch, Config, EstimatorOutput
 from .estimators import ESTIMATORS
-from .evaluate import AGGREGATIONS, evaluate
-from .fast import Ratios
+from .evaluators import fast
+from .evaluators.fast import Ratios
+from .evaluators.plain import AGGREGATIONS, evaluate
 from .presets import PRESETS
-from .spec import EstimatorSpec
-from .types import Batch, Config, EstimatorOutput
 
 Correctable = str | Composition  # a registry name, a preset key ("verl/bypass_pg_is") or a composition
 

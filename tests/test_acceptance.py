@@ -1,4 +1,4 @@
-"""seqis.acceptance: the simulations behind the Length & thresholds page agree with seqis.theory's closed
+"""seqis.theory.acceptance: the simulations behind the Length & thresholds page agree with theory.formulas's closed
 forms (within a few standard errors, fixed seeds), and the deterministic cases match hand arithmetic.
 
 Statistical checks use 4 standard errors plus a small absolute slack for the closed forms' own rounding;
@@ -10,7 +10,9 @@ import math
 import pytest
 import torch
 
-from seqis import ESTIMATORS, acceptance, theory
+from seqis import ESTIMATORS
+from seqis.theory import acceptance
+from seqis.theory import formulas as theory
 
 S = 0.05  # the literature's usual noise scale: per-token KL 0.00125
 

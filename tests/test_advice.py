@@ -1,4 +1,4 @@
-"""seqis.advice: the batch's facts match the closed forms, each reading follows its composition (never its
+"""seqis.diagnosis.advice: the batch's facts match the closed forms, each reading follows its composition (never its
 name), and the suggestion follows the stated order (token-level rules first when catastrophic tokens are present,
 then a per-rollout IS weight)."""
 
@@ -8,11 +8,11 @@ import pytest
 import torch
 
 from seqis import ESTIMATORS, run_many
-from seqis.advice import advise, batch_facts, regime
-from seqis.fast import Ratios
+from seqis.diagnosis.advice import advise, batch_facts, regime
+from seqis.diagnosis.summaries import effective_batch
+from seqis.evaluators.fast import Ratios
 from seqis.registry import resolve
-from seqis.summaries import effective_batch
-from seqis.synthetic import make_batch
+from seqis.samplers.scenarios import make_batch
 
 SHOWN = ["seq_tis", "seq_mis", "geo_mask", "mis_po", "pg", "seq_is", "token_tis", "max_mask"]
 

@@ -10,7 +10,7 @@ import torch
 
 from seqis import ESTIMATORS, PRESETS, run_many
 from seqis.presets import FRAMEWORKS
-from seqis.synthetic import make_batch
+from seqis.samplers.scenarios import make_batch
 
 pytest.importorskip("streamlit")
 from pages import SMALL, open_view  # noqa: E402

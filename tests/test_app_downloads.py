@@ -11,7 +11,7 @@ import tomllib
 import yaml
 
 from seqis import PRESETS, run_many
-from seqis.synthetic import make_batch
+from seqis.samplers.scenarios import make_batch
 
 pytest.importorskip("streamlit")
 from pages import explore, open_code  # noqa: E402

@@ -15,10 +15,10 @@ import torch
 from pages import charts, open_code  # noqa: E402
 
 from seqis import ESTIMATORS, SEED_ESTIMATORS, run_many
-from seqis.fast import Ratios
+from seqis.diagnosis.summaries import dropped_map, effective_batch, token_map, weight_histogram
+from seqis.evaluators.fast import Ratios
 from seqis.io import save_batch
-from seqis.summaries import dropped_map, effective_batch, token_map, weight_histogram
-from seqis.synthetic import make_batch
+from seqis.samplers.scenarios import make_batch
 
 APP = str(Path(__file__).resolve().parent.parent / "app" / "streamlit_app.py")
 SMALL = {"ex.sc.gaussian.n_rollouts": "64", "ex.sc.gaussian.max_len": "256"}
@@ -46,7 +46,7 @@ def metric(at, estimator: str, name: str) -> float:
 
 
 def effective(at, estimator: str, name: str) -> float:
-    """A value of the effective-batch table, by its seqis.summaries.effective_batch name (the page's row says it in
+    """A value of the effective-batch table, by its summaries.effective_batch name (the page's row says it in
     words: EFFECTIVE)."""
     from ui.explore_data import EFFECTIVE
 
@@ -325,7 +325,7 @@ def test_a_batch_too_large_for_the_device_is_refused():
 
 @pytest.mark.gpu
 def test_explore_summaries_match_between_cpu_and_cuda():
-    """The summaries the page draws (seqis.summaries) on CUDA equal the CPU's, for every estimator."""
+    """The summaries the page draws (seqis.diagnosis.summaries) on CUDA equal the CPU's, for every estimator."""
     cpu = make_batch("catastrophic", n_rollouts=300, max_len=2048, seed=11)
     gpu = cpu.to("cuda")
     rc, rg = Ratios.of(cpu), Ratios.of(gpu)
@@ -427,7 +427,7 @@ def test_a_figure_as_plain_data_is_the_json_plotly_writes_for_it():
     from ui import explore_data as data
     from ui.presets import FIRST_ESTIMATORS
 
-    from seqis.synthetic import SCENARIOS
+    from seqis.samplers.scenarios import SCENARIOS
 
     src = data.Source("synthetic", "drift", SCENARIOS["drift"](n_rollouts=32, max_len=128), 0)
     view = data.explore(src, tuple((n, data.start(n).config) for n in [*FIRST_ESTIMATORS, "token_tis"]))

@@ -8,7 +8,7 @@ import pytest
 
 from seqis import PRESETS, run_many
 from seqis.presets import FRAMEWORKS
-from seqis.synthetic import make_batch
+from seqis.samplers.scenarios import make_batch
 
 pytest.importorskip("streamlit")
 from pages import open_code  # noqa: E402

@@ -20,8 +20,9 @@ pytest.importorskip("streamlit")
 from pages import APP, charts, open_view  # noqa: E402
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
-from seqis import ESTIMATORS, lab, theory  # noqa: E402
+from seqis import ESTIMATORS, lab  # noqa: E402
 from seqis.lab.huang2026 import ESTIMATOR_OF  # noqa: E402
+from seqis.theory import formulas as theory  # noqa: E402
 
 sys.path.insert(0, APP.rsplit("/", 1)[0])
 from ui import lab_data, lessons_data  # noqa: E402
@@ -274,8 +275,8 @@ def test_every_screen_is_a_cache_hit_after_the_warm_up(screens, monkeypatch):
     settings each screen offers go through the same code with another number (left out here: they cost minutes)."""
     import streamlit as st
 
-    import seqis.acceptance
     import seqis.lab
+    import seqis.theory.acceptance
 
     for name, first in (("OPEN_S", (0.05,)), ("OPEN_ROLLOUTS", (0,)), ("BAND_S", (0.05,)), ("CAT_L", (10,)),
                         ("CAT_LOW", (0.5,)), ("REWARD_OPTIONS", ("threshold",)), ("CLIP_B", (128,)),
@@ -294,7 +295,7 @@ def test_every_screen_is_a_cache_hit_after_the_warm_up(screens, monkeypatch):
     refusing(lessons_data, ("train_expected",))
     st.cache_data.clear()
     lessons_data.warm_all("cpu")
-    refusing(seqis.acceptance, ("running_ratios", "length_sweep", "catastrophic", "kl_sweep", "drift"))
+    refusing(seqis.theory.acceptance, ("running_ratios", "length_sweep", "catastrophic", "kl_sweep", "drift"))
     for n in range(N_SCREENS):
         at = lesson(n)
         assert len(charts(at)) == 1
@@ -346,7 +347,8 @@ def test_clip_sweep_marks_the_best_clip_and_li_on_a_linear_axis():
 
 
 def test_the_chi2_of_c_star_is_named_where_it_is_quoted():
-    from seqis import advice, synthetic
+    from seqis.diagnosis import advice
+    from seqis.samplers import scenarios as synthetic
 
     trades = ESTIMATORS["seq_tis"].section("Trades")
     assert "E_mu[w^2] - 1 the\nwhole rollout's" in trades or "whole rollout's" in trades

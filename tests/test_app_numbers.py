@@ -11,7 +11,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "app"))
 from ui.explore_data import shown_diagnostics  # noqa: E402
 from ui.numbers import number  # noqa: E402
 
-from seqis.diagnose import _threshold_clause, mismatch_stats  # noqa: E402
+from seqis.diagnosis.causes import _threshold_clause, mismatch_stats  # noqa: E402
 
 
 @pytest.mark.parametrize("value, text", [

@@ -170,7 +170,7 @@ def test_follow_is_off_for_an_upload():
 def test_group_by_offers_only_the_columns_the_run_has(tmp_path, monkeypatch):
     monkeypatch.setenv("SEQIS_DATA_ROOTS", str(tmp_path))
     from seqis.io import save_batch
-    from seqis.synthetic import make_batch
+    from seqis.samplers.scenarios import make_batch
 
     verl = tmp_path / "verl"  # verl-style dumps: no env_name; data_source on the last step only
     verl.mkdir()

@@ -14,14 +14,14 @@ from ui import explore_data, warm  # noqa: E402
 from ui.presets import PRESETS  # noqa: E402
 from ui.state import query  # noqa: E402
 
-import seqis.synthetic  # noqa: E402
+import seqis.samplers.scenarios  # noqa: E402
 
 
 def _no_computing(monkeypatch):
     def refuse(*a, **k):
         raise AssertionError("the page computed something the warm-up should have computed")
 
-    monkeypatch.setattr(seqis.synthetic, "make_batch", refuse)
+    monkeypatch.setattr(seqis.samplers.scenarios, "make_batch", refuse)
     monkeypatch.setattr(explore_data, "run_many", refuse)
 
 
@@ -133,7 +133,7 @@ def test_the_background_steps_hold_every_scenario_and_compares_first_view(monkey
     monkeypatch.setattr(warm, "QUIET_S", 0.0)
     steps = warm.background_steps()
     assert warm.compare_view in steps
-    assert len(steps) >= len(seqis.synthetic.SCENARIOS) + 2
+    assert len(steps) >= len(seqis.samplers.scenarios.SCENARIOS) + 2
     warm.run_when_quiet([warm.compare_view])
     _no_computing(monkeypatch)
     at = open_view("views/compare.py")

@@ -10,7 +10,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "app"))
 from ui.widgets import knob_grid  # noqa: E402
 
 from seqis import ESTIMATORS, PRESETS  # noqa: E402
-from seqis.types import Config, knob, knobs  # noqa: E402
+from seqis.core.types import Config, knob, knobs  # noqa: E402
 
 
 @dataclasses.dataclass(frozen=True)

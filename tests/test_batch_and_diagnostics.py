@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from seqis import Batch, diagnose, diagnostics, run
-from seqis.diagnostics import percentiles
+from seqis.diagnosis.statistics import percentiles
 
 D = torch.float64
 
@@ -169,7 +169,7 @@ def test_percentiles_on_large_inputs():
 def test_order_statistics_are_exact_against_a_sort(monkeypatch):
     # the bracketed selection (a strided sample, then a selection among the few in the bracket) against a plain
     # sort: ties, a constant tensor, tiny and ragged sizes, sorted and reversed orders, every rank of small ones
-    from seqis.diagnostics import order_statistics
+    from seqis.diagnosis.statistics import order_statistics
 
     g = torch.Generator().manual_seed(0)
     cases = [torch.randn(100_003, generator=g).abs(), torch.randint(0, 7, (50_000,), generator=g).float(),
@@ -234,9 +234,9 @@ def _drawn(B=96, T=700, seed=0, dtype=torch.float32):
 def test_the_blocked_pass_sums_rho_squared_as_the_definition(dtype, shortcuts):
     # Ratios.of(chi2=True): each row's sum of rho^2 - 1, l capped at 20, against the definition in float64 (a
     # different formula, e (e + 2) from the block's expm1, would have to agree); diagnostics reads it or makes it
-    from seqis._kernels import RHO_M1_CAP
-    from seqis.evaluate import MAX_LOG_WEIGHT
-    from seqis.fast import Ratios
+    from seqis.evaluators.fast import Ratios
+    from seqis.evaluators.kernels import RHO_M1_CAP
+    from seqis.evaluators.plain import MAX_LOG_WEIGHT
 
     assert RHO_M1_CAP == math.expm1(MAX_LOG_WEIGHT / 2)
     batch, mask = _drawn(dtype=dtype)
@@ -254,7 +254,7 @@ def test_the_blocked_pass_sums_rho_squared_as_the_definition(dtype, shortcuts):
 
 
 def test_the_max_comes_from_the_rows_extremes_when_the_pass_made_them():
-    from seqis.fast import Ratios
+    from seqis.evaluators.fast import Ratios
 
     batch, mask = _drawn(seed=1)
     l = torch.where(mask, batch.trainer_logprobs - batch.inference_logprobs, 0.0)
@@ -265,7 +265,7 @@ def test_the_max_comes_from_the_rows_extremes_when_the_pass_made_them():
 
 
 def test_sampled_percentiles_are_those_of_the_strided_loss_tokens_and_near_the_exact_ones():
-    from seqis.diagnostics import strided_sample
+    from seqis.diagnosis.statistics import strided_sample
 
     g = torch.Generator().manual_seed(2)
     B, T = 256, 1024

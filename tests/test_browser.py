@@ -46,7 +46,8 @@ def _free_port() -> int:
 
 @pytest.fixture(scope="module")
 def server():
-    from seqis.bench.browser import start_server, stop_server
+    sys.path.insert(0, str(Path(ROOT) / "scripts"))  # the browser bench lives on the app's side, beside the app
+    from bench_browser import start_server, stop_server
 
     port = _free_port()
     proc, _ = start_server(ROOT, port, sys.executable)
@@ -258,7 +259,7 @@ def test_upload_with_other_column_names_maps_them_and_refuses_a_pickle(server, b
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from seqis.synthetic import make_batch
+    from seqis.samplers.scenarios import make_batch
 
     b = make_batch("gaussian", n_rollouts=12, max_len=40, seed=2)
     rows = [b.loss_mask[j].nonzero().flatten().tolist() for j in range(12)]

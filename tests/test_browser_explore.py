@@ -88,8 +88,8 @@ def test_the_open_advice_follows_a_knob_and_a_closed_one_waits(server, browser):
     """Closed (a scenario's start), the advice is not drawn, and a move does not draw it; opened (a page rerun),
     it reads the knobs, and a move (a fragment rerun) redraws it with the library's numbers."""
     from seqis import ESTIMATORS, run_many
-    from seqis.summaries import effective_batch
-    from seqis.synthetic import make_batch
+    from seqis.diagnosis.summaries import effective_batch
+    from seqis.samplers.scenarios import make_batch
 
     page = open_page(browser, f"{server}/?{SMALL}", 1600, "explore")
     advice = page.locator('[data-testid="stExpander"]').filter(has_text="What this means")
@@ -219,7 +219,7 @@ def test_refused_uploads_say_what_is_wrong_with_the_file(server, browser, tmp_pa
     import pandas as pd
 
     from seqis.io import save_batch
-    from seqis.synthetic import make_batch
+    from seqis.samplers.scenarios import make_batch
 
     save_batch(make_batch("gaussian", n_rollouts=12, max_len=40, seed=2), tmp_path / "b.parquet")
     good = (tmp_path / "b.parquet").read_bytes()

@@ -64,7 +64,7 @@ def _files(folder: Path) -> dict[str, tuple[Path, bool]]:
     from seqis.io import save_batch
     from seqis.runs import scan
     from seqis.runs.example import write_prime_rl_run
-    from seqis.synthetic import make_batch
+    from seqis.samplers.scenarios import make_batch
 
     b = make_batch("catastrophic", seed=4, n_rollouts=24, max_len=64)
     out = {}

@@ -5,10 +5,10 @@ import pytest
 import torch
 
 from seqis import diagnostics
-from seqis.capture import capture
 from seqis.io import load_batch
+from seqis.io.capture import capture
 from seqis.runs import load_run
-from seqis.synthetic import make_batch
+from seqis.samplers.scenarios import make_batch
 
 
 def verl_fields(seed=0):

@@ -11,7 +11,7 @@ import torch
 from seqis import Batch
 from seqis.__main__ import COMMANDS, main
 from seqis.io import save_batch
-from seqis.synthetic import make_batch
+from seqis.samplers.scenarios import make_batch
 
 
 def test_no_arguments_prints_usage_listing_every_command(capsys):

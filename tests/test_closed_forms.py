@@ -1,4 +1,4 @@
-"""seqis.closed_forms: every estimator's and preset's closed form, read from its composition, agrees with the
+"""seqis.theory.closed_forms: every estimator's and preset's closed form, read from its composition, agrees with the
 estimator itself on seeded valid-IS-noise batches (4 standard errors plus a small slack), and with the theory
 function it names; compositions it does not cover get None.
 
@@ -13,8 +13,10 @@ import numpy as np
 import pytest
 import torch
 
-from seqis import ESTIMATORS, PRESETS, Composition, Criterion, Weight, acceptance, run_many, theory
-from seqis.closed_forms import closed_form
+from seqis import ESTIMATORS, PRESETS, Composition, Criterion, Weight, run_many
+from seqis.theory import acceptance
+from seqis.theory import formulas as theory
+from seqis.theory.closed_forms import closed_form
 
 N = 4000
 # (T, s): sigma^2 = T s^2 of 0.16-0.64, where the sequence weight's variance is still estimable from N rollouts

@@ -9,7 +9,7 @@ import pytest
 SCRIPT = r"""
 import hashlib, torch
 from seqis import ESTIMATORS, Batch, diagnostics, run
-from seqis.synthetic import make_batch
+from seqis.samplers.scenarios import make_batch
 
 h = hashlib.sha256()
 def eat(x):

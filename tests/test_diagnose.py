@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from seqis import ESTIMATORS, Batch, Finding, diagnose, run_many
-from seqis.diagnose import (
+from seqis.diagnosis.causes import (
     CATASTROPHIC_LOG_RATIO,
     aligned_pairs,
     best_shift,
@@ -22,10 +22,10 @@ from seqis.diagnose import (
     temperature_fit,
     truncation_test,
 )
-from seqis.fast import Ratios
-from seqis.sampler_faults import truth
-from seqis.summaries import band_shares, correction_fractions, ratio_quantiles
-from seqis.synthetic import make_batch
+from seqis.diagnosis.summaries import band_shares, correction_fractions, ratio_quantiles
+from seqis.evaluators.fast import Ratios
+from seqis.samplers.faults import truth
+from seqis.samplers.scenarios import make_batch
 
 # seed 0 in the fast suite, seeds 1 and 2 under make test (slow)
 SEEDS = (0, *(pytest.param(s, marks=pytest.mark.slow) for s in (1, 2)))

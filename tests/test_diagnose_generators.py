@@ -1,4 +1,4 @@
-"""diagnose on samplers it was not tuned on: every generator of seqis.generators (256 to 32k tokens, three entropy
+"""diagnose on samplers it was not tuned on: every generator of samplers.generators (256 to 32k tokens, three entropy
 profiles, rounding of logits, of the whole model or of probabilities), several seeds, each line of issue 24's
 "Done when": truncation found with its log offset within 25%, temperatures within 5%, raw log-probs with their
 entropy gap within 25%, off-by-one and catastrophic tokens as on the tiny transformer, policy lag named as a
@@ -7,7 +7,7 @@ trainer-side mismatch and never as a sampler fault, and no warn or bad on a clea
 import pytest
 
 from seqis import diagnose
-from seqis.generators import GENERATORS, LMGenerator, make, truth
+from seqis.samplers.generators import GENERATORS, LMGenerator, make, truth
 
 SEEDS = (0, 1)
 

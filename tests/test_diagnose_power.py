@@ -1,12 +1,12 @@
-"""seqis.diagnose_power, the power bench's table: its rates against a plain count, the page's views of it, and the
+"""seqis.diagnosis.power, the power bench's table: its rates against a plain count, the page's views of it, and the
 committed table (assets/bench/diagnose_power.json) as what the bench measures now and what issue 24's "Done when" asks
 of it: each fault found at the sizes it names, estimates within their tolerance, no false alarm on >= 100 clean
 batches."""
 
 import pytest
 
-from seqis import diagnose_power as dp
-from seqis.diagnose_power import FAULTS, SIZES, measure, smallest_seen, summarize, view, views
+from seqis.diagnosis import power as dp
+from seqis.diagnosis.power import FAULTS, SIZES, measure, smallest_seen, summarize, view, views
 
 
 @pytest.fixture(scope="module")

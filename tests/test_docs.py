@@ -10,9 +10,9 @@ from pathlib import Path
 
 import torch
 
-from seqis import fast
-from seqis.evaluate import evaluate
-from seqis.spec import EstimatorSpec
+from seqis.core.spec import EstimatorSpec
+from seqis.evaluators import fast
+from seqis.evaluators.plain import evaluate
 
 ROOT = Path(__file__).resolve().parents[1]
 

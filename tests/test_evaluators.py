@@ -1,5 +1,5 @@
 """Three computations of every correction agree: each estimator's own `reference` (the formula in its file), the
-plain evaluator of its composition (seqis/evaluate.py, the definition) and the fast evaluator (seqis/fast.py,
+plain evaluator of its composition (evaluators/plain.py, the definition) and the fast evaluator (evaluators/fast.py,
 every form it can take); and for every preset, the plain and the fast evaluator.
 
 Batches are hypothesis-drawn and ragged: float32 and float64, NaN / -inf / finite padding, empty rollouts,
@@ -11,7 +11,6 @@ the last tests break a reference and fast paths on purpose and check that the co
 
 from __future__ import annotations
 
-import contextlib
 import math
 
 import pytest
@@ -21,11 +20,11 @@ from hypothesis import strategies as st
 from strategies import configs, examples
 from test_reference import compositions  # the reference test's draws: each part a helper adds is drawn here too
 
-from seqis import AGGREGATIONS, ESTIMATORS, PRESETS, Batch, _native, run
-from seqis import fast as fast_module
-from seqis.compose import BatchRule, Composition, Criterion, Weight
-from seqis.evaluate import evaluate
-from seqis.fast import Ratios
+from seqis import AGGREGATIONS, ESTIMATORS, PRESETS, Batch, run
+from seqis.core.compose import BatchRule, Composition, Criterion, Weight
+from seqis.evaluators import fast as fast_module
+from seqis.evaluators.fast import Ratios
+from seqis.evaluators.plain import evaluate
 from seqis.registry import resolve
 
 
@@ -89,11 +88,9 @@ def same_output(a, b, batch: Batch, what: str) -> None:
 
 
 # the fast evaluator's forms: CPU shortcuts, the GPU's passes (shortcuts off), token-level parts always in the
-# sparse rows form on a shared profile (as run_many of several does), never sparse, and the first two again in
-# their torch forms instead of the CPU's fused passes (seqis/_native.c: a CPU without a C compiler, and a GPU)
-FORMS = [dict(), dict(shortcuts=False), dict(sparse_share=1.0, profiles=True), dict(sparse_share=-1.0),
-         dict(native=False), dict(shortcuts=False, native=False)]
-FORM_IDS = ["cpu", "passes", "sparse", "dense", "cpu torch", "passes torch"]
+# sparse rows form on a shared profile (as run_many of several does), never sparse
+FORMS = [dict(), dict(shortcuts=False), dict(sparse_share=1.0, profiles=True), dict(sparse_share=-1.0)]
+FORM_IDS = ["cpu", "passes", "sparse", "dense"]
 
 
 def fast(comp, batch: Batch, agg: str, form: dict):
@@ -103,8 +100,7 @@ def fast(comp, batch: Batch, agg: str, form: dict):
 
 def fast_agrees(comp, batch: Batch, agg: str, form: dict, want, what: str) -> None:
     """The fast evaluator in this form gives `want` (its lazy parts, the gradient among them, made in it too)."""
-    with _native.disabled() if form.get("native") is False else contextlib.nullcontext():
-        same_output(fast(comp, batch, agg, form), want, batch, what)
+    same_output(fast(comp, batch, agg, form), want, batch, what)
 
 
 @pytest.mark.parametrize("name", list(ESTIMATORS))
@@ -216,7 +212,7 @@ def test_statistics_made_in_blocks_of_rows_equal_one_pass(T, dtype):
     # the statistics the fast evaluator takes from the definition's own elementwise code, made in blocks of rows
     # (several blocks at these sizes; the drawn batches above fit in one): the same values to the bit, nan
     # where a log-prob above 0 makes a probability above 1
-    from seqis.evaluate import statistic as plain_statistic
+    from seqis.evaluators.plain import statistic as plain_statistic
 
     g = torch.Generator().manual_seed(T)
     B = (1 << 19) // T  # 8 or 9 blocks

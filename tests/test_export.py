@@ -18,7 +18,7 @@ except ModuleNotFoundError:  # Python 3.10
     tomllib = pytest.importorskip("tomli")
 
 from seqis import ESTIMATORS, PRESETS
-from seqis.compose import Composition, Criterion, Penalty, Weight
+from seqis.core.compose import Composition, Criterion, Penalty, Weight
 from seqis.export import EXPORTERS, export, export_all
 from seqis.export._format import fmt
 

@@ -29,11 +29,11 @@ import seqis.io as sio
 import seqis.io.load as sio_load
 from seqis import Batch
 from seqis.__main__ import main as cli
-from seqis.capture import capture
 from seqis.io import BatchFormatError, load_batch, save_batch
+from seqis.io.capture import capture
 from seqis.runs import load_run, read_scan, scan
 from seqis.runs.example import write_prime_rl_run
-from seqis.synthetic import make_batch
+from seqis.samplers.scenarios import make_batch
 
 TRIED: Counter = Counter()  # inputs per boundary
 ACCEPTED: Counter = Counter()  # of them, those that came out as a valid batch / file / run

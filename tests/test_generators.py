@@ -1,4 +1,4 @@
-"""seqis.generators: the recurrent LMs the diagnosis was not tuned on. Each preset is reproducible, differs from the
+"""samplers.generators: the recurrent LMs the diagnosis was not tuned on. Each preset is reproducible, differs from the
 others where it should, rounds through bf16 by default, and reports the truth its sampler knows; with an fp32
 sampler the identities behind the detectors hold exactly (truncation: l = log kept mass on every token)."""
 
@@ -7,8 +7,8 @@ import math
 import pytest
 import torch
 
-from seqis.generators import GENERATORS, LMGenerator, make, truth
-from seqis.synthetic import make_batch
+from seqis.samplers.generators import GENERATORS, LMGenerator, make, truth
+from seqis.samplers.scenarios import make_batch
 
 SMALL = dict(n_prompts=2)  # 16 rollouts: a few hundred tokens, well under a second
 

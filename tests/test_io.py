@@ -23,7 +23,7 @@ import seqis.io.load as sio_load
 from seqis import Batch, run
 from seqis.io import FORMATS, VERL_NAMES, BatchFormatError, list_assets, load_batch, save_batch
 from seqis.io.write import LAYOUTS
-from seqis.synthetic import make_batch
+from seqis.samplers.scenarios import make_batch
 
 COMBOS = [(fmt, layout, split) for fmt in FORMATS for layout in ("rows", "padded", "packed")
           for split in (("position_ids", "seq_lens") if layout == "packed" else ("position_ids",))

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 import torch
 
-from seqis import ESTIMATORS, Batch, run, theory
+from seqis import ESTIMATORS, Batch, run
 from seqis.lab import (
     AGG,
     BitChain,
@@ -24,6 +24,7 @@ from seqis.lab import (
     sweep_knob,
     sweep_lag,
 )
+from seqis.theory import formulas as theory
 
 INF = math.inf
 cfg = lambda name, **kw: ESTIMATORS[name].config(**kw)

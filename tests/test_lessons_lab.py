@@ -14,9 +14,10 @@ import numpy as np
 import pytest
 import torch
 
-from seqis import ESTIMATORS, lab, theory
+from seqis import ESTIMATORS, lab
 from seqis.lab.huang2026 import ESTIMATOR_OF
 from seqis.lab.mean_field import train_expected
+from seqis.theory import formulas as theory
 
 
 @pytest.mark.parametrize("reward", ["threshold", "additive"])
@@ -124,7 +125,7 @@ def test_train_expected_sequence_is_ignores_the_lag_and_refuses_what_it_cannot_d
 
 
 def test_weight_quantiles_match_the_band_acceptance_and_simulation():
-    from seqis import acceptance
+    from seqis.theory import acceptance
 
     T, s = 4096, 0.05
     for z in (-2.0, 0.0, 1.0):  # P(w <= its z-quantile) = Phi(z), by the product band's own closed form

@@ -1,4 +1,4 @@
-"""seqis.monitor.step_metrics: the flat dict a trainer logs. Every diagnostics name, each correction's metrics and
+"""seqis.runs.monitor.step_metrics: the flat dict a trainer logs. Every diagnostics name, each correction's metrics and
 each finding kind as finite floats (also on batches whose ratios overflow), the same values as diagnostics, run and
 diagnose give; per group with `by`; verl's names against verl's own compute_offpolicy_metrics (the installed
 package, its heavy imports stubbed as in test_presets_verl.py) and prime-rl's against its arithmetic written out
@@ -16,9 +16,16 @@ import torch
 from test_presets_verl import verl  # noqa: F401 (fixture: verl's rollout_corr_helper and core_algos)
 
 from seqis import ESTIMATORS, Batch, diagnose, diagnostics, run
-from seqis.diagnose import KINDS
-from seqis.monitor import FINDINGS_TOKENS, FRAMEWORK_NAMES, LEVELS, PERCENTILE_SAMPLE, findings_rows, step_metrics
-from seqis.synthetic import make_batch
+from seqis.diagnosis.causes import KINDS
+from seqis.runs.monitor import (
+    FINDINGS_TOKENS,
+    FRAMEWORK_NAMES,
+    LEVELS,
+    PERCENTILE_SAMPLE,
+    findings_rows,
+    step_metrics,
+)
+from seqis.samplers.scenarios import make_batch
 
 CORRECTIONS = ["seq_tis", "mis_po", "verl/bypass_pg_geo_rs", "prime-rl/ipo"]
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "live-runs.md"

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from seqis import ESTIMATORS, PRESETS, Batch, run, run_many
-from seqis.evaluate import evaluate
+from seqis.evaluators.plain import evaluate
 from seqis.presets import FRAMEWORKS, presets_of
 from seqis.registry import About, about, resolve
 

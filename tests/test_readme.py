@@ -31,11 +31,11 @@ def test_a_folder_named_seqis_beside_the_script_shadows_the_package_as_the_readm
     code = "from seqis import Batch; print(Batch.__module__)"
     shadowed = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120)
     if shadowed.returncode == 0:  # installed as a regular package (pip install .): site-packages wins
-        assert shadowed.stdout.strip() == "seqis.types"
+        assert shadowed.stdout.strip() == "seqis.core.types"
     else:
         message = "cannot import name 'Batch' from 'seqis' (unknown location)"
         assert message in shadowed.stderr and message in (root / "README.md").read_text()
     for cwd, flags in ((tmp_path, ["-P"]), (root, [])):
         res = subprocess.run([sys.executable, *flags, "-c", code], cwd=cwd, capture_output=True, text=True,
                              timeout=120)
-        assert res.returncode == 0 and res.stdout.strip() == "seqis.types", res.stderr
+        assert res.returncode == 0 and res.stdout.strip() == "seqis.core.types", res.stderr

@@ -23,10 +23,11 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from strategies import configs, examples, ulps_around
 
-from seqis import AGGREGATIONS, ESTIMATORS, Batch, fast, run
-from seqis.compose import BatchRule, Composition, Criterion, Penalty, Weight
-from seqis.evaluate import evaluate
-from seqis.fast import Ratios
+from seqis import AGGREGATIONS, ESTIMATORS, Batch, run
+from seqis.core.compose import BatchRule, Composition, Criterion, Penalty, Weight
+from seqis.evaluators import fast
+from seqis.evaluators.fast import Ratios
+from seqis.evaluators.plain import evaluate
 from seqis.registry import entry, resolve
 
 D = torch.float64

@@ -94,7 +94,7 @@ def test_a_penalty_adds_its_gradient_once_per_output(batch):
 
 def test_row_dots_in_blocks_equal_the_plain_formula():
     # dot_rows makes a * b a block of rows at a time on the CPU (no fresh (B, T) product)
-    from seqis._kernels import DOT_BLOCK, dot_rows
+    from seqis.evaluators.kernels import DOT_BLOCK, dot_rows
 
     g = torch.Generator().manual_seed(0)
     T = 1000
@@ -109,7 +109,7 @@ def test_a_sparse_filters_kept_sums_in_one_pass_equal_the_formula(dtype, T):
     # kept_k3_logp_sums: the sums over the kept tokens of k3 = expm1(l) - l and of the cleaned log pi, made in
     # blocks of rows; against the formula written out on the whole (R, T) tensors, float64 sums of the same
     # products, and the values the two row dots give to the bit
-    from seqis._kernels import DOT_BLOCK, dot_rows, k3_of, kept_k3_logp_sums
+    from seqis.evaluators.kernels import DOT_BLOCK, dot_rows, k3_of, kept_k3_logp_sums
 
     g = torch.Generator().manual_seed(T)
     R = 2 * (DOT_BLOCK // T) + 3  # several blocks and a short last one
@@ -147,7 +147,7 @@ def test_a_callers_ratios_serves_later_calls_unchanged():
     # keeps for later calls is the same record after each, and each call gives what run() gives
     import dataclasses
 
-    from seqis.fast import Ratios
+    from seqis.evaluators.fast import Ratios
 
     batch = _batch("sparse")
     r = Ratios.of(batch)
@@ -166,7 +166,7 @@ def test_row_extremes_made_with_the_log_ratios(kind):
     # Ratios.of(extremes=True) makes each row's max and min of l in its blocked pass: they are amax / amin of l
     # (padding's 0 included), clamped copies carry them clamped, and every output is what a record without them
     # gives (the extremes then come from a pass of their own)
-    from seqis.fast import Ratios
+    from seqis.evaluators.fast import Ratios
 
     batch = _batch(kind, B=300, T=900)  # several row blocks
     inference = batch.inference_logprobs.clone()
@@ -187,7 +187,7 @@ def test_a_correction_that_drops_no_token_reports_no_dropped_kl():
     # found: prime-rl/ipo on a batch it kept whole reported masked_mismatch_kl = 2^-15 (the rounding of the batch's
     # k3 sum minus its kept tokens' sum, in float32), and on another CPU 0.0: now summed per rollout, a rollout that
     # keeps all its tokens drops exactly 0, in the tokens form and the rows form, alone and through run_many
-    from seqis.synthetic import make_batch
+    from seqis.samplers.scenarios import make_batch
 
     batch = make_batch("catastrophic", seed=1, n_rollouts=48, max_len=96)
     outs = run_many(ALL, batch)

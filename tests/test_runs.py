@@ -15,7 +15,7 @@ from seqis.runs.cli import main as cli_main
 from seqis.runs.example import write_prime_rl_run
 from seqis.runs.layout import StepFiles
 from seqis.runs.step import ScanSettings, scan_step
-from seqis.synthetic import make_batch
+from seqis.samplers.scenarios import make_batch
 
 ESTIMATORS = ("seq_tis", "mis_po", "geo_mask", "token_tis")
 ENVS = ("math", "code", "chat")
@@ -78,7 +78,7 @@ def test_scan_rows_equal_diagnostics_and_run_on_each_steps_subset(generated, sca
 def test_the_incident_is_the_top_row(scanned):
     top = scanned.iloc[0]
     assert (top["step"], top["group"]) == INCIDENT
-    assert (top["severity"], top["finding"]) == ("bad", "catastrophic_tokens")  # seqis.diagnose names it
+    assert (top["severity"], top["finding"]) == ("bad", "catastrophic_tokens")  # seqis.diagnosis.causes names it
     assert top["kl_k3"] > 10 * scanned[scanned["step"] != INCIDENT[0]]["kl_k3"].max()
 
 

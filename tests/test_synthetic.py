@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from seqis import Batch, diagnostics, knobs
-from seqis.synthetic import (
+from seqis.samplers.scenarios import (
     MAX_LEN,
     PRECISION_EPS,
     SCENARIOS,
@@ -329,7 +329,7 @@ def test_other_refusals():
 
 
 def test_tiny_lm_rollouts_have_genuine_precision_mismatch():
-    from seqis.tiny_lm import TinyLMConfig, rollouts, train
+    from seqis.samplers.tiny_lm import TinyLMConfig, rollouts, train
 
     cfg = TinyLMConfig(d_model=32, n_layer=1, n_head=2, max_len=48, steps=8, batch_size=4)
     lm, lang = train(cfg, seed=0)

@@ -1,4 +1,4 @@
-"""The one place for closed forms: seqis.theory against the published numbers (Li & Liu, "When Speed Kills
+"""The one place for closed forms: seqis.theory.formulas against the published numbers (Li & Liu, "When Speed Kills
 Stability"; StepFun, "Step 3.5 Flash"; Huang, "Is Frontier Asynchronous RL Solved?") and against the
 estimators themselves on seeded simulations (else against the sampled log-ratios directly).
 
@@ -13,7 +13,9 @@ import numpy as np
 import pytest
 import torch
 
-from seqis import ESTIMATORS, Batch, acceptance, diagnostics, run, theory
+from seqis import ESTIMATORS, Batch, diagnostics, run
+from seqis.theory import acceptance
+from seqis.theory import formulas as theory
 
 INF = math.inf
 
@@ -262,7 +264,7 @@ def test_bitchain_closed_forms_against_direct_simulation():
 
 def test_explore_reads_the_closed_form_from_the_composition_not_the_name():
     from seqis import ESTIMATORS, Composition, Criterion, Weight
-    from seqis.summaries import theory_rollouts
+    from seqis.diagnosis.summaries import theory_rollouts
 
     T, s = [64, 256, 0], 0.05
     geo = float(np.mean(theory.geo_band_acceptance(np.array([64.0, 256.0]), s, 0.5, 2.0)))

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import streamlit as st
 
-from seqis.synthetic import SCENARIOS, describe
+from seqis.samplers.scenarios import SCENARIOS, describe
 
 from . import explore_data as data
 from .device import device

@@ -1,4 +1,4 @@
-"""The Diagnose page's figures: the chart that proves each finding, from small tables (seqis.token_tables) and
+"""The Diagnose page's figures: the chart that proves each finding, from small tables (seqis.diagnosis.token_tables) and
 a finding's evidence. Plain plotly; no streamlit here."""
 
 from __future__ import annotations
@@ -182,7 +182,7 @@ def rollout_figure(tokens: pd.DataFrame) -> go.Figure:
 
 def power_figure(view: dict, measured: float | None, batch_tokens: int) -> go.Figure:
     """What a finding's detector can see: detection rate against the fault's size on generators it was not tuned
-    on (seqis.diagnose_power), at the simulated batch size nearest this batch's, the batch's own estimate
+    on (seqis.diagnosis.power), at the simulated batch size nearest this batch's, the batch's own estimate
     marked. x on a log scale for sizes that span decades (offsets, gaps, shares, KL), linear for temperature."""
     fig = go.Figure()
     temperature = view["evidence"] == "temperature"
@@ -227,7 +227,7 @@ PANELS = {"sampler_truncation": ("Truncation (top-p, top-k)", "|log kept mass| (
 
 def power_grid_figure(sizes: list[tuple[str, dict[str, dict]]], title: str, *, faults: list[str]) -> go.Figure:
     """Every detector's detection rate against its fault's size, one panel each, at one or more batch sizes
-    (sizes: (label, kind -> seqis.diagnose_power.view) per size; a solid line for the first, dotted after);
+    (sizes: (label, kind -> seqis.diagnosis.power.view) per size; a solid line for the first, dotted after);
     faults: every fault's name, in the power table's order (one colour each, across panels and sizes)."""
     kinds = [k for k in PANELS if any(v.get(k) for _, v in sizes)]
     cols = 2  # two panels a row: legible in half of a 900 px window too

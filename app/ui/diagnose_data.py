@@ -10,18 +10,19 @@ import plotly.graph_objects as go
 import streamlit as st
 import torch
 
-from seqis import ESTIMATORS, Finding, diagnose, diagnose_power, run_many
-from seqis.fast import Ratios
-from seqis.generators import GENERATORS
-from seqis.sampler_faults import TinyLMFaultConfig
-from seqis.summaries import band_shares, correction_fractions, ratio_quantiles
-from seqis.token_tables import rollout_gains, rollout_tokens, sample_tokens, worst_rollout, worst_tokens
+from seqis import ESTIMATORS, Finding, diagnose, run_many
+from seqis.diagnosis import power as diagnose_power
+from seqis.diagnosis.summaries import band_shares, correction_fractions, ratio_quantiles
+from seqis.diagnosis.token_tables import rollout_gains, rollout_tokens, sample_tokens, worst_rollout, worst_tokens
+from seqis.evaluators.fast import Ratios
+from seqis.samplers.faults import TinyLMFaultConfig
+from seqis.samplers.generators import GENERATORS
 
 from . import diagnose_charts as charts
 from .explore_data import HASH, Source, load_batch
 
 # the sampler faults offered as demos: label -> the scenario's config (the tiny transformer's, 128 rollouts; then
-# seqis.generators' recurrent LMs, which the diagnosis was not tuned on)
+# seqis.samplers.generators' recurrent LMs, which the diagnosis was not tuned on)
 FAULTS = {
     "top-p 0.9 in the sampler": TinyLMFaultConfig(top_p=0.9),
     "top-k 20 in the sampler": TinyLMFaultConfig(top_k=20),
@@ -49,10 +50,10 @@ def fault_caption(label: str) -> str:
     """Where a demo's batch comes from, in a sentence."""
     cfg = FAULTS[label]
     if isinstance(cfg, TinyLMFaultConfig):
-        return ("128 rollouts of the tiny transformer (seqis.tiny_lm) sampled through this fault and rescored by "
+        return ("128 rollouts of the tiny transformer (samplers.tiny_lm) sampled through this fault and rescored by "
                 "the fp32 trainer; a few seconds the first time.")
     rollouts = cfg.n_prompts * cfg.group_size
-    return (f"{rollouts} rollouts of {cfg.name} (seqis.generators: a {cfg.vocab:,}-token recurrent LM the diagnosis "
+    return (f"{rollouts} rollouts of {cfg.name} (samplers.generators: a {cfg.vocab:,}-token recurrent LM the diagnosis "
             f"was not tuned on, its sampler rounding through {cfg.sampler_dtype}) sampled through this fault and "
             "rescored by the fp32 trainer; seconds to a minute the first time.")
 
@@ -63,7 +64,7 @@ class Diagnosis:
 
     findings: tuple[Finding, ...]
     shift: int  # the re-alignment diagnose applied (0 unless it found the log-probs misaligned)
-    points: pd.DataFrame  # an even sample of loss tokens (seqis.token_tables.sample_tokens)
+    points: pd.DataFrame  # an even sample of loss tokens (seqis.diagnosis.token_tables.sample_tokens)
     worst: pd.DataFrame  # the worst tokens
     rollout: int  # the rollout holding the worst token
     rollout_tokens: pd.DataFrame

@@ -14,8 +14,8 @@ import numpy as np
 import plotly.graph_objects as go
 from _plotly_utils.utils import to_typed_array_spec
 
-from seqis.compose import Composition
-from seqis.summaries import HIST_BINS, HIST_LOG10_RANGE
+from seqis.core.compose import Composition
+from seqis.diagnosis.summaries import HIST_BINS, HIST_LOG10_RANGE
 
 from .style import PALETTE, STATUS_COLORS, STATUS_SYMBOLS, alpha, base_layout, dash, labels_apart, log_ticks
 from .style import estimator_color as color

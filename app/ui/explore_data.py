@@ -32,12 +32,10 @@ import streamlit as st
 import torch
 
 from seqis import ESTIMATORS, PRESETS, diagnostics, run_many
-from seqis.advice import Advice, batch_facts, read, suggest
-from seqis.compose import Composition
-from seqis.export import EXPORTERS, Snippet, export, prime_rl_toml
-from seqis.fast import Ratios
-from seqis.io import BatchFormatError
-from seqis.summaries import (
+from seqis.core.compose import Composition
+from seqis.core.types import Batch, Config, Knobs
+from seqis.diagnosis.advice import Advice, batch_facts, read, suggest
+from seqis.diagnosis.summaries import (
     dropped_map,
     effective_batch,
     rollout_advantages,
@@ -45,7 +43,9 @@ from seqis.summaries import (
     token_map,
     weight_histogram,
 )
-from seqis.types import Batch, Config, Knobs
+from seqis.evaluators.fast import Ratios
+from seqis.export import EXPORTERS, Snippet, export, prime_rl_toml
+from seqis.io import BatchFormatError
 
 from . import explore_charts as charts
 from .device import device
@@ -174,7 +174,7 @@ def _section(max_entries: int):
 def load_batch(src: Source, _payload: bytes | None = None) -> Batch:
     """The batch a Source names, on device(), with trainer_logprobs detached."""
     if src.kind == "synthetic":
-        from seqis.synthetic import make_batch
+        from seqis.samplers.scenarios import make_batch
 
         return make_batch(src.config, seed=src.seed, device=device())
     if _payload is None:
@@ -214,7 +214,7 @@ class BatchView:
     lengths: np.ndarray  # (B,) loss tokens per rollout
     advantages: np.ndarray  # (B,) one advantage per rollout (the mean over its loss tokens if per token)
     metadata: dict[str, list]  # per-rollout columns (group_id, reward, ...)
-    diagnostics: dict[str, float]  # seqis.diagnostics, as shown: a chi-square estimate below 0 shown as 0
+    diagnostics: dict[str, float]  # seqis.diagnosis.statistics, as shown: a chi-square estimate below 0 shown as 0
     notes: tuple[str, ...]  # what the shown diagnostics leave out (a chi-square that came out below 0)
     offsets: np.ndarray  # (B + 1,) rollout j's loss tokens are flat[offsets[j]:offsets[j + 1]]
     positions: np.ndarray  # (N,) the position of each loss token, rollout by rollout
@@ -223,7 +223,7 @@ class BatchView:
     token_index: np.ndarray  # (R,) the rollout in each row of the token map (longest first)
     token_block: int  # positions per token-map column
     noise_s: float | None  # a valid-IS Gaussian scenario's s (its closed forms hold), else None
-    facts: dict[str, float]  # what the advice reads: per-token KL, lengths, |l| tails, ESS (seqis.advice)
+    facts: dict[str, float]  # what the advice reads: per-token KL, lengths, |l| tails, ESS (seqis.diagnosis.advice)
 
     def rollout(self, j: int) -> tuple[np.ndarray, np.ndarray]:
         """(positions, l_t) over rollout j's loss tokens."""
@@ -284,9 +284,9 @@ class EstimatorView:
     config: Config
     metrics: dict[str, float]
     rollouts: dict[str, np.ndarray]  # length, seq_log_ratio, geo_log_ratio, weight, accepted, clipped, kept_fraction
-    effective: dict[str, float]  # tokens kept, rollouts accepted, ESS (seqis.summaries.effective_batch)
+    effective: dict[str, float]  # tokens kept, rollouts accepted, ESS (seqis.diagnosis.summaries.effective_batch)
     theory: dict[str, float]  # closed-form rollouts accepted / clipped at this batch's lengths (Gaussian scenario)
-    hist: dict  # counts (HIST_BINS + 2,), dropped, underflow (seqis.summaries.weight_histogram)
+    hist: dict  # counts (HIST_BINS + 2,), dropped, underflow (seqis.diagnosis.summaries.weight_histogram)
     dropped: np.ndarray  # (R, C) fraction of each token-map block's loss tokens that is dropped
     coefficients: np.ndarray  # (N,) each loss token's gradient coefficient, flat as in BatchView
     kept: np.ndarray  # (N,) bool: each loss token keeps its gradient, flat as in BatchView

@@ -1,6 +1,6 @@
 """Plotly figures for the Length & thresholds and Bias & variance pages.
 
-Builders take pandas DataFrames (from seqis.acceptance, seqis.theory, seqis.lab via ui/lab_data.py)
+Builders take pandas DataFrames (from seqis.theory.acceptance, seqis.theory.formulas, seqis.lab via ui/lab_data.py)
 and return plotly figures; they never import streamlit and do no tensor math. Convention everywhere:
 closed forms are lines, simulations are points with +-2 standard-error bars.
 """

@@ -14,8 +14,9 @@ import pandas as pd
 import streamlit as st
 import torch
 
-from seqis import ESTIMATORS, Config, knobs, lab, theory
+from seqis import ESTIMATORS, Config, knobs, lab
 from seqis.registry import resolve
+from seqis.theory import formulas as theory
 
 from .runtime.memo import memo
 

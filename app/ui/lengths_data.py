@@ -1,7 +1,7 @@
 """Length & thresholds' cached bridge: acceptance, KL-cutoff, catastrophic-token and drift panels.
 
 Every function takes small hashable values (floats, band tuples, a seed, a device string) and returns pandas
-DataFrames: batches simulated through the estimators (seqis.acceptance) next to closed forms (seqis.theory),
+DataFrames: batches simulated through the estimators (theory.acceptance) next to closed forms (theory.formulas),
 labelled the way the charts show them. Caches are bounded (max_entries).
 """
 
@@ -11,8 +11,10 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from seqis import ESTIMATORS, acceptance, theory
-from seqis.closed_forms import closed_form
+from seqis import ESTIMATORS
+from seqis.theory import acceptance
+from seqis.theory import formulas as theory
+from seqis.theory.closed_forms import closed_form
 
 LENGTHS = (16, 64, 256, 1024, 4096)  # simulated points
 T_GRID = tuple(int(t) for t in np.unique(np.round(np.geomspace(1, 8192, 97))))  # closed-form lines
@@ -40,7 +42,7 @@ def length_labels(geo: tuple[float, float], traj: tuple[float, float], clip: flo
 
 def length_series(geo: tuple[float, float], traj: tuple[float, float], clip: float) -> list[tuple]:
     """The estimators the length panel simulates, as (label, name, cfg, moments): `moments` maps the applied
-    weight's closed-form moments the moments chart shows (seqis.closed_forms.ClosedForm fields) to their
+    weight's closed-form moments the moments chart shows (seqis.theory.closed_forms.ClosedForm fields) to their
     labels. Each one's acceptance is charted when its closed form has one (a rollout-level band)."""
     lab = length_labels(geo, traj, clip)
     spec = ESTIMATORS
@@ -58,7 +60,7 @@ def length_series(geo: tuple[float, float], traj: tuple[float, float], clip: flo
 def length_panel(s: float, geo: tuple[float, float], traj: tuple[float, float], clip: float,
                  n_rollouts: int, seed: int, device: str) -> dict[str, pd.DataFrame]:
     """Acceptance vs length and truncated-weight moments vs length: closed forms (each estimator's, read from its
-    composition by seqis.closed_forms) and simulation. The two-sided product band has no estimator: its closed
+    composition by seqis.theory.closed_forms) and simulation. The two-sided product band has no estimator: its closed
     form is theory's and its points count a <= exp(S) <= b on the same rollouts.
 
     Returns {"acc_theory", "acc_sim", "mom_theory", "mom_sim", "table"}; long DataFrames with columns

@@ -17,9 +17,11 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from seqis import ESTIMATORS, acceptance, theory
+from seqis import ESTIMATORS
 from seqis.lab import huang2026
 from seqis.lab.mean_field import train_expected
+from seqis.theory import acceptance
+from seqis.theory import formulas as theory
 
 from . import lab_data, lengths_data, training_data
 from .runtime.memo import memo

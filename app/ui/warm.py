@@ -21,7 +21,7 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
-from seqis.synthetic import SCENARIOS
+from seqis.samplers.scenarios import SCENARIOS
 
 from . import explore_data as data
 from . import lab_data, lessons_data

@@ -1,6 +1,6 @@
 """Widgets generated from declared knobs: a config class in, a validated config instance out.
 
-A knob's metadata (seqis.types.knob) gives its help text, slider range, log scale, whether None is
+A knob's metadata (seqis.core.types.knob) gives its help text, slider range, log scale, whether None is
 allowed and its choices, so a new estimator or scenario needs no page edit.
 """
 
@@ -11,7 +11,7 @@ from dataclasses import MISSING
 
 import streamlit as st
 
-from seqis.types import knobs
+from seqis.core.types import knobs
 
 from .state import bound, initial, remember, show_advanced
 

@@ -1,10 +1,10 @@
-"""Diagnose: why the trainer and the sampler disagree, from one batch (seqis.diagnose).
+"""Diagnose: why the trainer and the sampler disagree, from one batch (seqis.diagnosis.causes).
 
 Findings as cards coloured by severity, each with the chart that proves it and, beside it, what its detector can
 see at this batch's size (the committed power table of `python -m seqis.bench --only diagnose-power`); the
 findings per group of a metadata column; the raw ratios before any correction and what each correction
 truncates and masks; the worst rollout token by token. The batch is a sampler fault of the tiny transformer or
-of a recurrent LM of seqis.generators (the truth known) or the explorer's batch (upload, example or synthetic,
+of a recurrent LM of seqis.samplers.generators (the truth known) or the explorer's batch (upload, example or synthetic,
 shared with Explore). A new upload on Explore opens here first; a button carries it back to Explore.
 """
 
@@ -84,11 +84,11 @@ for f in d.findings:
             if grid is not None:
                 chart(grid, key=f"{P}power.grid")
                 st.caption("The share of simulated batches in which each test named its fault, against the "
-                           "fault's size, on recurrent LMs the diagnosis was not tuned on (seqis.generators; "
+                           "fault's size, on recurrent LMs the diagnosis was not tuned on (seqis.samplers.generators; "
                            "`python -m seqis.bench --only diagnose-power`, docs/diagnose.md).")
             if seen is not None:
                 with st.expander("The mildest fault each test found at this size, as a table"):
-                    st.caption("Each detector on generators it was not tuned on (seqis.generators): the mildest "
+                    st.caption("Each detector on generators it was not tuned on (samplers.generators): the mildest "
                                "fault it found in 90% of simulated batches of about this many tokens. Milder "
                                "faults can hide in a batch this size. Regenerate: `python -m seqis.bench --only "
                                "diagnose-power` (docs/diagnose.md).")

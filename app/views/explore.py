@@ -26,7 +26,7 @@ from ui.state import ARRIVED_KEY, bound, first_look, fragment_rerun, set_view
 from ui.widgets import config_from_state, knob_widgets
 
 from seqis import ESTIMATORS
-from seqis.advice import Advice
+from seqis.diagnosis.advice import Advice
 
 P = PREFIX  # "ex."
 PICKS = "explore.picks"  # session state: name -> the config its column's knobs hold (valid ones only)
@@ -65,7 +65,7 @@ def _knobs(knobs: dict) -> str:
 
 
 def draw_advice(slot, advice) -> None:
-    """The batch read against each shown estimator, and where to start (seqis.advice), as one block of text."""
+    """The batch read against each shown estimator, and where to start (diagnosis.advice), as one block of text."""
     f = advice.facts
     # a line per estimator, not a table: at 900 px a table's last column ("what binds here") was a word wide
     rows = [f"- `{r.name}` keeps {r.tokens_kept:.0%} of the tokens, accepts {r.rollouts_kept:.0%} of the "
@@ -214,7 +214,7 @@ def estimator_column(name: str, src: data.Source, payload, names: list[str], slo
         with plot_slot:
             chart(fig, key=f"{P}map.{name}")
         panel.markdown("  \n".join(column_numbers(view.estimator(name))), help="ESS: (Σw)² / Σw² of the applied "
-                       "rollout weights. Theory: the Gaussian closed forms (seqis.theory) at this batch's lengths.")
+                       "rollout weights. Theory: the Gaussian closed forms (theory.formulas) at this batch's lengths.")
     if shared:
         draw_dependents(d, slots, src)
     else:
@@ -290,7 +290,7 @@ if not names:
 advice_box = st.expander("What this means for your batch", expanded=src.kind != "synthetic", key=advice_key(src),
                          on_change="rerun")
 advice_box.caption("The batch's mismatch read against each estimator's band and clip (closed forms and the "
-                   "literature's thresholds; seqis.advice), and a suggested starting point. Follows the knobs below.")
+                   "literature's thresholds; seqis.diagnosis), and a suggested start. Follows the knobs below.")
 slots = {"advice": advice_box.empty()}
 st.subheader("Rollout map")
 st.caption("One point per rollout: its length T and geometric log-ratio S/T. Dashed: the estimator's bands "

@@ -13,8 +13,8 @@ from ui.presets import TITLES, open_preset, presets_for
 from ui.state import query, set_view
 
 from seqis import ESTIMATORS, SEED_ESTIMATORS
+from seqis.core.types import knobs
 from seqis.presets import FRAMEWORKS, presets_of
-from seqis.types import knobs
 
 EXPLORE = "views/explore.py"
 

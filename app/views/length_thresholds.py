@@ -1,6 +1,6 @@
 """Length & thresholds: what a band or a clip does to rollouts as they grow.
 
-Closed forms (seqis.theory) are lines, simulated batches run through the estimators (seqis.acceptance)
+Closed forms (seqis.theory.formulas) are lines, simulated batches run through the estimators (seqis.theory.acceptance)
 are points. Sidebar: the noise scale s, the geometric band, MIS-PO's bands and the clip; every widget
 is bound to the URL under "lt.".
 """
@@ -14,7 +14,8 @@ from ui.runtime.chart import chart
 from ui.state import bound
 from ui.widgets import knob_widgets
 
-from seqis import ESTIMATORS, theory
+from seqis import ESTIMATORS
+from seqis.theory import formulas as theory
 
 # up to 1.5: a geometric band [a, b] cuts at the per-token KL -log a, s = sqrt(-2 log a) (Li's [0.5, 2]: 0.69 nats at
 # s = 1.18), so the slider reaches past the cutoffs of the bands in use

@@ -331,7 +331,7 @@ def self_check(n: int, slot) -> None:
     if revealed(n):
         score = sum(r["check"] is True for r in rows)
         st.info(f"**Answers.** {score} of {len(rows)} right here. Each answer above comes with its number, from "
-                "seqis.theory or the lab's exact values.", icon=":material/lightbulb:")
+                "seqis.theory.formulas or the lab's exact values.", icon=":material/lightbulb:")
     back, _, deep = st.columns([1, 1, 2])
     back.button("Back", key=f"ls.back.{n}", on_click=go, args=(n - 1,), width="stretch", icon=":material/arrow_back:")
     if deep.button("Go deeper: every estimator on Learn", key=f"ls.deeper.{n}", width="stretch",

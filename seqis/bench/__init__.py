@@ -13,7 +13,6 @@ import pkgutil
 
 import torch
 
-from .. import _native
 from ._host import host_line
 
 SHARED = {"timing"}  # modules of this package that are not sections
@@ -33,18 +32,16 @@ def main(argv=None) -> None:
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--quick", action="store_true", help="smaller sizes, for a smoke run")
     ap.add_argument("--only", nargs="*", choices=list(found), help="sections to run (default: all)")
-    ap.add_argument("--malloc", choices=("both", "defaults", "kept"), default="both",
-                    help="estimators section: glibc malloc defaults, freed memory kept (seqis.allocator), or both")
     ap.add_argument("--repeat", type=int, default=1, help="run the estimators section this many times, "
                     "--pause seconds apart, and print the median and range of each ratio")
     ap.add_argument("--pause", type=float, default=20.0)
     args = ap.parse_args(argv)
     print(f"# seqis benchmark: torch {torch.__version__}, {torch.get_num_threads()} CPU threads, device {args.device}; "
-          f"{_native.status()}; {host_line()}")
+          f"eager torch evaluators; {host_line()}")
     for name, section in found.items():
         if args.only and name not in args.only:
             continue
         if name == "estimators":
-            section.run(args.device, args.quick, repeat=args.repeat, pause=args.pause, malloc=args.malloc)
+            section.run(args.device, args.quick, repeat=args.repeat, pause=args.pause)
         else:
             section.run(args.device, args.quick)

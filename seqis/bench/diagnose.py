@@ -1,9 +1,9 @@
-"""Section `diagnose`: `seqis.diagnose` on 256 x 4096 batches, as a ratio to a floor (target: under 1 s on CPU)."""
+"""Section `diagnose`: `diagnose` on 256 x 4096 batches, as a ratio to a floor (target: under 1 s on CPU)."""
 
 from __future__ import annotations
 
-from ..diagnose import diagnose
-from ..synthetic import make_batch
+from ..diagnosis.causes import diagnose
+from ..samplers.scenarios import make_batch
 from .timing import floor_pass, paired, ragged_batch, with_catastrophic_tokens
 
 ORDER = 15

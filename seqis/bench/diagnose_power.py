@@ -1,8 +1,8 @@
-"""Section `diagnose-power`: what each detector of seqis.diagnose can see, on samplers it was not tuned on.
+"""Section `diagnose-power`: what each detector of seqis.diagnosis.causes can see, on samplers it was not tuned on.
 
 Detection rate against each fault's magnitude (top-p 0.8-0.99, top-k 5-200, temperature 0.7-1.3, raw log-probs,
-catastrophic share, policy lag) at two batch sizes, pooled over every generator of seqis.generators (never
-tiny_lm), and the false-alarm rate over clean batches (seqis.diagnose_power). A full run writes
+catastrophic share, policy lag) at two batch sizes, pooled over every generator of seqis.samplers.generators (never
+tiny_lm), and the false-alarm rate over clean batches (seqis.diagnosis.power). A full run writes
 assets/bench/diagnose_power.json for the Diagnose page; --quick runs two generators, one seed and each fault's
 mildest and strongest magnitude, and writes nothing. Prints counts and rates, no timings.
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import sys
 
-from ..diagnose_power import FAULTS, POWER_TABLE, SIZES, measure, write
+from ..diagnosis.power import FAULTS, POWER_TABLE, SIZES, measure, write
 
 ORDER = 16
 

@@ -1,24 +1,29 @@
 """Section `estimators`: each estimator (forward, backward, metrics) on 256 x 4096, all through run_many, and
-diagnostics, as ratios to a floor; measured with glibc's malloc defaults and with freed memory kept."""
+diagnostics, as ratios to a floor; then what a trainer pays per step for each seed estimator (fresh tensors, a new
+`Batch` with its validation, `run`, backward, metrics read)."""
 
 from __future__ import annotations
 
-import json
-import os
 import statistics
-import subprocess
-import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
 
-from ..allocator import keep_freed_memory
-from ..diagnostics import diagnostics
+from .. import registry
+from ..core.types import Batch
+from ..diagnosis.statistics import diagnostics
 from ..estimators import ESTIMATORS, SEED_ESTIMATORS
 from ..presets import PRESETS
 from ..registry import run_many
-from ._allocators import gradient_writes
-from .timing import floor_pass, median_time, paired, ragged_batch, step, step_many, with_catastrophic_tokens
+from .timing import (
+    floor_pass,
+    gradient_writes,
+    median_time,
+    paired,
+    ragged_batch,
+    step,
+    step_many,
+    with_catastrophic_tokens,
+)
 
 ORDER = 10
 # the rows that hold a ratio to the slowest single correction, not a time against the floor, and their names
@@ -28,14 +33,14 @@ RATIO_ROWS = {"run_many": "all through run_many / the slowest single one",
               "gradient_writes": "as many fresh (B, T) gradients written alone / the same single one"}
 
 
-def table(device: str, quick: bool, malloc: str) -> tuple[dict[str, tuple[float, float, float]], str]:
+def table(device: str, quick: bool) -> tuple[dict[str, tuple[float, float, float]], str]:
     """Each estimator alone, all through run_many, diagnostics: prints the table and returns its rows,
     label -> (median seconds, floor seconds, x floor) (the run_many / slowest-single ratios under "run_many",
     "run_many_presets" and "gradient_writes"), and the slowest single correction it found."""
     B, T = (64, 1024) if quick else (256, 4096)
     batch = ragged_batch(B, T, device=device)
     floor_fn = lambda: floor_pass(batch)
-    print(f"\n## Estimators: forward + backward + metrics, {B} x {T} fp32, ragged, {device}, {malloc}")
+    print(f"\n## Estimators: forward + backward + metrics, {B} x {T} fp32, ragged, {device}")
     print("floor: torch.where(mask, t - i, 0).sum(-1), measured alternately with each row; x floor is the "
           "median of per-block ratios\n")
     print("| estimator | median ms | floor ms | x floor |")
@@ -107,10 +112,10 @@ def where_the_time_goes(batch, keys: list, full: float, single: dict, device: st
           f"(the run is {full / sum(single.values()):.2f}x it)")
 
 
-def summarise_repeats(runs: list[dict[str, tuple[float, float, float]]], malloc: str) -> None:
+def summarise_repeats(runs: list[dict[str, tuple[float, float, float]]]) -> None:
     """The median and range of each row's ratio over repeated runs of the estimators section (on a shared
     machine a whole run's ratios move together: one run is one draw)."""
-    print(f"\n## Estimators over {len(runs)} runs, {malloc}: median (min-max) of each run's ratio\n")
+    print(f"\n## Estimators over {len(runs)} runs: median (min-max) of each run's ratio\n")
     print("| estimator | median ms | x floor | range |")
     print("|---|---:|---:|---:|")
     for label in runs[0]:
@@ -121,73 +126,47 @@ def summarise_repeats(runs: list[dict[str, tuple[float, float, float]]], malloc:
         print(f"| {name} | {ms:.2f} | {statistics.median(xs):{f}} | {min(xs):{f}}-{max(xs):{f}} |")
 
 
+def trainer_step(name: str, batch: Batch) -> Callable[[], object]:
+    """One trainer step as a trainer pays it: fresh (B, T) tensors (copies, as a new step's log-probs arrive), a new
+    `Batch` (its validation included), `run`, the backward, and the metrics read as floats."""
+    tl, il, adv, mask = (batch.trainer_logprobs.detach(), batch.inference_logprobs, batch.advantages,
+                         batch.loss_mask)
+
+    def one():
+        trainer = tl.clone().requires_grad_()  # (B, T) this step's log pi
+        fresh = Batch(trainer, il.clone(), adv.clone(), mask.clone())
+        out = registry.run(name, fresh)
+        out.loss.backward()
+        return out.scalars(), trainer.grad
+    return one
 
 
-def compare(default: dict, tuned: dict) -> None:
-    """What the allocator setting buys: each row's median time with glibc's defaults over the time with freed
-    memory kept (the ratios to the floor hide it: the floor slows down too)."""
-    print("\n## Estimators: glibc malloc defaults against freed memory kept (seqis.allocator)\n")
-    print("| estimator | defaults ms | kept ms | defaults / kept |")
+def trainer_steps(device: str, quick: bool) -> dict[str, tuple[float, float, float]]:
+    """Each seed estimator's trainer step against the floor, in the same run: prints the table, returns its rows."""
+    B, T = (64, 1024) if quick else (256, 4096)
+    batch = ragged_batch(B, T, device=device)
+    floor_fn = lambda: floor_pass(batch)
+    print(f"\n## Trainer step: fresh tensors, a new Batch, run, backward, metrics; {B} x {T} fp32, ragged, {device}")
+    print("the path: eager torch (seqis/evaluators/fast.py); floor as above, measured alternately with each row\n")
+    print("| estimator | median ms | floor ms | x floor |")
     print("|---|---:|---:|---:|")
-    for label in default:
-        if label in tuned and label not in RATIO_ROWS:
-            d, k = default[label][0], tuned[label][0]
-            print(f"| {label} | {d * 1e3:.2f} | {k * 1e3:.2f} | {d / k:.2f} |")
+    rows = {}
+    for name in SEED_ESTIMATORS:
+        rows[name] = t, f, x = paired(trainer_step(name, batch), floor_fn, device=device)
+        print(f"| {name} trainer step | {t * 1e3:.2f} | {f * 1e3:.2f} | {x:.1f} |")
+    validation = paired(lambda: Batch(batch.trainer_logprobs.detach(), batch.inference_logprobs, batch.advantages,
+                                      batch.loss_mask), floor_fn, device=device)
+    print(f"| a new Batch alone (its validation) | {validation[0] * 1e3:.2f} | {validation[1] * 1e3:.2f} | "
+          f"{validation[2]:.1f} |")
+    return rows
 
 
-ALLOCATOR_SETTINGS = {  # label -> (environment, arguments) of a fresh interpreter running seqis.bench._allocators
-    "glibc malloc defaults": ({}, ()),
-    "torch's huge pages (THP_MEM_ALLOC_ENABLE=1)": ({"THP_MEM_ALLOC_ENABLE": "1"}, ()),
-    "freed memory kept (seqis.allocator)": ({}, ("--kept",)),
-    "both": ({"THP_MEM_ALLOC_ENABLE": "1"}, ("--kept",)),
-}
-
-
-def allocator_rows(device: str, quick: bool, slowest: str, *, rounds: int = 2, settings=None) -> dict:
-    """The all-presets run_many row and its gradient-write floor under each allocator setting, each in a fresh
-    interpreter (both settings are read once per process), the settings interleaved `rounds` times; prints the
-    medians and returns label -> [the child's JSON line, per round]."""
-    settings = ALLOCATOR_SETTINGS if settings is None else settings
-    root = str(Path(__file__).resolve().parents[2])  # this checkout's seqis, in the child too
-    path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p)
-    got = {label: [] for label in settings}
-    for _ in range(rounds):
-        for label, (extra, args) in settings.items():
-            cmd = [sys.executable, "-m", "seqis.bench._allocators", slowest, "--device", device, *args,
-                   *(["--quick"] if quick else [])]
-            env = {**os.environ, "PYTHONPATH": path, "THP_MEM_ALLOC_ENABLE": "0", **extra}
-            done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
-            got[label].append(json.loads(done.stdout.strip().splitlines()[-1]))
-    print(f"\n## All {len(ESTIMATORS)} + {len(PRESETS)} presets through run_many under each allocator setting "
-          f"(a fresh interpreter each, {rounds} interleaved rounds; slowest single: {slowest})\n")
-    print("| setting | run_many ms | run_many / slowest single | gradient writes / slowest single |")
-    print("|---|---:|---:|---:|")
-    med = lambda label, key, i: statistics.median(r[key][i] for r in got[label])
-    for label in settings:
-        print(f"| {label} | {med(label, 'run_many', 0) * 1e3:.0f} | {med(label, 'run_many', 1):.2f}x | "
-              f"{med(label, 'writes', 1):.2f}x |")
-    return got
-
-
-def run(device: str, quick: bool, *, repeat: int = 1, pause: float = 20.0, malloc: str = "both") -> None:
-    """The table `repeat` times per allocator setting ("defaults", "kept" or "both": defaults first, since the
-    setting cannot be undone in a process), each ratio's median and range when repeated, and the comparison;
-    then (CPU, full size, "both") the all-presets row under each allocator setting, torch's huge pages included."""
-    results = {}
-    slowest = None
-    for setting in (("defaults", "kept") if malloc == "both" else (malloc,)):
-        label = "glibc malloc defaults"
-        if setting == "kept":
-            label = keep_freed_memory()
-        runs = []
-        for i in range(repeat):
-            time.sleep(pause if i else 0)
-            rows, slowest = table(device, quick, label)
-            runs.append(rows)
-        if repeat > 1:
-            summarise_repeats(runs, label)
-        results[setting] = {k: tuple(statistics.median(r[k][i] for r in runs) for i in range(3)) for k in runs[0]}
-    if len(results) == 2:
-        compare(results["defaults"], results["kept"])
-    if malloc == "both" and not quick and device == "cpu":
-        allocator_rows(device, quick, slowest)
+def run(device: str, quick: bool, *, repeat: int = 1, pause: float = 20.0) -> None:
+    """The table `repeat` times (each ratio's median and range when repeated), then the trainer-step rows."""
+    runs = []
+    for i in range(repeat):
+        time.sleep(pause if i else 0)
+        runs.append(table(device, quick)[0])
+    if repeat > 1:
+        summarise_repeats(runs)
+    trainer_steps(device, quick)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from ..diagnostics import diagnostics
+from ..diagnosis.statistics import diagnostics
 from ..estimators import SEED_ESTIMATORS
 from .timing import floor_pass, median_time, ragged_batch, step_many
 

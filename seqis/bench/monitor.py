@@ -1,15 +1,15 @@
-"""Section `monitor`: what `seqis.monitor.step_metrics` costs a trainer each step, on 256 x 4096, as a ratio to one
+"""Section `monitor`: what `seqis.runs.monitor.step_metrics` costs a trainer each step, on 256 x 4096, as a ratio to one
 seq_tis forward + backward (the target: at most 3x with the four seed estimators), and what it is made of."""
 
 from __future__ import annotations
 
 import statistics
 
-from ..diagnose import diagnose
-from ..diagnostics import diagnostics
-from ..fast import Ratios, ratios_for
-from ..monitor import FINDINGS_TOKENS, PERCENTILE_SAMPLE, findings_rows, step_metrics
+from ..diagnosis.causes import diagnose
+from ..diagnosis.statistics import diagnostics
+from ..evaluators.fast import Ratios, ratios_for
 from ..registry import resolve, run_many
+from ..runs.monitor import FINDINGS_TOKENS, PERCENTILE_SAMPLE, findings_rows, step_metrics
 from .timing import median_time, paired, ragged_batch, step, with_catastrophic_tokens
 
 ORDER = 12

@@ -8,8 +8,8 @@ from collections.abc import Callable
 
 import torch
 
+from ..core.types import Batch
 from ..registry import run, run_many
-from ..types import Batch
 
 
 def median_time(fn: Callable[[], object], *, repeats: int = 7, warmup: int = 2, device=None) -> float:
@@ -51,6 +51,12 @@ def floor_pass(batch: Batch) -> torch.Tensor:
     """The floor: one masked elementwise pass over the same inputs."""
     t, i = batch.trainer_logprobs.detach(), batch.inference_logprobs
     return torch.where(batch.loss_mask, t - i, 0).sum(-1)
+
+
+def gradient_writes(batch: Batch, n: int) -> Callable[[], object]:
+    """n fresh (B, T) float32 tensors written once and kept until the call returns: the gradients' floor."""
+    coef, mask_f = batch.advantages.float(), batch.loss_mask.float()
+    return lambda: [coef[:, None] * mask_f for _ in range(n)]
 
 
 def step(name: str, batch: Batch):

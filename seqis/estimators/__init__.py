@@ -10,7 +10,7 @@ looked up, and run, by seqis.registry.
 
 from __future__ import annotations
 
-from ..spec import EstimatorSpec
+from ..core.spec import EstimatorSpec
 from . import (
     geo_is,
     geo_mask,

@@ -1,5 +1,5 @@
 """What the estimator files share: the knobs of a band's edges, and the float64 log-ratios their references
-start from. Nothing here is used by the evaluators (seqis/evaluate.py, seqis/fast.py): a reference is checked
+start from. Nothing here is used by the evaluators (seqis/evaluators/): a reference is checked
 against them, so it must not share their code."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import math
 
 import torch
 
-from ..types import Batch, knob
+from ..core.types import Batch, knob
 
 CAP = 40.0  # every weight is at most e^40 (DESIGN: min(w_j, e^40))
 GEO = "the rollout's geometric ratio exp(S/T)"

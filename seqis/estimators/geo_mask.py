@@ -16,8 +16,8 @@ from dataclasses import dataclass
 
 import torch
 
-from ..compose import Composition, Criterion, Weight
-from ..types import Config, knob
+from ..core.compose import Composition, Criterion, Weight
+from ..core.types import Config, knob
 from ._shared import CAP, GEO, band_high, band_low, log_edge, log_ratios
 
 LATEX = (r"\mathbb{1}\big[\mathrm{lo} \le e^{S_j/T_j} \le \mathrm{hi}\big]"

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 import torch
 
-from ..compose import Composition, Weight
-from ..types import Config
+from ..core.compose import Composition, Weight
+from ..core.types import Config
 from ._shared import CAP, TOKEN, band_high, band_low, log_edge, log_ratios
 
 LATEX = r"\rho_t\cdot\mathbb{1}\big[\mathrm{lo} \le \rho_t \le \mathrm{hi}\big]"

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 import torch
 
-from ..compose import Composition, Criterion, Weight
-from ..types import Config
+from ..core.compose import Composition, Criterion, Weight
+from ..core.types import Config
 from ._shared import TOKEN, band_high, band_low, log_edge, log_ratios
 
 LATEX = r"\mathbb{1}\big[\forall t:\ \mathrm{lo} \le \rho_t \le \mathrm{hi}\big]"

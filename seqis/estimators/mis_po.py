@@ -15,8 +15,8 @@ from dataclasses import dataclass
 
 import torch
 
-from ..compose import Composition, Criterion, Weight
-from ..types import Config
+from ..core.compose import Composition, Criterion, Weight
+from ..core.types import Config
 from ._shared import GEO, TOKEN, band_high, band_low, log_edge, log_ratios
 
 LATEX = (r"\mathbb{1}\big[t_{lo} \le \rho_t \le t_{hi}\big]\cdot\mathbb{1}\big[g_{lo} \le e^{S_j/T_j}"

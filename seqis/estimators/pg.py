@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 import torch
 
-from ..compose import Composition
-from ..types import Config
+from ..core.compose import Composition
+from ..core.types import Config
 from ._shared import log_ratios
 
 LATEX = r"1"

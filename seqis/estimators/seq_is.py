@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 import torch
 
-from ..compose import Composition, Weight
-from ..types import Config
+from ..core.compose import Composition, Weight
+from ..core.types import Config
 from ._shared import CAP, log_ratios
 
 LATEX = r"\min\big(w_j,\ e^{40}\big)"

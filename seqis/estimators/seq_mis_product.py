@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 import torch
 
-from ..compose import Composition, Weight
-from ..types import Config, knob
+from ..core.compose import Composition, Weight
+from ..core.types import Config, knob
 from ._shared import CAP, log_edge, log_ratios
 
 LATEX = r"\mathbb{1}\big[w_j \le C\big]\cdot w_j"

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 import torch
 
-from ..compose import Composition, Weight
-from ..types import Config, knob
+from ..core.compose import Composition, Weight
+from ..core.types import Config, knob
 from ._shared import CAP, log_edge, log_ratios
 
 LATEX = r"\min\big(w_j,\ C\big),\quad w_j = \exp S_j"

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 import torch
 
-from ..compose import Composition, Weight
-from ..types import Config, knob
+from ..core.compose import Composition, Weight
+from ..core.types import Config, knob
 from ._shared import CAP, log_edge, log_ratios
 
 LATEX = r"\min\big(\rho_t,\ C\big)"

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..compose import Composition
+from ..core.compose import Composition
+from ..core.types import Config
 from ..registry import entry, resolve
-from ..types import Config
 from . import (
     areal,
     art,

@@ -1,12 +1,12 @@
 """Reading a composition's parts the way exporters need them: the three token-IS modes, open edges, a refusal of
 sign-conditioned rules. What a composition says about itself (its PPO-clip pattern, whether its weight is plain,
-its bands) it answers itself: seqis.compose."""
+its bands) it answers itself: seqis.core.compose."""
 
 from __future__ import annotations
 
 import math
 
-from ..compose import Composition, Criterion
+from ..core.compose import Composition, Criterion
 from ._format import CannotExpress
 
 

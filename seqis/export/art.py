@@ -7,7 +7,7 @@ PPO-clip of the token ratio, and max_negative_advantage_importance_sampling_weig
 
 from __future__ import annotations
 
-from ..compose import Composition
+from ..core.compose import Composition
 from ._format import CannotExpress, Settings, adv_tau_note, clamp_note, python_kwargs
 
 HEADER = ["ART experimental train config (art.dev.TrainConfig)"]

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
-from ..compose import Composition
+from ..core.compose import Composition
 from . import slime
 from ._format import Settings
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 
-from ..compose import Composition, Criterion
+from ..core.compose import Composition, Criterion
 from ._format import CannotExpress, Settings, adv_tau_note, clamp_note, flags
 from ._parts import each_token_clamped, open_low
 

@@ -7,7 +7,7 @@ rho_clamp_upper_bound]; 0 switches a bound off, a lower bound must lie in (0, 1)
 
 from __future__ import annotations
 
-from ..compose import Composition
+from ..core.compose import Composition
 from ._format import CannotExpress, Settings, adv_tau_note, clamp_note, flags
 from ._parts import each_token_clamped, open_high, open_low
 

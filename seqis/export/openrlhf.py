@@ -5,7 +5,7 @@ rollouts whose geometric ratio lies in [low, high] (seq-mask-tis). GSPO against 
 
 from __future__ import annotations
 
-from ..compose import Composition
+from ..core.compose import Composition
 from ._format import CannotExpress, Settings, adv_tau_note, flags
 from ._parts import token_is_mode
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 
-from ..compose import Composition
+from ..core.compose import Composition
 from ._format import CannotExpress, Settings, toml
 
 HEADER = ["prime-rl trainer loss (the [trainer.loss] table of rl.toml)"]

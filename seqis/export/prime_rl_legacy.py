@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 
-from ..compose import Composition
+from ..core.compose import Composition
 from ._format import CannotExpress, Settings, toml
 
 HEADER = ["prime-rl before March 2026: the trainer's [loss] table ([trainer.loss] in a combined rl.toml);",

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 
-from ..compose import Composition
+from ..core.compose import Composition
 from ._format import CannotExpress, Settings, adv_tau_note, clamp_note, yaml
 
 HEADER = ["ROLL pipeline config (train_infer_correction)"]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 
-from ..compose import Composition, Criterion, Weight
+from ..core.compose import Composition, Criterion, Weight
 from ._format import CannotExpress, Settings, adv_tau_note, yaml
 
 HEADER = ["SkyRL off-policy correction"]

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 
-from ..compose import Composition, Criterion
+from ..core.compose import Composition, Criterion
 from ._format import CannotExpress, Settings, adv_tau_note, flags, yaml
 
 HEADER = ["slime training flags"]

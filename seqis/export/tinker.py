@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 
-from ..compose import Composition
+from ..core.compose import Composition
 from ._format import CannotExpress, Settings, adv_tau_note, clamp_note, literal
 
 HEADER = ["Tinker forward_backward loss (the server computes it)"]

@@ -3,7 +3,7 @@ SimpleGRPOLoss (no sampler weight). Neither takes a correction argument, so anyt
 
 from __future__ import annotations
 
-from ..compose import Composition
+from ..core.compose import Composition
 from ._format import CannotExpress, Settings, adv_tau_note
 
 HEADER = ["torchforge loss (forge.losses)"]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 
-from ..compose import Composition
+from ..core.compose import Composition
 from ._format import CannotExpress, Settings, adv_tau_note, python_kwargs
 
 HEADER = ["TRL GRPOConfig arguments (use_vllm=True)"]

@@ -3,7 +3,7 @@ min(exp(clip(l, -20, 20)), sampler_is_threshold), detached; None applies no samp
 
 from __future__ import annotations
 
-from ..compose import Composition
+from ..core.compose import Composition
 from ._format import CannotExpress, Settings, adv_tau_note, clamp_note, python_kwargs
 
 HEADER = ["Tunix GRPOConfig arguments (tunix.rl.grpo.grpo_learner; the agentic GRPOConfig has the same two)"]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 
-from ..compose import Composition, Criterion
+from ..core.compose import Composition, Criterion
 from ._format import CannotExpress, Settings, adv_tau_note, fmt, yaml
 from ._parts import open_high, open_low, refuse_conditioned
 

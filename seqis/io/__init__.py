@@ -47,14 +47,14 @@ process: scripts/measure_load_memory.py).
 
 from .assemble import check_batch
 from .columns import (
-           ALIASES,
-           ASSETS_DIR,
-           FORMATS,
-           LOGPROB_TOLERANCE,
-           MAX_BYTES,
-           VERL_NAMES,
-           BatchFormatError,
-           list_assets,
+    ALIASES,
+    ASSETS_DIR,
+    FORMATS,
+    LOGPROB_TOLERANCE,
+    MAX_BYTES,
+    VERL_NAMES,
+    BatchFormatError,
+    list_assets,
 )
 from .load import load_batch
 from .peek import column_names

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from ..types import Batch
+from ..core.types import Batch
 from .columns import (
     ALIASES,
     LOGPROB_TOLERANCE,

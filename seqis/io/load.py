@@ -6,7 +6,7 @@ import os
 import warnings
 from pathlib import Path
 
-from ..types import Batch
+from ..core.types import Batch
 from .assemble import _assemble, require_loss_tokens
 from .columns import FORMATS, MAX_BYTES, BatchFormatError
 from .prime_rl import rank_files, read_prime_rl_bytes, read_prime_rl_files

@@ -35,7 +35,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..types import Batch
+from ..core.types import Batch
 from .columns import BatchFormatError
 from .prime_rl_lines import (
     LOGPROB_TOLERANCE,

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..types import Batch
+from ..core.types import Batch
 from .assemble import _scalar
 from .columns import _SAFETENSORS_META, FORMATS
 from .load import _suffix

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from ..types import Batch
+from ..core.types import Batch
 
 # ---------------------------------------------------------------------------------------------------------
 # rollouts

@@ -11,9 +11,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ..fast import Ratios
+from ..core.types import Config
+from ..evaluators.fast import Ratios
 from ..registry import resolve_config, run_many
-from ..types import Config
 from .chain import Rollouts
 
 AGG = "seq-mean-token-sum"  # sum over a rollout's tokens, mean over rollouts: the unbiased policy gradient

@@ -11,7 +11,7 @@ A trainer holds R parameter vectors theta (R, D) float64 (one per run: estimator
 `draw(stream, shape)` gives (R, *shape) uniforms from the trainer's per-seed random streams.
 
 A sampler fault (`SamplerFault`) sits on top of the lag: `precision` adds uniform logit noise of standard
-deviation eps (seqis.synthetic.PRECISION_EPS: fp16 0.0125, bf16 0.1, fp8 0.4) to every sampled token's
+deviation eps (seqis.samplers.scenarios.PRECISION_EPS: fp16 0.0125, bf16 0.1, fp8 0.4) to every sampled token's
 logit, a fresh draw per token, and reports the noisy log-probability (a valid IS model: mu is what the
 noisy engine samples); `top_p` < 1 renormalises each sampling step over its nucleus (the smallest set of
 tokens whose probability reaches top_p), so tokens outside it are never sampled (sequence IS then loses
@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from ..synthetic import PRECISION_EPS
+from ..samplers.scenarios import PRECISION_EPS
 from .chain import BitChain
 from .fixed import pointwise
 from .poisson_binomial import value_and_gradient

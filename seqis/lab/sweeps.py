@@ -8,8 +8,8 @@ from collections.abc import Iterable
 import pandas as pd
 import torch
 
+from ..core.types import Config
 from ..registry import resolve_config
-from ..types import Config
 from .chain import BitChain
 from .montecarlo import Progress, _check, _pairs, _simulate, monte_carlo_many
 

@@ -39,9 +39,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from ..compose import Composition
+from ..core.compose import Composition
+from ..core.types import Batch, Config
 from ..registry import entry, resolve, run
-from ..types import Batch, Config
 from .fixed import row_blocks
 from .policies import SamplerFault, policy_of
 from .streams import Streams

@@ -13,7 +13,7 @@ The gradient coefficient is taken at the first minibatch, where a PPO ratio pi_t
 
 from __future__ import annotations
 
-from ..spec import Preset
+from ..core.spec import Preset
 from . import (
     areal,
     art,

@@ -1,7 +1,7 @@
 """What the framework files share: building a preset's estimator on the framework's own knobs, the PPO-clip
 criteria, and verl's / SkyRL's / slime's SAFETY_BOUND.
 
-A preset (seqis.spec.Preset) runs an `EstimatorSpec` like the registry's: either a registry entry (prime-rl's
+A preset (seqis.core.spec.Preset) runs an `EstimatorSpec` like the registry's: either a registry entry (prime-rl's
 seed four) or an entry built on the framework's own knobs (its config class mirrors the framework's settings, and
 its `compose(cfg)` translates them into a `Composition` the way the framework's code reads them). `.config` holds
 the framework's defaults; `run(key, batch, cfg)` runs `estimator.compose(cfg or config)`.
@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import math
 
-from ..spec import EstimatorSpec
-from ..types import Config
+from ..core.spec import EstimatorSpec
+from ..core.types import Config
 
 # verl, SkyRL and slime's MIS clamp log-ratios to [-20, 20] before exponentiating ("SAFETY_BOUND")
 SAFETY_BOUND = 20.0

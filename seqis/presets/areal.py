@@ -29,9 +29,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..compose import BatchRule, Composition, Criterion, Weight, ppo_clip_criteria
-from ..spec import Preset
-from ..types import Config, knob
+from ..core.compose import BatchRule, Composition, Criterion, Weight, ppo_clip_criteria
+from ..core.spec import Preset
+from ..core.types import Config, knob
 from ._preset import framework_estimator
 
 

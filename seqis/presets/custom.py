@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ..compose import (
+from ..core.compose import (
     ADVANTAGE_SIGNS,
     AGGREGATES,
     CLAMP_ORDERS,
@@ -35,8 +35,8 @@ from ..compose import (
     Penalty,
     Weight,
 )
-from ..spec import Preset
-from ..types import Config, knob
+from ..core.spec import Preset
+from ..core.types import Config, knob
 from ._preset import framework_estimator
 
 RULES = (None, *STATISTICS)  # a rule's statistic, None = no rule

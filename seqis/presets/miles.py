@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import math
 
-from ..compose import Composition, Criterion
-from ..spec import Preset
+from ..core.compose import Composition, Criterion
+from ..core.spec import Preset
 from ._preset import SAFETY_BOUND, framework_estimator
 from .slime import ROWS, OPSMConfig, compose_opsm
 

@@ -25,9 +25,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..compose import Composition, Criterion, Weight
-from ..spec import Preset
-from ..types import Config, knob
+from ..core.compose import Composition, Criterion, Weight
+from ..core.spec import Preset
+from ..core.types import Config, knob
 from ._preset import framework_estimator
 
 LOG_RATIO_CLAMP = 10.0  # compute_rho_correction's clamp of old_logprob - vllm_logprobs

@@ -27,9 +27,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..compose import Composition, Criterion, Weight
-from ..spec import Preset
-from ..types import Config, knob
+from ..core.compose import Composition, Criterion, Weight
+from ..core.spec import Preset
+from ..core.types import Config, knob
 from ._preset import framework_estimator
 
 

@@ -26,10 +26,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..compose import Composition, Criterion, Penalty, Weight
+from ..core.compose import Composition, Criterion, Penalty, Weight
+from ..core.spec import Preset
+from ..core.types import Config, knob
 from ..estimators import ESTIMATORS
-from ..spec import Preset
-from ..types import Config, knob
 from ._preset import framework_estimator
 
 _KL = "Weight of the kl_tau * l^2 term on every loss token."

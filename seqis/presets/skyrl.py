@@ -33,9 +33,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ..compose import Composition, Criterion, Weight
-from ..spec import Preset
-from ..types import Config, knob
+from ..core.compose import Composition, Criterion, Weight
+from ..core.spec import Preset
+from ..core.types import Config, knob
 from ._preset import SAFETY_BOUND, framework_estimator
 
 LOSSES = ("regular", "rollout_is", "dppo", "cispo")

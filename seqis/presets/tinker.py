@@ -22,9 +22,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..compose import Composition, Weight, ppo_clip_criteria
-from ..spec import Preset
-from ..types import Config, knob
+from ..core.compose import Composition, Weight, ppo_clip_criteria
+from ..core.spec import Preset
+from ..core.types import Config, knob
 from ._preset import framework_estimator
 
 DEFAULT_THRESHOLDS = {"ppo": (0.8, 1.2), "cispo": (0.0, 4.0)}  # the server's when loss_fn_config leaves them out

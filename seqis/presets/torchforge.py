@@ -16,9 +16,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..compose import Composition, Weight
-from ..spec import Preset
-from ..types import Config, knob
+from ..core.compose import Composition, Weight
+from ..core.spec import Preset
+from ..core.types import Config, knob
 from ._preset import framework_estimator
 
 REINFORCE_BOUNDS = (0.1, 10.0)  # ReinforceLoss.forward's torch.clamp(importance_weights, min=0.1, max=10.0)

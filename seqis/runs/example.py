@@ -1,7 +1,7 @@
 """A generated prime-rl token export run: steps x ranks x environments with an incident at one step and
 environment, written exactly as prime-rl writes it; the example under assets/, the tests' run, the bench's.
 
-Each (step, rank) file holds `rollouts_per_rank` sequences from `seqis.synthetic` (gaussian mismatch, s =
+Each (step, rank) file holds `rollouts_per_rank` sequences from `seqis.samplers.scenarios` (gaussian mismatch, s =
 0.03), environments taking turns; every record is a prompt (outside the loss mask, trainer log-probs as
 the trainer computes them, the first one null as prime-rl writes a non-finite value) followed by the
 rollout's tokens. At the incident's step and environment, 5% of the tokens (at least one per rollout) get
@@ -22,8 +22,8 @@ from pathlib import Path
 
 import torch
 
-from ..synthetic import make_batch
-from ..types import Batch
+from ..core.types import Batch
+from ..samplers.scenarios import make_batch
 from .run import concat
 
 SCHEMAS = ("plain", "losses", "weights")

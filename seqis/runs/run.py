@@ -19,9 +19,9 @@ from pathlib import Path
 
 import torch
 
+from ..core.types import Batch
 from ..io import load_batch, save_batch
 from ..io.prime_rl import read_prime_rl_files
-from ..types import Batch
 from .layout import StepFiles, find_steps
 
 

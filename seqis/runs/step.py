@@ -5,7 +5,7 @@ runs it as it is).
 A row per (group, estimator): `group` None is the whole step, else a value of the `by` metadata column (as
 a string); a step whose batch lacks that column has the whole-step rows alone. Columns: step, group,
 estimator, every `diagnostics` key, every metric of the estimator, `dropped` (the fraction of loss tokens
-whose gradient it drops, from its kept mask), and the diagnosis of that (step, group) by seqis.diagnose:
+whose gradient it drops, from its kept mask), and the diagnosis of that (step, group) by seqis.diagnosis.causes:
 `severity` and `finding` (the worst finding's severity and kind) and `findings` (all of them as JSON: kind,
 severity, message, evidence).
 """
@@ -18,8 +18,8 @@ from dataclasses import dataclass
 
 import torch
 
-from ..monitor import summarise
 from .layout import StepFiles
+from .monitor import summarise
 from .run import read_step
 
 SCAN_VERSION = 1  # bump when a row's meaning changes: cached rows of another version are recomputed
@@ -57,7 +57,7 @@ def _plain(v):
 
 
 def step_rows(batch, step: int, settings: ScanSettings) -> list[dict]:
-    """The scan's rows for one step's batch (seqis.monitor.summarise: the statistics a trainer logs, per group;
+    """The scan's rows for one step's batch (seqis.runs.monitor.summarise: the statistics a trainer logs, per group;
     a batch without the `by` column: its whole-step rows alone, which scan notes)."""
     by = settings.by if settings.by in batch.metadata else None
     rows = []

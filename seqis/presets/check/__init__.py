@@ -20,8 +20,8 @@ from pathlib import Path
 
 import torch
 
-from ...evaluate import evaluate
-from ...types import Batch, Config
+from ...core.types import Batch, Config
+from ...evaluators.plain import evaluate
 from .. import PRESETS, presets_of
 from ._load import MissingCode
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from ...types import Batch
+from ...core.types import Batch
 from . import Reference
 from ._load import MissingCode, attrs, definitions, find, namespace
 

@@ -1,6 +1,6 @@
-"""The plain evaluator: any Composition on a batch, read top to bottom as its definition (seqis/compose.py).
+"""The plain evaluator: any Composition on a batch, read top to bottom as its definition (seqis/core/compose.py).
 
-This is what a correction *is*; seqis/fast.py computes the same outputs faster and is tested against this
+This is what a correction *is*; seqis/evaluators/fast.py computes the same outputs faster and is tested against this
 module (tests/test_evaluators.py), which in turn is tested against each estimator's own `reference` and a
 per-rollout python reference (tests/test_reference.py). Nothing here is tuned for speed: (B, T) tensors are
 made freely, masks are bool tensors, the loss is an ordinary autograd graph.
@@ -31,8 +31,8 @@ import math
 
 import torch
 
-from .compose import Composition, Criterion
-from .types import Batch, EstimatorOutput
+from ..core.compose import Composition, Criterion
+from ..core.types import Batch, EstimatorOutput
 
 MAX_LOG_WEIGHT = 40.0  # every weight is at most e^40 (finite in float32, and so is its square)
 AGGREGATIONS = ("token-mean", "kept-token-mean", "seq-mean-token-mean", "seq-mean-token-sum")

@@ -1,6 +1,6 @@
 """Language models the diagnosis was not tuned on: small recurrent LMs sampled by a faulty bf16 sampler.
 
-`seqis.tiny_lm` is one model with one entropy profile. These generators differ from it and from each other in
+`seqis.samplers.tiny_lm` is one model with one entropy profile. These generators differ from it and from each other in
 what a detector has to survive: the vocabulary (256 to 32k tokens), the entropy profile (LLM-like peaked, a
 Zipf tail, flat), the sampler's precision and where it rounds, and the size of each fault. Every one of them
 is cheap: a recurrent state of 32 numbers, one (B, V) logits row per decoding step, all B rollouts at once.
@@ -37,8 +37,8 @@ The truth, per rollout, in metadata (sums over the rollout's loss tokens): kept_
 sampler's truncation kept), entropy_gap (E_q[-log pi] - H(pi), q the distribution the token was drawn from),
 kl (KL(q || pi)), bug_tokens (tokens the kernel bug forced where the trainer gives them under 5%).
 
-    from seqis.generators import GENERATORS, make
-    batch = make("lm_chat32k", seed=0, top_p=0.9)         # or seqis.synthetic.make_batch("lm_chat32k", ...)
+    from seqis.samplers.generators import GENERATORS, make
+    batch = make("lm_chat32k", seed=0, top_p=0.9)         # or seqis.samplers.scenarios.make_batch("lm_chat32k", ...)
     truth(batch)                                           # {'log_offset': ..., 'entropy_gap': ..., ...}
 """
 
@@ -53,8 +53,8 @@ from typing import ClassVar
 
 import torch
 
+from ..core.types import Batch, Knobs, knob
 from .tiny_lm import truncate
-from .types import Batch, Knobs, knob
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 EOS = 0  # token 0 ends a response

@@ -8,7 +8,7 @@
   ppl_ratio      mean over valid rollouts of exp(-S/T) (perplexity under pi over perplexity under mu)
   abs_log_ratio_p50 / _p99 / _max   percentiles of |l| over loss tokens (nearest rank, exact up to 2^24 positions,
                  from a seeded sample of 2^24 beyond; with percentile_sample=N, of the loss tokens among about N
-                 positions at a fixed odd stride, as seqis.monitor logs them each step); the max is always exact
+                 positions at a fixed odd stride, as seqis.runs.monitor logs them each step); the max is always exact
   n_rollouts     valid rollouts (T_j > 0);  n_tokens: loss tokens
 """
 
@@ -18,10 +18,10 @@ import math
 
 import torch
 
-from ._kernels import expm1, masked_mean, rho2_row_sums, row_blocks
-from .evaluate import MAX_LOG_WEIGHT
-from .fast import Ratios
-from .types import Batch
+from ..core.types import Batch
+from ..evaluators.fast import Ratios
+from ..evaluators.kernels import expm1, masked_mean, rho2_row_sums, row_blocks
+from ..evaluators.plain import MAX_LOG_WEIGHT
 
 # exact up to this many tokens; beyond, a seeded sample of this size (rank error ~1e-4)
 _PERCENTILE_SAMPLE = 1 << 24

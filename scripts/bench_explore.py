@@ -1,21 +1,22 @@
-"""Section `explore`: the server's work for one Explore slider move, through the page's public view functions.
+"""`python scripts/bench_explore.py [--quick]`: the server's work for one Explore slider move, through the page's
+public view functions (the app's side of the benchmark: the library never imports the app).
 
 A slider move reruns the page: one bridge view (ui/explore_data.py `explore`) resolves each column's correction
 once and builds every figure, table and snippet from it; the moved column's pieces are cache misses, the others
 hits. This times that work in-process, against a floor: the same calls with every cache hit.
-What a person waits for in a browser is the `browser` section.
+What a person waits for in a browser is scripts/bench_browser.py.
 """
 
 from __future__ import annotations
 
+import argparse
 import logging
 import statistics
 import sys
 import time
 from pathlib import Path
 
-ORDER = 40
-APP = Path(__file__).resolve().parents[2] / "app"
+APP = Path(__file__).resolve().parents[1] / "app"
 SEQ_CLIPS = [2.5, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0, 12.0, 15.0, 20.0, 25.0, 30.0, 40.0, 50.0, 60.0]
 
 
@@ -49,10 +50,10 @@ def slider_move(data, src, ests, name: str, cfg, rollout: int):
 def run(device: str, quick: bool) -> None:
     data = view_functions()
     if data is None:
-        print("\n## Explore slider move (view functions): skipped (no app/ next to seqis/, or no streamlit)")
+        print("\n## Explore slider move (view functions): skipped (no app/ beside scripts/, or no streamlit)")
         return
-    from ..estimators import ESTIMATORS, SEED_ESTIMATORS
-    from ..synthetic import SCENARIOS
+    from seqis.estimators import ESTIMATORS, SEED_ESTIMATORS
+    from seqis.samplers.scenarios import SCENARIOS
 
     print("\n## Explore slider move: the server's work (view functions, in-process), four seed estimators, "
           "256 rollouts x 4096")
@@ -79,3 +80,14 @@ def run(device: str, quick: bool) -> None:
         med, floor = statistics.median(moves), statistics.median(still)
         p90 = sorted(moves)[max(0, int(0.9 * len(moves)) - 1)]
         print(f"| {lengths} | {med * 1e3:.0f} | {p90 * 1e3:.0f} | {floor * 1e3:.1f} | {med / floor:.0f} |")
+
+
+if __name__ == "__main__":
+    from seqis.bench._host import host_line
+
+    ap = argparse.ArgumentParser(prog="python scripts/bench_explore.py", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="fewer slider values, for a smoke run")
+    args = ap.parse_args()
+    print(f"# seqis explore benchmark; {host_line()}")
+    run("cpu", args.quick)

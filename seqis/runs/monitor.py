@@ -1,7 +1,7 @@
 """Trainer-side metrics: the flat dict of floats a trainer hands its logger (W&B, TensorBoard, MLflow) each step.
 
     from seqis import Batch
-    from seqis.monitor import step_metrics
+    from seqis.runs.monitor import step_metrics
     batch = Batch(trainer_logprobs=logp.detach(), inference_logprobs=sampler_logp, advantages=adv, loss_mask=mask)
     wandb.log(step_metrics(batch, corrections=["seq_tis", "verl/bypass_pg_geo_rs"], by="env_name"), step=step)
 
@@ -9,7 +9,7 @@ Keys (prefix "seqis/" by default):
 
   seqis/<name>              every `diagnostics` statistic (kl_k1, kl_k3, chi2_token, ..., n_rollouts, n_tokens)
   seqis/<key>/<metric>      each correction's metrics (key: the registry name or preset key as given)
-  seqis/findings/<kind>     each finding kind of seqis.diagnose (KINDS): 0 ok or not found, 1 warn, 2 bad
+  seqis/findings/<kind>     each finding kind of seqis.diagnosis.causes (KINDS): 0 ok or not found, 1 warn, 2 bad
   seqis/<group>/...         with `by` (a metadata column): all of the above again for each of its values
 
 Every key is there at every step (a kind not found is 0), so a logger's charts keep their lines. The whole step
@@ -60,12 +60,12 @@ from dataclasses import dataclass
 
 import torch
 
-from .compose import Composition
-from .diagnose import KINDS, Finding, diagnose
-from .diagnostics import diagnostics
-from .fast import Ratios, ratios_for
-from .registry import resolve, run_many
-from .types import Batch, Config, EstimatorOutput
+from ..core.compose import Composition
+from ..core.types import Batch, Config, EstimatorOutput
+from ..diagnosis.causes import KINDS, Finding, diagnose
+from ..diagnosis.statistics import diagnostics
+from ..evaluators.fast import Ratios, ratios_for
+from ..registry import resolve, run_many
 
 FINDINGS_TOKENS = 1 << 14  # step_metrics' findings read whole rollouts up to this many loss tokens per group
 PERCENTILE_SAMPLE = 1 << 15  # and its percentiles of |l| the loss tokens among about this many positions
@@ -154,7 +154,7 @@ def summarise(batch: Batch, corrections: Corrections = (), by: str | None = None
 
 
 def severities(findings: list[Finding]) -> dict[str, float]:
-    """Each kind of seqis.diagnose (and any other found) -> its worst severity as a number, 0 when not found."""
+    """Each kind of seqis.diagnosis.causes (and any other found) -> its worst severity as a number, 0 when not found."""
     levels = dict.fromkeys(KINDS, 0.0)
     for f in findings:
         levels[f.kind] = max(levels.get(f.kind, 0.0), LEVELS[f.severity])

@@ -1,7 +1,7 @@
 """What each estimator's gate and clip do as rollouts grow: the simulations behind "Length & thresholds".
 
 Every simulated batch is made of fixed-length rollouts run through `seqis.run_many`, so the points a
-chart shows are what the estimators themselves do; `seqis.theory` gives the closed forms they are
+chart shows are what the estimators themselves do; `seqis.theory.formulas` gives the closed forms they are
 drawn against.
 
 - Valid IS noise: l_t ~ N(-s^2/2, s^2) i.i.d., so E_mu[rho] = 1 and the per-token KL(mu || pi) is s^2/2.
@@ -25,10 +25,10 @@ from collections.abc import Iterable, Sequence
 import pandas as pd
 import torch
 
-from ._kernels import in_band
-from .fast import Ratios
-from .registry import run_many
-from .types import Batch, Config
+from ..core.types import Batch, Config
+from ..evaluators.fast import Ratios
+from ..evaluators.kernels import in_band
+from ..registry import run_many
 
 Estimator = tuple[str, str, Config | None]  # (label, registry name, config or None for defaults)
 

@@ -76,7 +76,7 @@ from typing import Any
 
 import torch
 
-from .types import Batch
+from ..core.types import Batch
 
 NEMO_MULT_PROB_ERROR = 1.05  # NeMo-RL: mean exp(|l|) above this needs investigation
 VERL_KL = 0.1  # verl: |KL| above this is a significant off-policy gap
@@ -87,7 +87,7 @@ CATASTROPHIC_LOG_RATIO = math.log(20.0)  # |l| above this: a ratio 4x outside Ic
 UNIT_ROUNDOFF = {"fp32": 2.0**-24, "fp16": 2.0**-11, "bf16": 2.0**-8, "fp8": 2.0**-4}
 ROUNDING_RANGE = (0.25, 32.0)  # a format's floors, in its unit roundoffs: one probability rounding .. |z| = 32
 SEVERITY_RANK = {"bad": 0, "warn": 1, "ok": 2}
-# every kind a Finding may have (seqis.monitor logs each, found or not)
+# every kind a Finding may have (seqis.runs.monitor logs each, found or not)
 KINDS = ("token_misalignment", "catastrophic_tokens", "temperature_mismatch", "sampler_truncation",
          "raw_logprobs", "policy_lag", "precision_noise", "healthy", "no_loss_tokens")
 Z_DETECT = 5.0  # a detector fires beyond 5 standard errors (one-sided p ~ 3e-7): clean batches stay silent

@@ -23,9 +23,9 @@ import numpy as np
 import pandas as pd
 import torch
 
-from .closed_forms import closed_form
-from .fast import Ratios
-from .types import EstimatorOutput
+from ..core.types import EstimatorOutput
+from ..evaluators.fast import Ratios
+from ..theory.closed_forms import closed_form
 
 # log10 weight bins shared by every estimator so histograms overlay: 1e-3 .. 1e3, plus two overflow bins
 HIST_LOG10_RANGE = (-3.0, 3.0)
@@ -172,7 +172,7 @@ def rollout_row(x: torch.Tensor, mask: torch.Tensor, j: int) -> tuple[torch.Tens
 
 
 def theory_rollouts(x, cfg, s: float, lengths) -> dict[str, float]:
-    """Closed-form expectations under valid-IS Gaussian noise of scale s (seqis.closed_forms), averaged over the
+    """Closed-form expectations under valid-IS Gaussian noise of scale s (seqis.theory.closed_forms), averaged over the
     batch's rollout lengths, read from the correction's composition (x: a name, a preset key or a Composition;
     cfg its config or None): "rollouts_kept_frac" when one rollout-level band on the ratio (geometric, product,
     or every token's) decides which rollouts go, "clipped_frac" when a sequence weight is truncated. Empty when
@@ -202,7 +202,7 @@ TOKEN_BANDS = {"[0.8, 1.25]": (0.8, 1.25), "[0.5, 2]": (0.5, 2.0), "[0.5, 5] (Ic
 
 def ratio_quantiles(r: Ratios) -> pd.DataFrame:
     """Quantiles of the per-token log-ratio l and of rho = e^l over loss tokens, before any correction."""
-    from .diagnostics import percentiles
+    from .statistics import percentiles
 
     qs = percentiles(r.log_ratio[r.mask].float(), RATIO_QUANTILES)
     return pd.DataFrame({"log_ratio": qs, "ratio": [math.exp(v) for v in qs]},

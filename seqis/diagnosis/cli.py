@@ -59,8 +59,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--debug", action="store_true", help="print the traceback of a refusal")
     args = ap.parse_args(argv)
 
-    from .diagnose import diagnose
-    from .io import load_batch
+    from ..io import load_batch
+    from .causes import diagnose
 
     try:
         findings = diagnose(load_batch(args.path, columns=args.columns), by=args.by)

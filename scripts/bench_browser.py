@@ -7,8 +7,8 @@ and no long task came for 1.5 s and that indicator is down. Medians of many acti
 floor measured in the same run (a rerun in which nothing changed: the "r" shortcut on Explore), with the
 machine's load average. Skips, saying why, without Playwright or a chromium.
 
-Also runnable on another checkout (to measure a baseline): python -m seqis.bench.browser ROOT [--only ...].
-A cold start, as a person meets it: `python -m seqis.bench.browser --fresh 5 --launcher streamlit,app` starts a
+Also runnable on another checkout (to measure a baseline): python scripts/bench_browser.py ROOT [--only ...].
+A cold start, as a person meets it: `python scripts/bench_browser.py --fresh 5 --launcher streamlit,app` starts a
 new server 5 times per launcher, interleaved (`streamlit run app`; `app` is `make run`'s `python -m app`) and
 opens the page once on each as soon as it answers: the time to the first chart drawn, and to the page falling
 quiet.
@@ -27,11 +27,11 @@ import time
 import urllib.request
 from pathlib import Path
 
-from ._host import host_line
+from seqis.bench._host import host_line
 
 ORDER = 50
 FIRST_LOADS = 5  # first loads after the server is up, each in a fresh browser context (the median is reported)
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 PORT = int(os.environ.get("SEQIS_BENCH_PORT", "8616"))
 
 CHROMIUM_ARGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",

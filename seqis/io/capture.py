@@ -4,7 +4,7 @@ For trainers without an export of their own (verl, TRL, your own loop). Call it 
 both log-probs, once per step (and rank); a folder of such files, the step in each name, is a run that
 `seqis.runs.load_run` and `python -m seqis scan` read.
 
-    from seqis.capture import capture
+    from seqis.io.capture import capture
 
     # verl: in the actor's update, `data` a DataProto (rollout correction on, so rollout_log_probs exist)
     capture(f"seqis_dumps/step_{step}_rank_{rank}.parquet",
@@ -31,8 +31,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .io import BatchFormatError, check_batch, save_batch
-from .types import Batch
+from ..core.types import Batch
+from . import BatchFormatError, check_batch, save_batch
 
 
 def _tensor(x, name: str, dtype: torch.dtype) -> torch.Tensor:

@@ -5,7 +5,7 @@ runs each estimator, and says what it drops and why in terms of its composition 
 band, its criteria), then suggests a starting point. Everything an estimator is comes from its registry entry
 (`spec.compose(cfg)`): no branch here names an estimator.
 
-The yardsticks are the closed forms (seqis.theory, valid-IS Gaussian noise l ~ N(-s^2/2, s^2) with s from the
+The yardsticks are the closed forms (seqis.theory.formulas, valid-IS Gaussian noise l ~ N(-s^2/2, s^2) with s from the
 batch's KL) and the literature's thresholds:
 - measured engine mismatch per token: 5e-4 to 1e-3 nats (H20), 1e-3 to 1e-2 (L20), 1e-2 to 1 (A100)
   (Li & Liu, "When Speed Kills Stability");
@@ -30,14 +30,14 @@ from dataclasses import dataclass, field
 
 import torch
 
-from . import theory
-from .compose import Composition
-from .diagnostics import diagnostics
-from .estimators import ESTIMATORS
-from .fast import Ratios
-from .registry import resolve, resolve_config, run_many
+from ..core.compose import Composition
+from ..core.types import Batch
+from ..estimators import ESTIMATORS
+from ..evaluators.fast import Ratios
+from ..registry import resolve, resolve_config, run_many
+from ..theory import formulas as theory
+from .statistics import diagnostics
 from .summaries import effective_batch
-from .types import Batch
 
 KL_RANGES = ((5e-4, "below the smallest engine mismatch measured (H20: 5e-4 to 1e-3 nats)"),
              (1e-3, "like an H20 engine (5e-4 to 1e-3 nats)"),
@@ -182,7 +182,7 @@ def _why(comp: Composition, facts: dict[str, float], kept: float, clipped: float
 
 
 def read(name: str, comp: Composition, effective: dict[str, float], facts: dict[str, float]) -> EstimatorReading:
-    """One estimator on the batch (its effective batch, seqis.summaries.effective_batch), read against its
+    """One estimator on the batch (its effective batch, seqis.diagnosis.summaries.effective_batch), read against its
     composition."""
     token_rule = comp.catches_single_tokens
     kept, clipped = effective["tokens_kept_frac"], effective["clipped_frac"]

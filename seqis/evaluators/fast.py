@@ -1,4 +1,4 @@
-"""The fast evaluator: the same outputs as seqis/evaluate.py (the definition), computed for speed.
+"""The fast evaluator: the same outputs as seqis/evaluators/plain.py (the definition), computed for speed.
 
 `evaluate_many(comps, batch, agg, ratios)` evaluates compositions on one batch, sharing what they have in common:
 the batch's log-ratios and their per-rollout sums (`Ratios`, a frozen record made once per batch) and every
@@ -20,8 +20,8 @@ leaves_normaliser) scale the row weight by N / N_after; VESPO's gamma is one mor
 
 The loss is one autograd node whose backward writes d loss / d log pi directly (_kernels.known_losses). On the
 CPU reading a value back is free (`shortcuts`), so data-dependent questions skip whole passes (a clamp that
-changes no token, a token rule no row trips); on a GPU the passes run instead. Every primitive is in _kernels.py
-with the formula it computes. tests/test_evaluators.py holds this module to seqis/evaluate.py on hypothesis-drawn
+changes no token, a token rule no row trips); on a GPU the passes run instead. Every primitive is in kernels.py
+with the formula it computes. tests/test_evaluators.py holds this module to plain.py on hypothesis-drawn
 batches and compositions, both forms and both shortcut settings.
 """
 
@@ -35,9 +35,9 @@ from functools import partial
 
 import torch
 
-from . import _native
-from ._kernels import (
-    RHO_M1_CAP,
+from ..core.compose import BatchRule, Composition, Criterion, Penalty, Weight
+from ..core.types import Batch, EstimatorOutput, Masks
+from .kernels import (
     SPARSE_ROW_SHARE,
     SharedGradient,
     above_on,
@@ -72,10 +72,8 @@ from ._kernels import (
     shortcuts_for,
     tokens_of,
 )
-from .compose import BatchRule, Composition, Criterion, Penalty, Weight
-from .evaluate import AGGREGATIONS, MAX_LOG_WEIGHT, compute_dtype, log_of, m2po_dropped
-from .evaluate import statistic as plain_statistic
-from .types import Batch, EstimatorOutput, Masks
+from .plain import AGGREGATIONS, MAX_LOG_WEIGHT, compute_dtype, log_of, m2po_dropped
+from .plain import statistic as plain_statistic
 
 # ---------------------------------------------------------------------------------------------------------
 # the batch's ratios (made once per batch) and the pieces compositions share (made once per call)
@@ -144,12 +142,12 @@ class Ratios:
     @classmethod
     def of(cls, batch: Batch, *, shortcuts: bool | None = None, sparse_share: float = SPARSE_ROW_SHARE,
            k3: bool = False, extremes: bool = False, chi2: bool = False) -> Ratios:
-        """The batch's ratios, in one pass over the batch: on the CPU the fused pass of seqis/_native.c, else (or
-        without it) torch operations in blocks of rows (row_blocks). Only l (B, T) (and k3 (B, T) with k3=True:
-        run_many asks for it when a token-level composition will need its kept share) is made at full size;
-        extremes=True: each row's max and min of l too (run_many asks when a token rule on the ratio will read
-        them); chi2=True: each row's sum of rho^2 - 1 (seqis.monitor asks). shortcuts None: on for a CPU batch,
-        off on a GPU (where asking a value costs a sync); the forms agree either way (tests run both)."""
+        """The batch's ratios, in one pass over the batch: torch operations in blocks of rows (row_blocks). Only l
+        (B, T) (and k3 (B, T) with k3=True: run_many asks for it when a token-level composition will need its kept
+        share) is made at full size; extremes=True: each row's max and min of l too (run_many asks when a token rule
+        on the ratio will read them); chi2=True: each row's sum of rho^2 - 1 (seqis.runs.monitor asks). shortcuts
+        None: on for a CPU batch, off on a GPU (where asking a value costs a sync); the forms agree either way (tests
+        run both)."""
         tl, il, m = batch.trainer_logprobs.detach(), batch.inference_logprobs, batch.loss_mask
         dtype = compute_dtype(tl)
         shortcuts = shortcuts_for(tl) if shortcuts is None else shortcuts
@@ -159,11 +157,6 @@ class Ratios:
         length, S, logp_sum, k3_sum = (torch.empty(B, dtype=dtype, device=m.device) for _ in range(4))
         row_max, row_min = (torch.empty(B, dtype=dtype, device=m.device) if extremes else None for _ in range(2))
         rho2_sum = torch.empty(B, dtype=dtype, device=m.device) if chi2 else None
-        if T and _native.usable(tl, il, mask=m):  # the whole pass in one (seqis/_native.c)
-            hi, lo = (row_max, row_min) if extremes else (torch.empty_like(S), torch.empty_like(S))
-            _native.ratios(tl, il, m, l, k3_tokens, (length, S, logp_sum, k3_sum, hi, lo), rho2_sum, RHO_M1_CAP)
-            return cls(m, l, l, tl, il, batch.advantages, length, S, logp_sum, k3_sum, k3_tokens, None, shortcuts,
-                       sparse_share, row_max=row_max, row_min=row_min, rho2_rowsum=rho2_sum)
         blocks = row_blocks(B, T, m.device)
         R = max((b.stop - b.start for b in blocks), default=0)
         mf_, logp_, k3_ = (torch.empty((R, T), dtype=dtype, device=m.device) for _ in range(3))  # reused per block
@@ -570,7 +563,7 @@ class Correction:
     kept_len    (B,) kept tokens per rollout, when a token rule drops some (else counted from the mask)
     clipped     (B,) bool, the rollouts whose weight was truncated (None: no truncation)
     masks       its own (B, T) bool masks ("clipped", "token_masked"), each a tensor or a function that builds
-                it (called only if somebody reads the mask: seqis.types.Masks)
+                it (called only if somebody reads the mask: seqis.core.types.Masks)
     metrics     its own metrics (beyond the common ones every output reports)
     """
 
@@ -1181,7 +1174,7 @@ def ratios_for(batch: Batch, comps: Iterable[Composition], *, k3: bool | None = 
     """The batch's Ratios as evaluate_many makes them for these compositions: with the (B, T) k3 when there are
     several (k3=None; a token-level one's kept share in the tokens form reads it: made in the pass, it costs a
     (B, T) tensor's memory and no arithmetic; made when first read, a pass) and the rows' extremes of l when one
-    reads them. A caller that reads the Ratios itself too (seqis.monitor: k3=False, chi2=True for diagnostics)
+    reads them. A caller that reads the Ratios itself too (seqis.runs.monitor: k3=False, chi2=True for diagnostics)
     makes them here and passes them on."""
     comps = [comp for comp in comps if supports(comp)]  # the plain evaluator reads none of it
     return Ratios.of(batch, k3=len(comps) > 1 if k3 is None else k3,

@@ -1,6 +1,6 @@
 """Real sampler faults, with the truth known: the tiny transformer sampled by a faulty inference engine.
 
-The `tiny_lm` scenario of `seqis.synthetic`: the shipped tiny causal transformer (`seqis.tiny_lm`) samples
+The `tiny_lm` scenario of `samplers.scenarios`: the shipped tiny causal transformer (`samplers.tiny_lm`) samples
 GRPO groups through a sampler with the faults users meet in RL stacks, and the fp32 trainer rescores them
 at temperature 1 over the full vocabulary, as a trainer that does not know about them would:
 
@@ -16,7 +16,7 @@ of the mass the sampler kept; its mean per token is the truncation's log offset)
 the bug chose where the trainer gives them under 5%). Batches are cached per (config, seed): the model's
 weights load in milliseconds and 128 rollouts decode in a few seconds on one CPU core.
 
-    from seqis.synthetic import make_batch
+    from seqis.samplers.scenarios import make_batch
     batch = make_batch("tiny_lm", seed=0, top_p=0.9)
 """
 
@@ -28,7 +28,7 @@ from typing import ClassVar
 
 import torch
 
-from .types import Batch, Knobs, knob
+from ..core.types import Batch, Knobs, knob
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
@@ -91,7 +91,7 @@ def _rollouts(cfg: TinyLMFaultConfig, seed: int) -> Batch:
     lm, lang = _model()
     sampling = Sampling(temperature=cfg.temperature, top_k=cfg.top_k, top_p=cfg.top_p, bug_token=cfg.bug_token,
                         bug_rate=cfg.bug_rate)
-    with one_thread():  # decoding's small steps: see seqis.generators.one_thread
+    with one_thread():  # decoding's small steps: see seqis.samplers.generators.one_thread
         b = rollouts(lm, lang, n_prompts=cfg.n_prompts, group_size=cfg.group_size, seed=seed,
                      sampler_dtype=DTYPES[cfg.sampler_dtype], sampling=sampling)
     if cfg.shift:  # position t reports the sampler's log-prob of position t - shift

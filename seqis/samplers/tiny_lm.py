@@ -20,7 +20,7 @@ prompt's word (in word order), so longer responses succeed more often.
     lm, lang = train(TinyLMConfig(), seed=0)            # ~1 minute on 2 CPU cores
     lm, lang = pretrained()                             # the same model, from assets/models/, in milliseconds
     batch = rollouts(lm, lang, n_prompts=16, group_size=8, seed=0)
-    faulty = rollouts(lm, lang, sampling=Sampling(top_p=0.9))   # a sampler fault (seqis.sampler_faults)
+    faulty = rollouts(lm, lang, sampling=Sampling(top_p=0.9))   # a sampler fault (seqis.samplers.faults)
 
 Everything is seeded through explicit torch.Generators (initialisation, data, sampling).
 """
@@ -36,7 +36,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .types import Batch
+from ..core.types import Batch
 
 
 @dataclass(frozen=True)

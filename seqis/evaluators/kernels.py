@@ -1,9 +1,7 @@
-"""The fast evaluator's primitives (seqis/fast.py): exp2 for exp, 0/1 float masks through uint8 (bool ops are
+"""The fast evaluator's primitives (seqis/evaluators/fast.py): exp2 for exp, 0/1 float masks through uint8 (bool ops are
 slow paths on the CPU), row maxima instead of (B, T) masks, products summed in blocks of rows, and the surrogate
-loss as one autograd node. Each function states the plain formula it computes. On the CPU, k3 and the row sums
-(k3_of, k3_row_sums, kept_k3_logp_sums, dot_rows) take the fused passes of seqis/_native.c where they can (the
-same formula, k3 without expm1(l) - l's cancellation near 0, the sums in doubles): every k3 the evaluator reads then
-comes from one formula, so a row's pieces add up to its whole to the bit.
+loss as one autograd node. Each function states the plain formula it computes; every k3 the evaluator reads comes
+from one formula (k3_of: expm1(l) - l), so a row's pieces add up to its whole.
 
 `shortcuts` (an argument, held by Ratios): whether reading a value back into Python is free (the CPU) so a
 data-dependent question may skip a whole pass; on a GPU that question costs a sync and the pass runs instead.
@@ -18,8 +16,7 @@ from functools import cache
 import numpy as np
 import torch
 
-from . import _native
-from .evaluate import MAX_LOG_WEIGHT, log_of
+from .plain import MAX_LOG_WEIGHT, log_of
 
 LOG2_E = 1 / math.log(2)
 
@@ -202,8 +199,6 @@ def row_blocks(B: int, T: int, device: torch.device) -> list[slice]:
 def dot_rows(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """(B,) sum over T of a * b, for two (B, T) tensors; on the CPU in blocks of rows, so the product never
     takes a fresh (B, T) allocation (whose page faults cost more than the arithmetic)."""
-    if _native.usable(a, b):  # one pass, the sums in doubles (seqis/_native.c)
-        return _native.dot_rows(a, b)
     rows = max(1, DOT_BLOCK // max(1, a.shape[-1]))
     if a.device.type != "cpu" or a.shape[0] <= rows:
         return (a * b).sum(-1)
@@ -216,8 +211,6 @@ def kept_k3_logp_sums(l: torch.Tensor, logp: torch.Tensor, keep: torch.Tensor) -
     (R, T) 0/1 floats, 0 off the loss mask. The values of dot_rows(k3_of(l)[0], keep) and dot_rows(cleaned log pi,
     keep) to the bit (the same expm1), made on the CPU in blocks of rows (a multiple of 64 elements each, as
     blockwise's) instead of through two (R, T) tensors and two products."""
-    if _native.usable(l, logp, keep):
-        return _native.kept_sums(l, logp, keep)
     R, T = l.shape
     rows = max(1, R) if l.device.type != "cpu" else aligned_block_rows(T)
     k3, lp = [], []
@@ -362,13 +355,11 @@ def gated(gate: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
 
 def k3_row_sums(log_ratio: torch.Tensor) -> torch.Tensor:
     """(B,) sum over T of k3 = rho - 1 - l, made in blocks of rows (no (B, T) temporary on the CPU)."""
-    if _native.usable(log_ratio):
-        return _native.k3_tokens(log_ratio, tokens=False)[1]
     B, T = log_ratio.shape
     return torch.cat([k3_of(log_ratio[rows])[1] for rows in row_blocks(B, T, log_ratio.device)])
 
 
-RHO_M1_CAP = math.expm1(20.0)  # rho - 1 at l = MAX_LOG_WEIGHT / 2 (seqis.evaluate): rho^2 stays finite
+RHO_M1_CAP = math.expm1(20.0)  # rho - 1 at l = MAX_LOG_WEIGHT / 2 (seqis.evaluators.plain): rho^2 stays finite
 
 
 def rho2_row_sums(e: torch.Tensor, scratch: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
@@ -396,7 +387,5 @@ def rho2_row_sums_by_norm(e: torch.Tensor) -> torch.Tensor:
 def k3_of(log_ratio: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """k3 = rho - 1 - l per token (a new tensor, exact up to the dtype's overflow: inf past l = 88.7 in float32)
     and its per-row sums."""
-    if _native.usable(log_ratio):  # one pass, k3 without the cancellation near 0 (seqis/_native.c)
-        return _native.k3_tokens(log_ratio)
     k3 = expm1(log_ratio).sub_(log_ratio)
     return k3, k3.sum(-1)

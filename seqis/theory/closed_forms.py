@@ -1,6 +1,6 @@
 """What valid IS noise gives in closed form for a correction, read from its composition (never from its name).
 
-Under l_t ~ N(-s^2/2, s^2) i.i.d. (seqis.theory), a correction is covered when its rollouts are decided by one
+Under l_t ~ N(-s^2/2, s^2) i.i.d. (seqis.theory.formulas), a correction is covered when its rollouts are decided by one
 band on the ratio at the rollout level and its weight is 1 or the sequence weight:
 
     one rollout rule             accepted                     a criterion by mean: the geometric band;
@@ -24,9 +24,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import theory
-from .registry import resolve
-from .types import Config
+from ..core.types import Config
+from ..registry import resolve
+from . import formulas as theory
 
 # a rollout band's level -> the acceptance of a band [low, high] on it
 _ACCEPT = {"geometric": theory.geo_band_acceptance, "sequence": theory.product_band_acceptance,

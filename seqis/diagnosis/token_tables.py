@@ -2,7 +2,7 @@
 
 Each table has one row per loss token: rollout, position, trainer_logprob, inference_logprob, log_ratio, and
 entropy / token_id when the batch carries them (`batch.extras`). `shift` reads the inference log-probs that
-many positions later, as `seqis.diagnose` does for a batch it finds misaligned.
+many positions later, as `seqis.diagnosis.causes` does for a batch it finds misaligned.
 """
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from __future__ import annotations
 import pandas as pd
 import torch
 
-from .diagnose import realign
-from .types import Batch
+from ..core.types import Batch
+from .causes import realign
 
 
 def _table(batch: Batch, shift: int, pick) -> pd.DataFrame:
@@ -51,7 +51,7 @@ def worst_rollout(batch: Batch, shift: int = 0) -> int:
 
 def rollout_gains(batch: Batch, shift: int = 0) -> pd.DataFrame:
     """One row per rollout with loss tokens: its advantage (the mean over its tokens when advantages are per
-    token), sum_t (rho_t - 1) and sum_t A_t (rho_t - 1), the policy-lag test's term (seqis.diagnose), with
+    token), sum_t (rho_t - 1) and sum_t A_t (rho_t - 1), the policy-lag test's term (seqis.diagnosis.causes), with
     |l| clamped at 20 as there."""
     trainer, inference, mask = realign(batch, shift)
     rho = torch.where(mask, (trainer - inference).nan_to_num(0.0).clamp(-20.0, 20.0).exp() - 1, 0.0)  # (B, T)

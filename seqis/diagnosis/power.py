@@ -1,5 +1,5 @@
-"""What each detector of seqis.diagnose can see: detection rate against a fault's size, at two batch sizes, on the
-generators it was not tuned on (seqis.generators, never tiny_lm), and the false-alarm rate on clean batches.
+"""What each detector of diagnosis.causes can see: detection rate against a fault's size, at two batch sizes, on the
+generators it was not tuned on (seqis.samplers.generators, never tiny_lm), and the false-alarm rate on clean batches.
 
 `measure()` simulates: for each fault of FAULTS and each of its magnitudes, one draw per (generator, seed),
 diagnosed whole and in quarters (four disjoint blocks of whole GRPO groups: four batches a quarter the size). A
@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .io import ASSETS_DIR
+from ..io import ASSETS_DIR
 
 POWER_TABLE = ASSETS_DIR / "bench" / "diagnose_power.json"  # a folder of its own: not a batch
 COMMAND = "python -m seqis.bench --only diagnose-power"
@@ -69,7 +69,7 @@ def _estimate(findings, fault: Fault) -> float | None:
 
 def _truth(batch, fault: Fault, value) -> float:
     """What the generator's sampler did to this batch, in the fault's measure."""
-    from .generators import truth
+    from ..samplers.generators import truth
 
     if fault.measure == "temperature":
         return float(value)  # the knob is the truth
@@ -93,8 +93,8 @@ def measure(generators: tuple[str, ...] | None = None, seeds: int = 3, clean_see
             log: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Simulate every fault at every magnitude and the clean batches; returns the power table (plain data,
     the JSON that POWER_TABLE holds)."""
-    from .diagnose import diagnose
-    from .generators import GENERATORS, make
+    from ..samplers.generators import GENERATORS, make
+    from .causes import diagnose
 
     generators = tuple(generators or GENERATORS)
     faults = faults or FAULTS

@@ -1,0 +1,5 @@
+"""Evaluators: a `Composition` on a `Batch` -> an `EstimatorOutput`.
+
+`plain` is the definition (every composition, read top to bottom); `fast` computes the same outputs once per batch and
+shares them between compositions (`Ratios`, `Cache`), with its primitives in `kernels`.
+"""
