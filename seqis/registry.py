@@ -15,11 +15,11 @@ from dataclasses import dataclass
 from functools import cache, lru_cache
 
 from .core.compose import Composition
+from .core.ratios import Ratios
 from .core.spec import EstimatorSpec
 from .core.types import Batch, Config, EstimatorOutput
 from .estimators import ESTIMATORS
 from .evaluators import fast
-from .evaluators.fast import Ratios
 from .evaluators.plain import AGGREGATIONS, evaluate
 from .presets import PRESETS
 

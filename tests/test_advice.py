@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from seqis import ESTIMATORS, run_many
+from seqis.core.ratios import Ratios
 from seqis.diagnosis.advice import advise, batch_facts, regime
 from seqis.diagnosis.summaries import effective_batch
-from seqis.evaluators.fast import Ratios
 from seqis.registry import resolve
 from seqis.samplers.scenarios import make_batch
 

@@ -15,8 +15,8 @@ import torch
 from pages import charts, open_code  # noqa: E402
 
 from seqis import ESTIMATORS, SEED_ESTIMATORS, run_many
+from seqis.core.ratios import Ratios
 from seqis.diagnosis.summaries import dropped_map, effective_batch, token_map, weight_histogram
-from seqis.evaluators.fast import Ratios
 from seqis.io import save_batch
 from seqis.samplers.scenarios import make_batch
 

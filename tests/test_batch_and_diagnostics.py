@@ -234,9 +234,7 @@ def _drawn(B=96, T=700, seed=0, dtype=torch.float32):
 def test_the_blocked_pass_sums_rho_squared_as_the_definition(dtype, shortcuts):
     # Ratios.of(chi2=True): each row's sum of rho^2 - 1, l capped at 20, against the definition in float64 (a
     # different formula, e (e + 2) from the block's expm1, would have to agree); diagnostics reads it or makes it
-    from seqis.evaluators.fast import Ratios
-    from seqis.evaluators.kernels import RHO_M1_CAP
-    from seqis.evaluators.plain import MAX_LOG_WEIGHT
+    from seqis.core.ratios import MAX_LOG_WEIGHT, RHO_M1_CAP, Ratios
 
     assert RHO_M1_CAP == math.expm1(MAX_LOG_WEIGHT / 2)
     batch, mask = _drawn(dtype=dtype)
@@ -254,7 +252,7 @@ def test_the_blocked_pass_sums_rho_squared_as_the_definition(dtype, shortcuts):
 
 
 def test_the_max_comes_from_the_rows_extremes_when_the_pass_made_them():
-    from seqis.evaluators.fast import Ratios
+    from seqis.core.ratios import Ratios
 
     batch, mask = _drawn(seed=1)
     l = torch.where(mask, batch.trainer_logprobs - batch.inference_logprobs, 0.0)

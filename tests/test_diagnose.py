@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from seqis import ESTIMATORS, Batch, Finding, diagnose, run_many
+from seqis.core.ratios import Ratios
 from seqis.diagnosis.causes import (
     CATASTROPHIC_LOG_RATIO,
     aligned_pairs,
@@ -23,7 +24,6 @@ from seqis.diagnosis.causes import (
     truncation_test,
 )
 from seqis.diagnosis.summaries import band_shares, correction_fractions, ratio_quantiles
-from seqis.evaluators.fast import Ratios
 from seqis.samplers.faults import truth
 from seqis.samplers.scenarios import make_batch
 

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from strategies import configs, examples
 
 from seqis import AGGREGATIONS, ESTIMATORS, PRESETS, SEED_ESTIMATORS, Batch, diagnostics, run, run_many
-from seqis.evaluators.plain import MAX_LOG_WEIGHT
+from seqis.core.ratios import MAX_LOG_WEIGHT
 
 NAMES = list(ESTIMATORS)
 # the properties that hold for any correction run at its defaults: every estimator and every preset
@@ -515,7 +515,7 @@ def test_run_refuses_unknown_names_configs_and_aggregations():
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_cpu_expm1_is_within_an_ulp_of_the_exact_value(dtype):
-    from seqis.evaluators.kernels import expm1
+    from seqis.core.ratios import expm1
 
     x = torch.cat([torch.tensor([0.0, -0.0, 1e-30, -1e-30, 1e-7, 88.0, 100.0, -100.0, 700.0, -math.inf, math.inf]),
                    torch.linspace(-30, 30, 10_001), torch.randn(10_000) * 1e-4]).to(dtype)
@@ -554,7 +554,7 @@ def test_mis_po_sparse_and_dense_forms_agree(agg, batch, data):
     # a token band that drops tokens in few rollouts keeps only those rows' masks (Correction.kept_rows; none
     # when no row has a token outside); forced on (share 1) and off (share -1), the two forms (rows and tokens)
     # must give the same everything
-    from seqis.evaluators.fast import Ratios
+    from seqis.core.ratios import Ratios
 
     cfg = data.draw(configs("mis_po"))
     per_token_adv = batch.advantages.dim() == 2
@@ -589,7 +589,7 @@ def test_the_gpu_paths_give_what_the_cpu_shortcuts_give(name, kind):
     # on the CPU, data-dependent questions (is any log-ratio non-finite? are few rollouts touched by a token
     # band? does the backward get a gradient of 1?) skip passes; a GPU runs the passes instead. Both, here on
     # the CPU (Ratios.of(..., shortcuts=False) is what a GPU batch gets).
-    from seqis.evaluators.fast import Ratios
+    from seqis.core.ratios import Ratios
 
     batch = {"nan padding": lambda: make_batch(seed=12, pad=math.nan),
              "catastrophic": lambda: make_batch(B=20, seed=13, scale=60.0),
@@ -605,7 +605,7 @@ def test_the_gpu_paths_give_what_the_cpu_shortcuts_give(name, kind):
 
 
 def test_mis_po_takes_the_sparse_form_when_few_rollouts_have_a_catastrophic_token():
-    from seqis.evaluators.fast import Ratios
+    from seqis.core.ratios import Ratios
 
     batch = make_batch(B=32, T=9, seed=11, scale=0.01, empty=False)
     tl = batch.trainer_logprobs.detach().clone()
@@ -620,7 +620,7 @@ def test_mis_po_takes_the_sparse_form_when_few_rollouts_have_a_catastrophic_toke
 
 
 def _sequence_level(name):
-    from seqis.evaluators.fast import Ratios
+    from seqis.core.ratios import Ratios
 
     c = fast_correction(name, Ratios.of(make_batch()))
     return not c.per_token and c.profile is None  # a token weight's profile is a (B, T) tensor of its own
@@ -634,7 +634,7 @@ def test_a_sequence_level_output_lets_the_batch_log_ratios_go(name):
     import gc
     import weakref
 
-    from seqis.evaluators.fast import Ratios
+    from seqis.core.ratios import Ratios
 
     batch = make_batch(seed=10)
     r = Ratios.of(batch)

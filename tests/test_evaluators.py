@@ -22,8 +22,8 @@ from test_reference import compositions  # the reference test's draws: each part
 
 from seqis import AGGREGATIONS, ESTIMATORS, PRESETS, Batch, run
 from seqis.core.compose import BatchRule, Composition, Criterion, Weight
+from seqis.core.ratios import Ratios
 from seqis.evaluators import fast as fast_module
-from seqis.evaluators.fast import Ratios
 from seqis.evaluators.plain import evaluate
 from seqis.registry import resolve
 

@@ -25,8 +25,8 @@ from strategies import configs, examples, ulps_around
 
 from seqis import AGGREGATIONS, ESTIMATORS, Batch, run
 from seqis.core.compose import BatchRule, Composition, Criterion, Penalty, Weight
+from seqis.core.ratios import Ratios
 from seqis.evaluators import fast
-from seqis.evaluators.fast import Ratios
 from seqis.evaluators.plain import evaluate
 from seqis.registry import entry, resolve
 

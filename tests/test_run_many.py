@@ -109,7 +109,8 @@ def test_a_sparse_filters_kept_sums_in_one_pass_equal_the_formula(dtype, T):
     # kept_k3_logp_sums: the sums over the kept tokens of k3 = expm1(l) - l and of the cleaned log pi, made in
     # blocks of rows; against the formula written out on the whole (R, T) tensors, float64 sums of the same
     # products, and the values the two row dots give to the bit
-    from seqis.evaluators.kernels import DOT_BLOCK, dot_rows, k3_of, kept_k3_logp_sums
+    from seqis.core.ratios import k3_of
+    from seqis.evaluators.kernels import DOT_BLOCK, dot_rows, kept_k3_logp_sums
 
     g = torch.Generator().manual_seed(T)
     R = 2 * (DOT_BLOCK // T) + 3  # several blocks and a short last one
@@ -147,7 +148,7 @@ def test_a_callers_ratios_serves_later_calls_unchanged():
     # keeps for later calls is the same record after each, and each call gives what run() gives
     import dataclasses
 
-    from seqis.evaluators.fast import Ratios
+    from seqis.core.ratios import Ratios
 
     batch = _batch("sparse")
     r = Ratios.of(batch)
@@ -166,7 +167,7 @@ def test_row_extremes_made_with_the_log_ratios(kind):
     # Ratios.of(extremes=True) makes each row's max and min of l in its blocked pass: they are amax / amin of l
     # (padding's 0 included), clamped copies carry them clamped, and every output is what a record without them
     # gives (the extremes then come from a pass of their own)
-    from seqis.evaluators.fast import Ratios
+    from seqis.core.ratios import Ratios
 
     batch = _batch(kind, B=300, T=900)  # several row blocks
     inference = batch.inference_logprobs.clone()

@@ -11,10 +11,10 @@ import streamlit as st
 import torch
 
 from seqis import ESTIMATORS, Finding, diagnose, run_many
+from seqis.core.ratios import Ratios
 from seqis.diagnosis import power as diagnose_power
 from seqis.diagnosis.summaries import band_shares, correction_fractions, ratio_quantiles
 from seqis.diagnosis.token_tables import rollout_gains, rollout_tokens, sample_tokens, worst_rollout, worst_tokens
-from seqis.evaluators.fast import Ratios
 from seqis.samplers.faults import TinyLMFaultConfig
 from seqis.samplers.generators import GENERATORS
 

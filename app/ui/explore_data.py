@@ -33,6 +33,7 @@ import torch
 
 from seqis import ESTIMATORS, PRESETS, diagnostics, run_many
 from seqis.core.compose import Composition
+from seqis.core.ratios import Ratios
 from seqis.core.types import Batch, Config, Knobs
 from seqis.diagnosis.advice import Advice, batch_facts, read, suggest
 from seqis.diagnosis.summaries import (
@@ -43,7 +44,6 @@ from seqis.diagnosis.summaries import (
     token_map,
     weight_histogram,
 )
-from seqis.evaluators.fast import Ratios
 from seqis.export import EXPORTERS, Snippet, export, prime_rl_toml
 from seqis.io import BatchFormatError
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import statistics
 
+from ..core.ratios import Ratios
 from ..diagnosis.causes import diagnose
 from ..diagnosis.statistics import diagnostics
-from ..evaluators.fast import Ratios, ratios_for
+from ..evaluators.fast import ratios_for
 from ..registry import resolve, run_many
 from ..runs.monitor import FINDINGS_TOKENS, PERCENTILE_SAMPLE, findings_rows, step_metrics
 from .timing import median_time, paired, ragged_batch, step, with_catastrophic_tokens

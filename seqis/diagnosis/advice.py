@@ -31,9 +31,9 @@ from dataclasses import dataclass, field
 import torch
 
 from ..core.compose import Composition
+from ..core.ratios import Ratios
 from ..core.types import Batch
 from ..estimators import ESTIMATORS
-from ..evaluators.fast import Ratios
 from ..registry import resolve, resolve_config, run_many
 from ..theory import formulas as theory
 from .statistics import diagnostics

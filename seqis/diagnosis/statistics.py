@@ -18,10 +18,9 @@ import math
 
 import torch
 
+from ..core.ratios import MAX_LOG_WEIGHT, Ratios, expm1, rho2_row_sums, row_blocks
 from ..core.types import Batch
-from ..evaluators.fast import Ratios
-from ..evaluators.kernels import expm1, masked_mean, rho2_row_sums, row_blocks
-from ..evaluators.plain import MAX_LOG_WEIGHT
+from ..evaluators.kernels import masked_mean
 
 # exact up to this many tokens; beyond, a seeded sample of this size (rank error ~1e-4)
 _PERCENTILE_SAMPLE = 1 << 24

@@ -23,8 +23,8 @@ import numpy as np
 import pandas as pd
 import torch
 
+from ..core.ratios import Ratios
 from ..core.types import EstimatorOutput
-from ..evaluators.fast import Ratios
 from ..theory.closed_forms import closed_form
 
 # log10 weight bins shared by every estimator so histograms overlay: 1e-3 .. 1e3, plus two overflow bins

@@ -13,10 +13,10 @@ import math
 from collections.abc import Callable
 from functools import cache
 
-import numpy as np
 import torch
 
-from .plain import MAX_LOG_WEIGHT, log_of
+from ..core.ratios import MAX_LOG_WEIGHT, as_dtype, expm1
+from .plain import log_of
 
 LOG2_E = 1 / math.log(2)
 
@@ -42,25 +42,6 @@ def exp_of(x: torch.Tensor) -> torch.Tensor:
 def exp_(x: torch.Tensor) -> torch.Tensor:
     """exp(x) in place, as exp_of does it, for a tensor of one's own (no second allocation)."""
     return x.mul_(LOG2_E).exp2_()
-
-
-def expm1(x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
-    """exp(x) - 1, accurate near 0, as a new tensor (or into `out`, contiguous, of x's shape and dtype).
-
-    On the CPU, torch.expm1 calls MKL's VML, which on many CPUs takes a generic path 4-20 times slower than
-    numpy's SIMD expm1 (within an ulp of the exact value). CPU float32 / float64 tensors therefore always go
-    through numpy: one fixed path, so two processes give bitwise-identical results for the same batch."""
-    if x.device.type == "cpu" and x.dtype in (torch.float32, torch.float64) and not x.requires_grad:
-        out = torch.empty(x.shape, dtype=x.dtype) if out is None else out
-        with np.errstate(over="ignore"):  # overflow gives inf, as torch's does, without a warning
-            np.expm1(x.contiguous().numpy(), out=out.numpy())
-        return out
-    return torch.expm1(x, out=out) if out is not None else torch.expm1(x)
-
-
-def shortcuts_for(x: torch.Tensor) -> bool:
-    """The default shortcut policy: on for CPU tensors (a value read back is free), off elsewhere."""
-    return x.device.type == "cpu"
 
 
 def in_band(x: torch.Tensor, low: float, high: float, tol: torch.Tensor | float = 0.0) -> torch.Tensor:
@@ -145,12 +126,6 @@ def outside_band(mask: torch.Tensor, x: torch.Tensor, lo: float, hi: float) -> t
     return mask & outside_f(x, lo, hi).bool()
 
 
-# Token rules (and a token weight's truncation or band) that touch at most this share of the rollouts are kept in
-# the sparse form when shortcuts are on: only those rows get their own (R, T) kept masks and weights; every other
-# row keeps all its loss tokens, weighed by a per-batch profile that several corrections share.
-SPARSE_ROW_SHARE = 1 / 2
-
-
 def rows_outside(x_max: torch.Tensor, x_min: torch.Tensor, low: float, high: float, *,
                  strict: bool = False) -> torch.Tensor:
     """(B,) bool: the rows with a value outside [low, high], from the rows' maxima and minima (over every
@@ -165,35 +140,12 @@ def rows_outside(x_max: torch.Tensor, x_min: torch.Tensor, low: float, high: flo
     return out
 
 
-def row_extremes(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(B,) maxima and minima of x (B, T) over T (amax and amin: one fast pass each, aminmax is not on the CPU)."""
-    if x.shape[-1] == 0:
-        empty = x.new_zeros(x.shape[:-1])
-        return empty, empty
-    return x.amax(-1), x.amin(-1)
-
-
 def rows_into(shape: tuple[int, int], rows: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
     """(B, T) bool: values (R, T) in the given rows, False elsewhere."""
     return torch.zeros(shape, dtype=torch.bool, device=values.device).index_copy_(0, rows, values)
 
 
-# Elements of a (B, T) pass made at once on the CPU. glibc's malloc hands a large block back to the OS when it is
-# freed at the top of the heap (past its trim threshold: twice the largest block it has seen mmapped), and the
-# next one of that size page-faults in fresh memory: a 4 MiB (B, T) temporary then costs ~1,000 page faults,
-# more than the arithmetic on it. A pass over blocks of rows of this size keeps its temporaries small enough to
-# be reused, and in cache.
-BLOCK = 1 << 18  # 1 MiB in float32
 DOT_BLOCK = 1 << 16  # elements of a * b made at once by dot_rows on the CPU (256 KiB in float32)
-
-
-def row_blocks(B: int, T: int, device: torch.device) -> list[slice]:
-    """Slices of rows that cover B rows of T positions, about BLOCK elements each on the CPU; one on a GPU
-    (its caching allocator reuses memory: blocks would only add launches)."""
-    if device.type != "cpu":
-        return [slice(0, B)]
-    rows = max(1, BLOCK // max(1, T))
-    return [slice(a, min(a + rows, B)) for a in range(0, B, rows)] or [slice(0, 0)]
 
 
 def dot_rows(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -275,21 +227,6 @@ def any_per_row(mask: torch.Tensor) -> torch.Tensor:
     return mask.view(torch.uint8).amax(-1) > 0
 
 
-def dot(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """sum(a * b) over two same-shaped tensors, without a temporary (a BLAS dot); differentiable."""
-    return torch.dot(a.reshape(-1), b.reshape(-1))
-
-
-def as_dtype(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """x in dtype: x itself when it already is (a .to() call costs a dispatch even then)."""
-    return x if x.dtype == dtype else x.to(dtype)
-
-
-def as_float(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """A bool mask as 0/1 floats (through uint8: bool -> float is a slow path on CPU)."""
-    return mask.view(torch.uint8).to(dtype)
-
-
 class SharedGradient:
     """A (B, T) gradient, built in the forward, that the loss nodes of identical corrections hand out (run_many
     computes a correction once for every key that names it): a node's first backward takes a copy while other
@@ -346,46 +283,8 @@ def masked_mean(x: torch.Tensor, select: torch.Tensor) -> torch.Tensor:
     return total / select.sum().clamp(min=1)
 
 
-
-
 def gated(gate: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     """x where gate is True, else 0 (a select, never a multiply: 0 * inf is NaN)."""
     return torch.where(gate, x, 0.0)
 
 
-def k3_row_sums(log_ratio: torch.Tensor) -> torch.Tensor:
-    """(B,) sum over T of k3 = rho - 1 - l, made in blocks of rows (no (B, T) temporary on the CPU)."""
-    B, T = log_ratio.shape
-    return torch.cat([k3_of(log_ratio[rows])[1] for rows in row_blocks(B, T, log_ratio.device)])
-
-
-RHO_M1_CAP = math.expm1(20.0)  # rho - 1 at l = MAX_LOG_WEIGHT / 2 (seqis.evaluators.plain): rho^2 stays finite
-
-
-def rho2_row_sums(e: torch.Tensor, scratch: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
-    """(B,) each row's sum of rho^2 - 1 = e (e + 2), from e = rho - 1 = expm1(l) (B, T) (0 on padding), e capped
-    at RHO_M1_CAP (l at 20, as diagnostics caps it); scratch: two (B, T) tensors to write into (a block's
-    buffers that are free by then)."""
-    a, b = scratch if scratch is not None else (None, None)
-    c = torch.clamp(e, max=RHO_M1_CAP, out=a)  # (B, T) capped rho - 1
-    return torch.add(c, 2.0, out=b).mul_(c).sum(-1)  # capped (rho + 1) (rho - 1)
-
-
-def rho2_row_sums_by_norm(e: torch.Tensor) -> torch.Tensor:
-    """rho2_row_sums(e) as |e|^2 + 2 sum e per row: two reductions that read e once each, against a clamp, an add,
-    a product and a sum (60 -> 20 us a 64 x 4096 block). A row whose norm passes RHO_M1_CAP (so that an e in it
-    may: the cap applies) takes rho2_row_sums. Asks whether any row does (a sync): the CPU's form."""
-    norm = torch.linalg.vector_norm(e, dim=-1)  # (B,)
-    capped = ~(norm <= RHO_M1_CAP)  # (B,) inf and NaN too
-    out = norm.square().add_(e.sum(-1), alpha=2.0)
-    if bool(capped.any()):
-        rows = capped.nonzero().squeeze(1)
-        out.index_copy_(0, rows, rho2_row_sums(e.index_select(0, rows)))
-    return out
-
-
-def k3_of(log_ratio: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """k3 = rho - 1 - l per token (a new tensor, exact up to the dtype's overflow: inf past l = 88.7 in float32)
-    and its per-row sums."""
-    k3 = expm1(log_ratio).sub_(log_ratio)
-    return k3, k3.sum(-1)

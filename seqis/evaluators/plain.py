@@ -32,16 +32,11 @@ import math
 import torch
 
 from ..core.compose import Composition, Criterion
+from ..core.ratios import MAX_LOG_WEIGHT, compute_dtype
 from ..core.types import Batch, EstimatorOutput
 
-MAX_LOG_WEIGHT = 40.0  # every weight is at most e^40 (finite in float32, and so is its square)
 AGGREGATIONS = ("token-mean", "kept-token-mean", "seq-mean-token-mean", "seq-mean-token-sum")
 _SIGN = {"positive": torch.gt, "negative": torch.lt, "non-negative": torch.ge, "non-positive": torch.le}
-
-
-def compute_dtype(x: torch.Tensor) -> torch.dtype:
-    """fp16 / bf16 / fp32 inputs are computed in float32; float64 stays float64."""
-    return torch.float64 if x.dtype == torch.float64 else torch.float32
 
 
 def log_of(x: float) -> float:

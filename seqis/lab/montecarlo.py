@@ -11,8 +11,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from ..core.ratios import Ratios
 from ..core.types import Config
-from ..evaluators.fast import Ratios
 from ..registry import resolve_config, run_many
 from .chain import Rollouts
 

@@ -61,10 +61,11 @@ from dataclasses import dataclass
 import torch
 
 from ..core.compose import Composition
+from ..core.ratios import Ratios
 from ..core.types import Batch, Config, EstimatorOutput
 from ..diagnosis.causes import KINDS, Finding, diagnose
 from ..diagnosis.statistics import diagnostics
-from ..evaluators.fast import Ratios, ratios_for
+from ..evaluators.fast import ratios_for
 from ..registry import resolve, run_many
 
 FINDINGS_TOKENS = 1 << 14  # step_metrics' findings read whole rollouts up to this many loss tokens per group

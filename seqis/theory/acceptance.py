@@ -25,8 +25,8 @@ from collections.abc import Iterable, Sequence
 import pandas as pd
 import torch
 
+from ..core.ratios import Ratios
 from ..core.types import Batch, Config
-from ..evaluators.fast import Ratios
 from ..evaluators.kernels import in_band
 from ..registry import run_many
 
