@@ -28,6 +28,7 @@ aggregation's normaliser (token-mean: 1/N, N every loss token of the batch).
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 
@@ -46,207 +47,280 @@ def log_of(x: float) -> float:
 
 def evaluate(comp: Composition, batch: Batch, agg: str = "token-mean") -> EstimatorOutput:
     """The composition on the batch: loss (differentiable in trainer_logprobs), weights, masks, metrics and
-    per-rollout values."""
+    per-rollout values. Read as five steps: the rules' verdicts, the IS weight, what is kept, the loss, the
+    metrics."""
     if agg not in AGGREGATIONS:
         raise ValueError(f"agg must be one of {', '.join(AGGREGATIONS)}; got {agg!r}")
-    dtype = compute_dtype(batch.trainer_logprobs)
-    m = batch.loss_mask  # (B, T) bool
-    zero = torch.zeros((), dtype=dtype, device=m.device)
-    logp = torch.where(m, batch.trainer_logprobs.detach().to(dtype), zero)  # (B, T) log pi on loss tokens
-    logq = torch.where(m, batch.inference_logprobs.to(dtype), zero)  # (B, T) log mu
-    l = torch.where(m, logp - logq, zero)  # (B, T)
-    l = torch.where(torch.isfinite(l), l, zero)  # a log-prob of -inf or nan on a loss token counts as l = 0
-    T = m.sum(-1).to(dtype)  # (B,) T_j
-    valid = T > 0  # (B,)
-    N = T.sum()  # () loss tokens
-    S = l.sum(-1)  # (B,)
-    G = S / T.clamp(min=1)  # (B,)
+    p = Pieces.of(batch)
+    v = rules(comp, p)  # 1. which rollouts and tokens the rejection rules keep
+    w = weight(comp, p, v)  # 2. the IS weight at its level (its band joins the verdicts)
+    kept, weights = kept_weights(p, v, w)  # 3. what is kept, and the gradient coefficients
+    loss, penalty = surrogate_loss(comp, batch, p, kept, weights, agg)  # 4. the loss
+    return outputs(p, v, w, kept, weights, loss, penalty)  # 5. metrics, masks and per-rollout values
+
+
+@dataclass
+class Pieces:
+    """What every step reads of the batch, in the compute dtype: the log-probs and log-ratios on the loss tokens,
+    the rollouts' sums, and how far a geometric ratio may sit from its exact value by rounding alone."""
+
+    m: torch.Tensor  # (B, T) bool, loss tokens
+    zero: torch.Tensor  # () 0 in the compute dtype
+    logp: torch.Tensor  # (B, T) log pi on loss tokens (detached)
+    logq: torch.Tensor  # (B, T) log mu on loss tokens
+    l: torch.Tensor  # (B, T) l_t; a log-prob of -inf or nan on a loss token counts as l = 0
+    T: torch.Tensor  # (B,) T_j
+    valid: torch.Tensor  # (B,) T_j > 0
+    N: torch.Tensor  # () loss tokens
+    S: torch.Tensor  # (B,) S_j
+    G: torch.Tensor  # (B,) S_j / T_j
+    adv: torch.Tensor  # (B,) or (B, T) advantages
     # a ratio within the rounding of its log-probs of a band edge is on it: each l_t carries eps * |log p| of
     # rounding, so S_j / T_j is within eps * (|sum log pi| + |sum log mu|) / T_j of its exact value
-    eps = torch.finfo(dtype).eps
-    logp_sum = logp.sum(-1)  # (B,)
-    tol_geo = eps * (logp_sum.abs() + (logp_sum - S).abs()) / T.clamp(min=1)  # (B,)
-    adv = batch.advantages.to(dtype)  # (B,) or (B, T)
+    eps: float
+    logp_sum: torch.Tensor  # (B,)
+    tol_geo: torch.Tensor  # (B,)
 
-    # 1. the rejection rules, on log-ratios clamped token by token to [-c, c]
-    c = comp.log_ratio_clamp
-    lc = l if c is None else l.clamp(-c, c)  # (B, T)
+    @classmethod
+    def of(cls, batch: Batch) -> Pieces:
+        dtype = compute_dtype(batch.trainer_logprobs)
+        m = batch.loss_mask  # (B, T) bool
+        zero = torch.zeros((), dtype=dtype, device=m.device)
+        logp = torch.where(m, batch.trainer_logprobs.detach().to(dtype), zero)  # (B, T) log pi on loss tokens
+        logq = torch.where(m, batch.inference_logprobs.to(dtype), zero)  # (B, T) log mu
+        l = torch.where(m, logp - logq, zero)  # (B, T)
+        l = torch.where(torch.isfinite(l), l, zero)  # a log-prob of -inf or nan on a loss token counts as l = 0
+        T = m.sum(-1).to(dtype)  # (B,) T_j
+        S = l.sum(-1)  # (B,)
+        eps = torch.finfo(dtype).eps
+        logp_sum = logp.sum(-1)  # (B,)
+        tol_geo = eps * (logp_sum.abs() + (logp_sum - S).abs()) / T.clamp(min=1)  # (B,)
+        return cls(m, zero, logp, logq, l, T, T > 0, T.sum(), S, S / T.clamp(min=1), batch.advantages.to(dtype),
+                   eps, logp_sum, tol_geo)
+
+
+@dataclass
+class Verdicts:
+    """The rules' verdicts so far: rollouts a rollout-level rule accepts, loss tokens a token-level rule keeps (before
+    the gate), tokens a token rule marks, and those that also leave the token count N."""
+
+    lc: torch.Tensor  # (B, T) log-ratios clamped token by token to [-c, c]
+    tol_c: torch.Tensor  # (B,) as tol_geo, on the clamped sums
+    gate: torch.Tensor  # (B,) the rollouts every rollout-level rule accepts
+    keep: torch.Tensor  # (B, T) the loss tokens every token-level rule keeps (before the gate)
+    token_masked: torch.Tensor  # (B, T) tokens outside a token rule's band, or tripping a max / min rule
+    left: torch.Tensor  # (B, T) tokens dropped by a rule that also takes them out of the token count N
+    has_gate: bool = False
+    has_token_rule: bool = False
+    has_tripped: bool = False
+
+
+def rules(comp: Composition, p: Pieces) -> Verdicts:
+    """Step 1: the rejection rules, on log-ratios clamped token by token to [-c, c], and M2PO's batch rule."""
+    m, c = p.m, comp.log_ratio_clamp
+    lc = p.l if c is None else p.l.clamp(-c, c)  # (B, T)
     Sc = lc.sum(-1)  # (B,)
-    tol_c = eps * (logp_sum.abs() + (logp_sum - Sc).abs()) / T.clamp(min=1)  # (B,) as tol_geo, clamped
-    gate = valid.clone()  # (B,) the rollouts every rollout-level rule accepts
-    keep = m.clone()  # (B, T) the loss tokens every token-level rule keeps (before the gate)
-    has_gate = False
-    token_masked = torch.zeros_like(m)  # (B, T) tokens outside a token rule's band, or tripping a max / min rule
-    has_token_rule = has_tripped = False
-    left = torch.zeros_like(m)  # (B, T) tokens dropped by a rule that also takes them out of the token count N
+    tol_c = p.eps * (p.logp_sum.abs() + (p.logp_sum - Sc).abs()) / p.T.clamp(min=1)  # (B,) as tol_geo, clamped
+    v = Verdicts(lc, tol_c, p.valid.clone(), m.clone(), torch.zeros_like(m), torch.zeros_like(m))
     for rule in comp.criteria:
-        x = statistic(rule.statistic, lc, logp, logq)  # (B, T)
+        x = statistic(rule.statistic, lc, p.logp, p.logq)  # (B, T)
         lo, hi = edges(rule)
-        cond = None if rule.advantage is None else _SIGN[rule.advantage](adv, 0)  # (B,) or (B, T)
+        cond = None if rule.advantage is None else _SIGN[rule.advantage](p.adv, 0)  # (B,) or (B, T)
         outside = m & ~within(x, rule.statistic, lo, hi, rule.strict, rule.edge_space)  # (B, T) outside the band
         if rule.agg == "token":
             drop = outside
         else:
             raw_aggregate = (comp.clamp_order == "aggregate" and rule.statistic == "ratio"
                              and rule.agg in ("sum", "mean"))
-            x_j = aggregate(l if raw_aggregate else x, m, T, rule.agg)  # (B,)
+            x_j = aggregate(p.l if raw_aggregate else x, m, p.T, rule.agg)  # (B,)
             if raw_aggregate and c is not None:  # SkyRL, slime: the rollout's raw sum or mean, then clamped
                 x_j = x_j.clamp(-c, c)
             if rule.strict or rule.edge_space == "ratio":  # (B,) open edges, or exp(x) against C: no tolerance
                 fails = ~within(x_j, rule.statistic, lo, hi, rule.strict, rule.edge_space)
             elif rule.statistic == "ratio" and rule.agg in ("sum", "mean"):  # a product or geometric band, tolerant
-                tol = (tol_geo if raw_aggregate else tol_c) * (1 if rule.agg == "mean" else T)
+                tol = (p.tol_geo if raw_aggregate else tol_c) * (1 if rule.agg == "mean" else p.T)
                 fails = (x_j < log_of(lo) - tol) | (x_j > log_of(hi) + tol)
             else:
                 fails = ~within(x_j, rule.statistic, lo, hi)  # (B,)
             drop = m & fails[:, None]  # (B, T) every token of a failing rollout
             if rule.agg in ("max", "min"):
-                token_masked |= outside
-                has_tripped = True
+                v.token_masked |= outside
+                v.has_tripped = True
         if cond is not None:  # the rule drops only where A has the sign
             drop = drop & (cond if cond.dim() == 2 else cond[:, None])
         if rule.leaves_normaliser:
-            left |= drop
+            v.left |= drop
         if rule.agg == "token" or (cond is not None and cond.dim() == 2):  # a per-token verdict
-            keep &= ~drop
-            token_masked |= outside
-            has_token_rule = has_tripped = True
+            v.keep &= ~drop
+            v.token_masked |= outside
+            v.has_token_rule = v.has_tripped = True
         else:  # a per-rollout verdict
-            gate &= ~drop.any(-1)
-            has_gate = True
-
+            v.gate &= ~drop.any(-1)
+            v.has_gate = True
     if comp.batch_rule is not None:  # M2PO: the batch's largest l^2 dropped until the rest's mean is below
-        dropped = m2po_dropped(l, m, comp.batch_rule.threshold)  # (B, T)
-        keep &= ~dropped
-        left |= dropped
-        token_masked |= dropped
-        has_token_rule = has_tripped = True
+        dropped = m2po_dropped(p.l, m, comp.batch_rule.threshold)  # (B, T)
+        v.keep &= ~dropped
+        v.left |= dropped
+        v.token_masked |= dropped
+        v.has_token_rule = v.has_tripped = True
+    return v
 
-    # 2. the IS weight at its level; its exponent is the raw log-ratios aggregated, then clamped (weight clamp
-    # order "aggregate"), or each token's clamped log-ratio aggregated ("token": ms-swift, open-instruct)
-    w = comp.weight
-    each = comp.weight_clamp_order == "token" and c is not None
-    clipped_rows = None  # (B,) rollouts whose weight was truncated (None: no truncation)
-    clipped_tokens = None  # (B, T) for a token or prefix weight
+
+@dataclass
+class Weighting:
+    """Step 2's result: the weight per token, and what its truncation clipped."""
+
+    weight: torch.Tensor  # (B, T)
+    clipped_rows: torch.Tensor | None = None  # (B,) rollouts whose weight was truncated (None: no truncation)
+    clipped_tokens: torch.Tensor | None = None  # (B, T) for a token or prefix weight
+
+
+def weight(comp: Composition, p: Pieces, v: Verdicts) -> Weighting:
+    """Step 2: the IS weight at its level; its exponent is the raw log-ratios aggregated, then clamped (weight clamp
+    order "aggregate"), or each token's clamped log-ratio aggregated ("token": ms-swift, open-instruct). A weight's
+    band drops tokens or rollouts (joining the verdicts); self-normalised, it is divided by its batch mean."""
+    w, c, m = comp.weight, comp.log_ratio_clamp, p.m
     if w.level == "none":
-        weight = torch.ones_like(l)  # (B, T)
-    else:
-        lw = lc if each else l  # (B, T) the log-ratios the weight aggregates
-        x = {"token": lw, "prefix": lw.cumsum(-1), "sequence": lw.sum(-1),
-             "geometric": lw.sum(-1) / T.clamp(min=1)}[w.level]  # (B, T) or (B,)
-        if w.token_clip is not None:  # the product of token ratios each truncated (TRL's token TIS inside VESPO)
-            x = torch.where(m, lc.clamp(max=log_of(w.token_clip)), zero).sum(-1)  # (B,)
-        x = x if c is None or each else x.clamp(-c, c)
-        raised = x.clamp(min=log_of(w.clip_low)) if w.clip_low > 0 else x
-        weight = torch.exp(raised.clamp(max=min(log_of(w.upper), MAX_LOG_WEIGHT)))  # min(max(e^x, lo), hi, e^40)
-        if w.gamma is not None:  # VESPO: phi(W) = exp(lambda + k log W - lambda W), (k, lambda) by A's sign
-            k_pos, lam_pos, k_neg, lam_neg = w.gamma
-            up = adv >= 0  # (B,) or (B, T)
-            x_a = x if up.dim() == 1 else x[:, None]
-            knob = lambda v: torch.tensor(v, dtype=dtype, device=up.device)  # exact in float64 (a python float
-            k = torch.where(up, knob(k_pos), knob(k_neg))  # given to where would be rounded to float32)
-            lam = torch.where(up, knob(lam_pos), knob(lam_neg))
-            weight = torch.exp((lam + k * x_a - lam * torch.exp(x_a)).clamp(max=MAX_LOG_WEIGHT))
-        if w.truncated:
-            beyond = x > log_of(w.upper)
-            if w.clip_low > 0:
-                beyond |= x < log_of(w.clip_low)
-            if w.per_rollout:
-                clipped_rows = valid & beyond
-            else:
-                clipped_tokens = m & beyond
-        band_ok = None
-        if w.band is not None:  # outside the band the token (or the rollout) is dropped
-            lo, hi = w.band
-            if w.edge_space == "ratio":  # exp(x) against the edges, as the framework writes it: no tolerance
-                band_ok = (valid if w.per_rollout else m) & within(x, "ratio", lo, hi, False, "ratio")
-            elif w.per_rollout:
-                tol = (tol_c if each else tol_geo) * (1 if w.level == "geometric" else T)
-                band_ok = valid & (x >= log_of(lo) - tol) & (x <= log_of(hi) + tol)  # (B,)
-            else:
-                band_ok = m & (x >= log_of(lo)) & (x <= log_of(hi))  # (B, T)
-            if not w.per_rollout:
-                keep &= band_ok
-                token_masked |= m & ~band_ok
-                has_token_rule = has_tripped = True
-        if w.self_normalize:  # divided by its mean over the batch, before the rules reject anything
-            if w.per_rollout:
-                applied = torch.where(valid if band_ok is None else band_ok, weight, zero)
-                count = torch.tensor(len(valid), dtype=dtype) if w.normalize_all else valid.sum()  # slime: every one
-                mean = applied.sum() / count.clamp(min=1)
-            else:
-                applied = torch.where(m if band_ok is None else band_ok, weight, zero)
-                mean = applied.sum() / N.clamp(min=1)
-            weight = weight / torch.where(mean > 1e-8, mean, 1.0)
+        return Weighting(torch.ones_like(p.l))  # (B, T)
+    each = comp.weight_clamp_order == "token" and c is not None
+    lw = v.lc if each else p.l  # (B, T) the log-ratios the weight aggregates
+    x = {"token": lw, "prefix": lw.cumsum(-1), "sequence": lw.sum(-1),
+         "geometric": lw.sum(-1) / p.T.clamp(min=1)}[w.level]  # (B, T) or (B,)
+    if w.token_clip is not None:  # the product of token ratios each truncated (TRL's token TIS inside VESPO)
+        x = torch.where(m, v.lc.clamp(max=log_of(w.token_clip)), p.zero).sum(-1)  # (B,)
+    x = x if c is None or each else x.clamp(-c, c)
+    raised = x.clamp(min=log_of(w.clip_low)) if w.clip_low > 0 else x
+    out = Weighting(torch.exp(raised.clamp(max=min(log_of(w.upper), MAX_LOG_WEIGHT))))  # min(max(e^x, lo), hi, e^40)
+    if w.gamma is not None:  # VESPO: phi(W) = exp(lambda + k log W - lambda W), (k, lambda) by A's sign
+        out.weight = vespo(w.gamma, x, p.adv)
+    if w.truncated:
+        beyond = x > log_of(w.upper)
+        if w.clip_low > 0:
+            beyond |= x < log_of(w.clip_low)
         if w.per_rollout:
-            if band_ok is not None:
-                gate &= band_ok
-                has_gate = True
-            weight = (weight[:, None] if weight.dim() == 1 else weight).expand_as(l)  # (B, T)
-    if clipped_rows is not None and has_gate:
-        clipped_rows &= gate
+            out.clipped_rows = p.valid & beyond
+        else:
+            out.clipped_tokens = m & beyond
+    band_ok = None if w.band is None else weight_band(w, x, p, v, each)  # outside it, the token or rollout goes
+    if w.self_normalize:  # divided by its mean over the batch, before the rules reject anything
+        if w.per_rollout:
+            applied = torch.where(p.valid if band_ok is None else band_ok, out.weight, p.zero)
+            count = torch.tensor(len(p.valid), dtype=p.zero.dtype) if w.normalize_all else p.valid.sum()  # slime
+            mean = applied.sum() / count.clamp(min=1)
+        else:
+            applied = torch.where(m if band_ok is None else band_ok, out.weight, p.zero)
+            mean = applied.sum() / p.N.clamp(min=1)
+        out.weight = out.weight / torch.where(mean > 1e-8, mean, 1.0)
+    if w.per_rollout:
+        if band_ok is not None:
+            v.gate &= band_ok
+            v.has_gate = True
+        out.weight = (out.weight[:, None] if out.weight.dim() == 1 else out.weight).expand_as(p.l)  # (B, T)
+    if out.clipped_rows is not None and v.has_gate:
+        out.clipped_rows &= v.gate
+    return out
 
-    # 3. what is kept, and the weights
-    gate &= valid
-    kept = keep & gate[:, None]  # (B, T)
-    weights = torch.where(kept, weight, zero)  # (B, T) the gradient coefficient before adv_tau * A
-    if left.any():  # tokens out of the count N (NeMo-RL's sample_mask, M2PO): the rest weigh N / N_after more
-        weights = weights * (N / (N - (left & m).sum()).clamp(min=1))
-    if clipped_tokens is not None:
-        clipped_tokens &= gate[:, None]
-        clipped_rows = clipped_tokens.any(-1)
 
-    # 4. the loss: -sum s_t * weights_t * adv_tau * A_t * log pi_t (+ the penalty)
-    n_kept = kept.sum().to(dtype)
-    n_valid = valid.sum().clamp(min=1).to(dtype)
-    s = {"token-mean": 1 / N.clamp(min=1), "kept-token-mean": 1 / n_kept.clamp(min=1),
-         "seq-mean-token-mean": (1 / (T.clamp(min=1) * n_valid))[:, None],
+def vespo(gamma: tuple[float, float, float, float], x: torch.Tensor, adv: torch.Tensor) -> torch.Tensor:
+    """VESPO's weight phi(W) = exp(lambda + k log W - lambda W), x = log W, (k, lambda) chosen by A's sign."""
+    k_pos, lam_pos, k_neg, lam_neg = gamma
+    up = adv >= 0  # (B,) or (B, T)
+    x_a = x if up.dim() == 1 else x[:, None]
+    knob = lambda value: torch.tensor(value, dtype=x.dtype, device=up.device)  # exact in float64 (a python float
+    k = torch.where(up, knob(k_pos), knob(k_neg))  # given to where would be rounded to float32)
+    lam = torch.where(up, knob(lam_pos), knob(lam_neg))
+    return torch.exp((lam + k * x_a - lam * torch.exp(x_a)).clamp(max=MAX_LOG_WEIGHT))
+
+
+def weight_band(w, x: torch.Tensor, p: Pieces, v: Verdicts, each: bool) -> torch.Tensor:
+    """(B,) or (B, T) where the weight's exponent x is inside its band; a token band joins the token verdicts."""
+    lo, hi = w.band
+    if w.edge_space == "ratio":  # exp(x) against the edges, as the framework writes it: no tolerance
+        band_ok = (p.valid if w.per_rollout else p.m) & within(x, "ratio", lo, hi, False, "ratio")
+    elif w.per_rollout:
+        tol = (v.tol_c if each else p.tol_geo) * (1 if w.level == "geometric" else p.T)
+        band_ok = p.valid & (x >= log_of(lo) - tol) & (x <= log_of(hi) + tol)  # (B,)
+    else:
+        band_ok = p.m & (x >= log_of(lo)) & (x <= log_of(hi))  # (B, T)
+    if not w.per_rollout:
+        v.keep &= band_ok
+        v.token_masked |= p.m & ~band_ok
+        v.has_token_rule = v.has_tripped = True
+    return band_ok
+
+
+def kept_weights(p: Pieces, v: Verdicts, w: Weighting) -> tuple[torch.Tensor, torch.Tensor]:
+    """Step 3: (B, T) the kept tokens and their weights, the gradient coefficient before adv_tau * A; tokens out of
+    the count N (NeMo-RL's sample_mask, M2PO) make the rest weigh N / N_after more."""
+    v.gate &= p.valid
+    kept = v.keep & v.gate[:, None]  # (B, T)
+    weights = torch.where(kept, w.weight, p.zero)  # (B, T)
+    if v.left.any():
+        weights = weights * (p.N / (p.N - (v.left & p.m).sum()).clamp(min=1))
+    if w.clipped_tokens is not None:
+        w.clipped_tokens &= v.gate[:, None]
+        w.clipped_rows = w.clipped_tokens.any(-1)
+    return kept, weights
+
+
+def surrogate_loss(comp: Composition, batch: Batch, p: Pieces, kept: torch.Tensor, weights: torch.Tensor,
+                   agg: str) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Step 4: the loss -sum s_t * weights_t * adv_tau * A_t * log pi_t (+ the penalty, also returned alone)."""
+    m, zero = p.m, p.zero
+    n_valid = p.valid.sum().clamp(min=1).to(zero.dtype)
+    s = {"token-mean": 1 / p.N.clamp(min=1), "kept-token-mean": 1 / kept.sum().to(zero.dtype).clamp(min=1),
+         "seq-mean-token-mean": (1 / (p.T.clamp(min=1) * n_valid))[:, None],
          "seq-mean-token-sum": 1 / n_valid}[agg]  # () or (B, 1)
-    A = adv if adv.dim() == 2 else adv[:, None].expand_as(l)  # (B, T)
-    tl = torch.where(m, batch.trainer_logprobs.to(dtype), zero)  # (B, T) differentiable
+    A = p.adv if p.adv.dim() == 2 else p.adv[:, None].expand_as(p.l)  # (B, T)
+    tl = torch.where(m, batch.trainer_logprobs.to(zero.dtype), zero)  # (B, T) differentiable
     loss = -(s * weights * comp.adv_tau * torch.where(m, A, zero) * tl).sum()
-    metrics = {}
-    if comp.penalty is not None:
-        l_grad = torch.where(m, tl - logq, zero)  # (B, T) l, differentiable in log pi
-        f = l_grad.square() if comp.penalty.statistic == "squared_log_ratio" else torch.expm1(l_grad) - l_grad
-        penalty = comp.penalty.coef * (s * torch.where(m, f, zero)).sum()
-        loss = loss + penalty
-        metrics["penalty"] = penalty.detach()
+    if comp.penalty is None:
+        return loss, None
+    l_grad = torch.where(m, tl - p.logq, zero)  # (B, T) l, differentiable in log pi
+    f = l_grad.square() if comp.penalty.statistic == "squared_log_ratio" else torch.expm1(l_grad) - l_grad
+    penalty = comp.penalty.coef * (s * torch.where(m, f, zero)).sum()
+    return loss + penalty, penalty.detach()
 
-    # 5. metrics and per-rollout values
-    k3 = torch.where(m, torch.expm1(l) - l, zero)  # (B, T)
+
+def outputs(p: Pieces, v: Verdicts, w: Weighting, kept: torch.Tensor, weights: torch.Tensor, loss: torch.Tensor,
+            penalty: torch.Tensor | None) -> EstimatorOutput:
+    """Step 5: the metrics (their definitions are this module's docstring), masks and per-rollout values."""
+    m, zero, N, T, valid = p.m, p.zero, p.N, p.T, p.valid
+    k3 = torch.where(m, torch.expm1(p.l) - p.l, zero)  # (B, T)
+    n_kept = kept.sum().to(zero.dtype)
     n_dropped = N - n_kept
     mean_over = lambda x, select: torch.where(select, x, zero).sum() / select.sum().clamp(min=1)
-    kept_len = kept.sum(-1).to(dtype)  # (B,)
+    kept_len = kept.sum(-1).to(zero.dtype)  # (B,)
     applied = weights.sum(-1) / T.clamp(min=1)  # (B,) the mean applied weight over a rollout's loss tokens
+    clipped_rows = w.clipped_rows
     metrics = {
         "mismatch_kl": k3.sum() / N.clamp(min=1),
         "masked_mismatch_kl": torch.where(kept, zero, k3).sum() / n_dropped.clamp(min=1),
         "unmasked_mismatch_kl": torch.where(kept, k3, zero).sum() / n_kept.clamp(min=1),
         "is_masked": n_dropped / N.clamp(min=1),
-        "seq_log_ratio": mean_over(S, valid),
-        "geo_log_ratio": mean_over(G, valid),
-        "is_clipped": mean_over(clipped_rows.to(dtype), valid) if clipped_rows is not None else zero,
-        "is_token_masked": (N - keep.sum()) / N.clamp(min=1) if has_token_rule else zero,
-        "is_traj_masked": torch.where(gate, zero, T).sum() / N.clamp(min=1) if has_gate else zero,
-        **metrics,
+        "seq_log_ratio": mean_over(p.S, valid),
+        "geo_log_ratio": mean_over(p.G, valid),
+        "is_clipped": mean_over(clipped_rows.to(zero.dtype), valid) if clipped_rows is not None else zero,
+        "is_token_masked": (N - v.keep.sum()) / N.clamp(min=1) if v.has_token_rule else zero,
+        "is_traj_masked": torch.where(v.gate, zero, T).sum() / N.clamp(min=1) if v.has_gate else zero,
+        **({} if penalty is None else {"penalty": penalty}),
         "seq_weight": mean_over(applied, valid & (kept_len > 0)),
     }
     masks = {"kept": kept}
-    if has_tripped:
-        masks["token_masked"] = token_masked
-    if has_gate:
-        masks["traj_masked"] = m & ~gate[:, None]
-    if clipped_tokens is not None:
-        masks["clipped"] = clipped_tokens
+    if v.has_tripped:
+        masks["token_masked"] = v.token_masked
+    if v.has_gate:
+        masks["traj_masked"] = m & ~v.gate[:, None]
+    if w.clipped_tokens is not None:
+        masks["clipped"] = w.clipped_tokens
     elif clipped_rows is not None:
         masks["clipped"] = m & clipped_rows[:, None]
     rollouts = {
         "length": T,
-        "seq_log_ratio": S,
-        "geo_log_ratio": G,
+        "seq_log_ratio": p.S,
+        "geo_log_ratio": p.G,
         "weight": applied,
-        "accepted": gate & valid if has_gate else kept_len > 0,
+        "accepted": v.gate & valid if v.has_gate else kept_len > 0,
         "clipped": clipped_rows if clipped_rows is not None else torch.zeros_like(valid),
         "kept_fraction": kept_len / T.clamp(min=1),
     }
