@@ -46,11 +46,11 @@ from seqis.diagnosis.summaries import (
 )
 from seqis.export import EXPORTERS, Snippet, export, prime_rl_toml
 from seqis.io import BatchFormatError
+from seqis.registry import About, about, entry, resolve
 
 from . import explore_charts as charts
 from .device import device
 from .numbers import number
-from .registry import About, about, entry, resolve
 
 Estimators = tuple[tuple[str, Config], ...]  # (name, config) pairs, in page order
 # Cache sizes: every scenario's and example's first view and Learn's presets (ui/warm.py warms them) stay in;

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import pandas as pd
 import streamlit as st
 
+from seqis import SEED_ESTIMATORS
 from seqis.io import ASSETS_DIR
 from seqis.runs import incidents, load_run, read_scan, scan
 
@@ -24,7 +25,7 @@ from . import served
 from .paths import Refused
 
 EXAMPLE_RUN = ASSETS_DIR / "runs" / "prime_rl_example"
-SEED_FOUR = ("seq_tis", "seq_mis", "geo_mask", "mis_po")
+SEED_FOUR = tuple(SEED_ESTIMATORS)
 IN_PROCESS_STEPS = 64  # runs with fewer steps are scanned in this process; larger ones by one process per core
 ENGINES = {"local": "This server", "ray": "Ray"}
 HAS_RAY = importlib.util.find_spec("ray") is not None

@@ -49,6 +49,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+# verl, SkyRL and slime's MIS clamp log-ratios to [-20, 20] before exponentiating ("SAFETY_BOUND"), and so do
+# the frameworks whose exporters write a clamp: the one value every preset and exporter reads
+SAFETY_BOUND = 20.0
+
 WEIGHT_LEVELS = ("none", "token", "sequence", "geometric", "prefix")
 STATISTICS = ("ratio", "k1", "k2", "k3", "prob_diff", "exp_abs_log_ratio", "abs_ratio_minus_one", "binary_kl",
               "binary_kl_mu")

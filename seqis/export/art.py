@@ -7,12 +7,12 @@ PPO-clip of the token ratio, and max_negative_advantage_importance_sampling_weig
 
 from __future__ import annotations
 
-from ..core.compose import Composition
+from ..core.compose import SAFETY_BOUND, Composition
 from ._format import CannotExpress, Settings, adv_tau_note, clamp_note, python_kwargs
 
 HEADER = ["ART experimental train config (art.dev.TrainConfig)"]
 SUFFIX = "art.py"
-CLAMP = 20.0
+CLAMP = SAFETY_BOUND
 
 
 def _clean(x: float) -> float:

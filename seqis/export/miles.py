@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
-from ..core.compose import Composition
+from ..core.compose import SAFETY_BOUND, Composition
 from . import slime
 from ._format import Settings
 
@@ -20,7 +20,7 @@ _ICEPOP = "miles.backends.training_utils.loss_hub.corrections.icepop_function"
 _MIS = "examples.infra_features.train_infer_mismatch_helper.mis.compute_mis_weights_with_cp"
 
 
-_BAND = (math.exp(-20.0), math.exp(20.0))
+_BAND = (math.exp(-SAFETY_BOUND), math.exp(SAFETY_BOUND))
 
 
 def settings(comp: Composition) -> Settings:

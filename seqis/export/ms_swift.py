@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import math
 
-from ..core.compose import Composition, Criterion
+from ..core.compose import SAFETY_BOUND, Composition, Criterion
 from ._format import CannotExpress, Settings, adv_tau_note, clamp_note, flags
 from ._parts import each_token_clamped, open_low
 
 HEADER = ["ms-swift GRPO arguments (swift rlhf --rlhf_type grpo)"]
 SUFFIX = "ms-swift.sh"
-CLAMP = 20.0
+CLAMP = SAFETY_BOUND
 PARTS = frozenset({"weight_clamp_order"})  # the later parts it writes (_parts.later_parts)
 EDGE_SPACE = "ratio"  # grpo_trainer.py:2374, :2386: is_ratio <= threshold, seq_ratios <= threshold
 _NO = ("ms-swift's rollout IS is a token ratio or the geometric mean, truncated at or masked above one threshold "

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 
-from ..core.compose import Composition, Criterion, Weight
+from ..core.compose import SAFETY_BOUND, Composition, Criterion, Weight
 from ._format import CannotExpress, Settings, adv_tau_note, yaml
 
 HEADER = ["SkyRL off-policy correction"]
@@ -22,7 +22,7 @@ _SEQ_MASK = {"mean": ("geometric", "geo_mask"), "sum": ("product", "product_mask
 
 
 ALGO = "trainer.algorithm"
-_GRADIENT_BAND = (math.exp(-20.0), math.exp(20.0))  # DPPO's clamp: no gradient where |l| > 20
+_GRADIENT_BAND = (math.exp(-SAFETY_BOUND), math.exp(SAFETY_BOUND))  # DPPO's clamp: no gradient where |l| > 20
 
 
 _DPPO_TYPE = {"prob_diff": "binary_tv", "binary_kl_mu": "binary_kl"}  # the pair's statistic -> dppo_type
@@ -96,7 +96,7 @@ def settings(comp: Composition) -> Settings:
             keys.update(sequence_mask_metric=metric, **{f"{prefix}_low": lo, f"{prefix}_high": hi})
         else:
             raise CannotExpress(f"SkyRL has no ratio criterion '{c.agg}' with these sides, or needs it twice")
-    if comp.log_ratio_clamp != 20.0 and not (own and "dppo" in own.values()):
+    if comp.log_ratio_clamp != SAFETY_BOUND and not (own and "dppo" in own.values()):
         notes.append(f"SkyRL clamps log-ratios at +-20 (this correction: {comp.log_ratio_clamp})")
     elif comp.clamp_order != "aggregate" and any(c.statistic == "ratio" and c.agg in ("sum", "mean") for c in criteria):
         notes.append("SkyRL clamps a rollout's summed (mean) log-ratio at +-20, not each token's")

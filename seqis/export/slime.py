@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 
-from ..core.compose import Composition, Criterion
+from ..core.compose import SAFETY_BOUND, Composition, Criterion
 from ._format import CannotExpress, Settings, adv_tau_note, flags, yaml
 
 HEADER = ["slime training flags"]
@@ -73,7 +73,7 @@ def settings(comp: Composition, icepop: str = _ICEPOP, mis: str = _MIS) -> Setti
     if uses_mis and comp.clamp_order != "aggregate" and comp.log_ratio_clamp is not None and any(
             c.statistic == "ratio" and c.agg in ("sum", "mean") for c in comp.criteria):
         notes.append("slime's MIS clamps a rollout's summed (mean) log-ratio at +-20, not each token's")
-    if comp.log_ratio_clamp != (20.0 if uses_mis else None):
+    if comp.log_ratio_clamp != (SAFETY_BOUND if uses_mis else None):
         notes.append(f"slime {'clamps at +-20' if uses_mis else 'clamps no log-ratio'} here (this correction: "
                      f"{comp.log_ratio_clamp})")
     adv_tau_note(comp.adv_tau, notes)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 
-from ..core.compose import Composition
+from ..core.compose import SAFETY_BOUND, Composition
 from ._format import CannotExpress, Settings, adv_tau_note, python_kwargs
 
 HEADER = ["TRL GRPOConfig arguments (use_vllm=True)"]
@@ -28,7 +28,7 @@ def settings(comp: Composition) -> Settings:
     keys: dict = dict(vllm_importance_sampling_correction=w.level != "none")
     vespo = w.gamma is not None
     if vespo:  # VESPO: phi of prod_t min(rho_t, C), TRL's log-ratios clamped at 20
-        if comp.log_ratio_clamp != 20.0:
+        if comp.log_ratio_clamp != SAFETY_BOUND:
             notes.append(f"TRL's VESPO clamps its log-ratios at 20 (this correction: {comp.log_ratio_clamp})")
         C = math.inf if w.token_clip is None else w.token_clip
         keys.update(loss_type="vespo", vllm_importance_sampling_mode="token_truncate",

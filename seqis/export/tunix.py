@@ -3,12 +3,12 @@ min(exp(clip(l, -20, 20)), sampler_is_threshold), detached; None applies no samp
 
 from __future__ import annotations
 
-from ..core.compose import Composition
+from ..core.compose import SAFETY_BOUND, Composition
 from ._format import CannotExpress, Settings, adv_tau_note, clamp_note, python_kwargs
 
 HEADER = ["Tunix GRPOConfig arguments (tunix.rl.grpo.grpo_learner; the agentic GRPOConfig has the same two)"]
 SUFFIX = "tunix.py"
-CLAMP = 20.0
+CLAMP = SAFETY_BOUND
 
 
 def settings(comp: Composition) -> Settings:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 
-from ..core.compose import Composition, Criterion
+from ..core.compose import SAFETY_BOUND, Composition, Criterion
 from ._format import CannotExpress, Settings, adv_tau_note, fmt, yaml
 from ._parts import open_high, open_low, refuse_conditioned
 
@@ -94,7 +94,7 @@ def settings(comp: Composition) -> Settings:
     if ppo is not None:
         actor = dict(clip_ratio_low=ppo.eps_low, clip_ratio_high=ppo.eps_high,
                      clip_ratio_c=math.inf if ppo.clip_c is None else ppo.clip_c)
-    if comp.log_ratio_clamp != 20.0:
+    if comp.log_ratio_clamp != SAFETY_BOUND:
         notes.append(f"verl clamps log-ratios at +-20 (this correction: {comp.log_ratio_clamp}); they differ only "
                      "where |l|, |S| or |S/T| exceeds 20")
     adv_tau_note(comp.adv_tau, notes)

@@ -1,5 +1,5 @@
 """What the framework files share: building a preset's estimator on the framework's own knobs, the PPO-clip
-criteria, and verl's / SkyRL's / slime's SAFETY_BOUND.
+criteria (verl's / SkyRL's / slime's SAFETY_BOUND is in seqis/core/compose.py).
 
 A preset (seqis.core.spec.Preset) runs an `EstimatorSpec` like the registry's: either a registry entry (prime-rl's
 seed four) or an entry built on the framework's own knobs (its config class mirrors the framework's settings, and
@@ -13,9 +13,6 @@ import math
 
 from ..core.spec import EstimatorSpec
 from ..core.types import Config
-
-# verl, SkyRL and slime's MIS clamp log-ratios to [-20, 20] before exponentiating ("SAFETY_BOUND")
-SAFETY_BOUND = 20.0
 
 
 def framework_estimator(name: str, compose, config: type[Config], summary: str) -> EstimatorSpec:

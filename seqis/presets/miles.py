@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import math
 
-from ..core.compose import Composition, Criterion
+from ..core.compose import SAFETY_BOUND, Composition, Criterion
 from ..core.spec import Preset
-from ._preset import SAFETY_BOUND, framework_estimator
+from ._preset import framework_estimator
 from .slime import ROWS, OPSMConfig, compose_opsm
 
 # Miles's clamp of PPO's log-ratio: no gradient beyond +-20 (a rejection, as the composition writes it)

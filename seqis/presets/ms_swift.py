@@ -26,10 +26,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..core.compose import Composition, Criterion, Weight
+from ..core.compose import SAFETY_BOUND, Composition, Criterion, Weight
 from ..core.spec import Preset
 from ..core.types import Config, knob
-from ._preset import SAFETY_BOUND, framework_estimator
+from ._preset import framework_estimator
 
 MODES = (None, "token_truncate", "token_mask", "sequence_truncate", "sequence_mask")
 

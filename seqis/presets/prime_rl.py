@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from ..core.compose import Composition, Criterion, Penalty, Weight
 from ..core.spec import Preset
 from ..core.types import Config, knob
-from ..estimators import ESTIMATORS
+from ..estimators import ESTIMATORS, SEED_ESTIMATORS
 from ._preset import framework_estimator
 
 _KL = "Weight of the kl_tau * l^2 term on every loss token."
@@ -173,5 +173,5 @@ PRESETS = [
     *(Preset(f"prime-rl/{name}", ESTIMATORS[name].summary, SEED_SOURCE.format(name), ESTIMATORS[name],
              ESTIMATORS[name].config(), exporter="prime-rl-legacy",
              versions="the seed's ablations (seqis's own), in prime-rl's pre-March-2026 [loss] table")
-      for name in ("seq_tis", "seq_mis", "geo_mask", "mis_po")),
+      for name in SEED_ESTIMATORS),
 ]

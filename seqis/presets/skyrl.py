@@ -33,10 +33,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ..core.compose import Composition, Criterion, Weight
+from ..core.compose import SAFETY_BOUND, Composition, Criterion, Weight
 from ..core.spec import Preset
 from ..core.types import Config, knob
-from ._preset import SAFETY_BOUND, framework_estimator
+from ._preset import framework_estimator
 
 LOSSES = ("regular", "rollout_is", "dppo", "cispo")
 

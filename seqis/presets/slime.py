@@ -25,10 +25,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..core.compose import Composition, Criterion, Weight, ppo_clip_criteria
+from ..core.compose import SAFETY_BOUND, Composition, Criterion, Weight, ppo_clip_criteria
 from ..core.spec import Preset
 from ..core.types import Config, knob
-from ._preset import SAFETY_BOUND, framework_estimator
+from ._preset import framework_estimator
 
 _LEVEL_AGG = {"token": "token", "sequence": "sum", "geometric": "mean"}  # slime's level -> a ratio criterion's agg
 

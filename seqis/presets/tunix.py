@@ -17,10 +17,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..core.compose import Composition, Weight
+from ..core.compose import SAFETY_BOUND, Composition, Weight
 from ..core.spec import Preset
 from ..core.types import Config, knob
-from ._preset import SAFETY_BOUND, framework_estimator
+from ._preset import framework_estimator
 
 
 @dataclass(frozen=True)

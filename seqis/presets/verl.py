@@ -21,10 +21,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..core.compose import Composition, Criterion, Weight, ppo_clip_criteria
+from ..core.compose import SAFETY_BOUND, Composition, Criterion, Weight, ppo_clip_criteria
 from ..core.spec import Preset
 from ..core.types import Config, knob
-from ._preset import SAFETY_BOUND, framework_estimator, log_or_none
+from ._preset import framework_estimator, log_or_none
 
 RS_OPTIONS = ("token_k1", "token_k2", "token_k3", "seq_sum_k1", "seq_sum_k2", "seq_sum_k3", "seq_mean_k1",
               "seq_mean_k2", "seq_mean_k3", "seq_max_k2", "seq_max_k3")
