@@ -16,10 +16,12 @@ from __future__ import annotations
 
 import importlib.util
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 import torch
+import yaml
 
 from seqis import Batch, run
 from seqis.export import export
@@ -171,3 +173,52 @@ def test_icepop_with_every_weight_zero_raises_in_verl_and_gives_zeros_in_seqis(v
             rollout_is_threshold="0.5_5.0")
     out = run("verl/decoupled_token_icepop", batch)
     assert torch.all(out.weights == 0) and not out.masks["kept"].any()
+
+
+def _same(theirs, ours) -> bool:
+    """One setting read back: 'lower_upper' thresholds by their numbers ("0.5_5.0" == "0.5_5"), anything else (a
+    name such as "seq_mean_k1") as it is."""
+    numbers = lambda v: [float(x) for x in str(v).split("_")]
+    try:
+        return numbers(theirs) == numbers(ours)
+    except ValueError:
+        return theirs == ours
+
+
+def _read_back(key: str, cfg=None) -> tuple[dict, dict]:
+    """(algorithm.rollout_correction, actor) of `key` exported to verl, read with the YAML library."""
+    doc = yaml.safe_load(export(key, "verl", cfg).text)
+    return doc["algorithm"]["rollout_correction"], doc["actor_rollout_ref"]["actor"]
+
+
+@pytest.mark.parametrize("key", VERL)
+def test_a_verl_preset_exported_to_verl_is_its_own_config_key_by_key(key):
+    """verl's own preset exported to verl writes the preset's settings (decoupled stays decoupled, the loss type
+    and the actor's clip are carried), read back with the YAML library: never bypass REINFORCE in its place."""
+    rc, actor = _read_back(key)
+    want = rollout_correction(PRESETS[key].config)
+    assert set(rc) == {"rollout_is", "rollout_is_threshold", "rollout_is_batch_normalize", "rollout_rs",
+                       "rollout_rs_threshold", "bypass_mode", "loss_type"}, key
+    for field, value in rc.items():
+        assert _same(value, want[field]), (key, field, value, want[field])
+    assert actor == {"clip_ratio": want["clip_ratio_low"], "clip_ratio_c": want["clip_ratio_c"]}, key
+    snip = export(key, "verl")
+    assert snip.exact and snip.uncarried == (), key
+
+
+def test_verls_own_factories_read_back_equal_the_export(verl):
+    """Each exported verl preset against the factory of the same name in verl's own code, field by field."""
+    for key in VERL:
+        factory = getattr(verl.algorithm.RolloutCorrectionConfig, PRESETS[key].name)()
+        rc, _ = _read_back(key)
+        for field, value in rc.items():
+            assert _same(getattr(factory, field), value), (key, field)
+
+
+def test_what_a_verl_preset_cannot_carry_is_named_in_the_text_and_the_snippet():
+    cfg = PRESETS["verl/decoupled_token_is"].config
+    snip = export("verl/decoupled_token_is", "verl", replace(cfg, adv_tau=0.5))
+    assert not snip.exact and len(snip.uncarried) == 1 and snip.uncarried[0].startswith("adv_tau=0.5")
+    assert f"# NOTE: {snip.uncarried[0]}" in snip.text
+    rc, _ = _read_back("verl/decoupled_token_is", replace(cfg, adv_tau=0.5))
+    assert rc["bypass_mode"] is False  # the rest still carried

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from ..core.compose import Composition
 from ..core.types import Config
+from ..presets import PRESETS
 from ..registry import entry, resolve
 from . import (
     areal,
@@ -61,6 +62,7 @@ class Snippet:
     expressible: bool  # the framework has settings for every part
     exact: bool  # expressible, and the framework computes the same weights (no NOTE lines)
     filename: str  # a file name for a download
+    uncarried: tuple[str, ...] = ()  # each setting the text could not carry, and why (also a NOTE line in the text)
 
 
 def describe(x: str | Composition, cfg: Config | None = None) -> str:
@@ -78,6 +80,9 @@ def export(x: str | Composition, framework: str, cfg: Config | None = None, *,
     comp = composition if composition is not None else resolve(x, cfg)
     exporter = EXPORTERS[framework]
     stem = "custom" if isinstance(x, Composition) else x.replace("/", "_")
+    preset = PRESETS.get(x) if isinstance(x, str) else None
+    if preset is not None and preset.export_framework == framework and hasattr(exporter, "own"):
+        return _own(x, framework, entry(x)[1] if cfg is None else cfg, f"{stem}.{exporter.SUFFIX}")
     try:
         s: Settings = exporter.settings(comp)  # its own refusal first: it names the part most to the point
         if missing := later_parts(comp) - getattr(exporter, "PARTS", frozenset()):
@@ -91,6 +96,16 @@ def export(x: str | Composition, framework: str, cfg: Config | None = None, *,
     files = [line for name, lines in s.files.items() for line in (f"# --- {name} ---", *lines)]
     text = "\n".join([*(f"# {c}" for c in comments), *exporter.write(s), *files]) + "\n"
     return Snippet(framework, text, True, not s.notes, f"{stem}.{exporter.SUFFIX}")
+
+
+def _own(key: str, framework: str, cfg: Config, filename: str) -> Snippet:
+    """A framework's own preset in its own framework: the preset's settings key by key (the exporter's `own`), never
+    a composition's reading of them, which can name another algorithm with the same first gradient."""
+    exporter = EXPORTERS[framework]
+    s: Settings = exporter.own(cfg)
+    comments = [f"seqis {describe(key, cfg)}", *exporter.OWN_HEADER, *(f"NOTE: {n}" for n in s.notes)]
+    text = "\n".join([*(f"# {c}" for c in comments), *exporter.write(s)]) + "\n"
+    return Snippet(framework, text, True, not s.notes, filename, tuple(s.notes))
 
 
 def export_all(x: str | Composition, cfg: Config | None = None) -> dict[str, Snippet]:

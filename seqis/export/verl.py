@@ -102,5 +102,29 @@ def settings(comp: Composition) -> Settings:
                      "actor_rollout_ref.rollout.calculate_log_probs": True}, notes)
 
 
+def own(cfg) -> Settings:
+    """A verl preset's own settings (a `VerlConfig`, whose fields are verl's names), key by key as the preset sets
+    them. A composition cannot tell decoupled mode from bypass REINFORCE (at the first minibatch PPO's pi_theta /
+    pi_old is 1, so the gradients agree), nor carry the actor's clip when the loss is not PPO's: `settings(comp)`
+    writes bypass mode for every correction, this writes the preset's own mode, loss type and clip."""
+    lower_upper = lambda lo, hi: hi if lo is None else f"{fmt(lo)}_{fmt(hi)}"  # verl's 'lower_upper' threshold
+    rs_threshold = cfg.rollout_rs_threshold
+    if cfg.rollout_rs is not None and cfg.rollout_rs.endswith("_k1"):
+        rs_threshold = lower_upper(cfg.rollout_rs_threshold_lower, cfg.rollout_rs_threshold)
+    keys = dict(rollout_is=cfg.rollout_is,
+                rollout_is_threshold=lower_upper(cfg.rollout_is_threshold_lower, cfg.rollout_is_threshold),
+                rollout_is_batch_normalize=cfg.rollout_is_batch_normalize, rollout_rs=cfg.rollout_rs,
+                rollout_rs_threshold=rs_threshold, bypass_mode=cfg.bypass_mode, loss_type=cfg.loss_type)
+    notes: list[str] = []
+    adv_tau_note(cfg.adv_tau, notes)
+    return Settings({**{f"{BLOCK}.{k}": v for k, v in keys.items()},
+                     f"{ACTOR}.clip_ratio": cfg.clip_ratio, f"{ACTOR}.clip_ratio_c": cfg.clip_ratio_c,
+                     "actor_rollout_ref.rollout.calculate_log_probs": True}, notes)
+
+
+OWN_HEADER = ["verl's own settings for this preset (algorithm.rollout_correction and the actor's PPO clip), every key",
+              "as the preset sets it; k1 thresholds are 'lower_upper' on mu/pi"]
+
+
 def write(s: Settings) -> list[str]:
     return yaml(s.keys)
