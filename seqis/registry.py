@@ -113,6 +113,10 @@ def run_many(
     named: dict[Composition, list[Correctable]] = {}  # identical compositions are computed once
     for x, comp in keys.items():
         named.setdefault(comp, []).append(x)
+        if comp.centering is not None and not batch.has_head:
+            raise ValueError(f"{x if isinstance(x, str) else 'this composition'} needs the sampler's top-k head "
+                             f"(score centering): Batch({', '.join(f'{n}=...' for n in Batch.HEAD)}); this batch "
+                             "has none")
     known = {comp: len(xs) for comp, xs in named.items() if fast.supports(comp)}
     outputs = fast.evaluate_many(known, batch, agg, ratios) if known else {}
     out = {}

@@ -257,6 +257,64 @@ class BatchRule:
         _number("BatchRule", "threshold", self.threshold, low=0.0, open_low=True, allow_inf=False)
 
 
+CENTERING_RULES = ("none", "truncate", "band", "clamp")  # f of a score-centering term: 1, min(x, C), band, clamp
+
+
+@dataclass(frozen=True)
+class Centering:
+    """Score centering (Marek & Ryabinin, arXiv 2609.20807): an additive per-token term over the sampler's top-k head H
+    that subtracts the sampler-expected score, so a constant reward moves nothing. Per loss token t, q_v and p_v the
+    sampler's and the trainer's probability of head token v (normalised over the whole vocabulary):
+
+        rho_tail = max(1 - Q_H, sampler_floor) / max(1 - P_H, trainer_floor)   (a floor of None: no floor)
+        alpha    = rho_tail * f(1 / rho_tail)
+        c_v      = sg(q_v f(p_v / q_v) - alpha p_v);   C_t = sum over v in H of c_v log p_v
+        loss    += s_t * adv_tau * A_t * C_t            (s_t the aggregation's normaliser, every loss token)
+
+    f is the token rule the correction uses: "none" 1, "truncate" min(x, high), "band" x 1[low <= x <= high], "clamp"
+    clamp(x, low, high). exact=True: sampling was truncated and its support replayed (`Batch.topk_support`): the sum
+    runs over the support with the trainer renormalised on it (p'_v = p_v / P_S), no tail model, c_v = sg(q_v
+    f(p'_v / q_v) - p'_v) (the - p'_v adds sum p' grad log p' = 0 to the gradient, and makes c = 0 for f = x)."""
+
+    rule: str = "none"
+    low: float | None = None
+    high: float | None = None
+    sampler_floor: float | None = 1e-6  # verl clamps both tail masses at 1e-6
+    trainer_floor: float | None = 1e-6
+    exact: bool = False
+
+    def __post_init__(self):
+        _choice("Centering", "rule", self.rule, CENTERING_RULES)
+        if self.rule in ("truncate", "band", "clamp"):
+            _number("Centering", "high", self.high, low=0.0, open_low=True)
+        if self.rule in ("band", "clamp"):
+            _number("Centering", "low", self.low, low=0.0)
+            if self.low > self.high:
+                raise ValueError(f"Centering.low must be below Centering.high, got {self.low} > {self.high}")
+        for name in ("sampler_floor", "trainer_floor"):
+            if getattr(self, name) is not None:
+                _number("Centering", name, getattr(self, name), low=0.0, allow_inf=False)
+
+    def f(self, x):
+        """The token rule on a ratio tensor x (the same rule the head and the tail's alpha read)."""
+        if self.rule == "none":
+            return x.new_ones(()).expand_as(x)
+        if self.rule == "truncate":
+            return x.clamp(max=self.high)
+        if self.rule == "band":
+            return x.where((x >= self.low) & (x <= self.high), x.new_zeros(()))
+        return x.clamp(self.low, self.high)
+
+    def describe(self) -> str:
+        f = {"none": "1", "truncate": f"min(x, {_fmt(self.high or 0)})",
+             "band": f"x in [{_fmt(self.low or 0)}, {_fmt(self.high or 0)}]",
+             "clamp": f"clamp(x, {_fmt(self.low or 0)}, {_fmt(self.high or 0)})"}[self.rule]
+        if self.exact:
+            return f"plus score centering over the replayed sampling support (f = {f})"
+        floors = f"tail floors {self.sampler_floor} (sampler), {self.trainer_floor} (trainer)"
+        return f"plus score centering over the sampler's top-k head (f = {f}; {floors})"
+
+
 @dataclass(frozen=True)
 class Composition:
     """One correction: a weight, chained rejection criteria, an optional penalty and log-ratio clamp."""
@@ -269,6 +327,7 @@ class Composition:
     clamp_order: str = "token"  # "aggregate": a rollout's sum / mean ratio rule sees clamp(aggregate of raw l)
     batch_rule: BatchRule | None = None  # M2PO
     weight_clamp_order: str = "aggregate"  # "token": the weight's exponent aggregates each clamped l_t (ms-swift)
+    centering: Centering | None = None  # score centering over the sampler's top-k head (needs Batch's head)
 
     def __post_init__(self):
         if not isinstance(self.weight, Weight):
@@ -284,6 +343,8 @@ class Composition:
         _choice("Composition", "weight_clamp_order", self.weight_clamp_order, CLAMP_ORDERS)
         if self.batch_rule is not None and not isinstance(self.batch_rule, BatchRule):
             raise ValueError(f"Composition.batch_rule must be a BatchRule or None, got {self.batch_rule!r}")
+        if self.centering is not None and not isinstance(self.centering, Centering):
+            raise ValueError(f"Composition.centering must be a Centering or None, got {self.centering!r}")
 
     @property
     def unbiased(self) -> bool:
@@ -291,12 +352,13 @@ class Composition:
         and nothing rejected or added, so the gradient is unbiased under valid IS (up to the e^40 weight cap)."""
         w = self.weight
         return (w.level == "sequence" and w.plain() and not self.criteria and self.penalty is None
-                and self.log_ratio_clamp is None and self.batch_rule is None)
+                and self.log_ratio_clamp is None and self.batch_rule is None and self.centering is None)
 
     @property
     def plain(self) -> bool:
-        """Nothing but the weight: no rejection rule, penalty or clamp."""
-        return not self.criteria and self.penalty is None and self.log_ratio_clamp is None and self.batch_rule is None
+        """Nothing but the weight: no rejection rule, penalty, clamp or centering term."""
+        return (not self.criteria and self.penalty is None and self.log_ratio_clamp is None and self.batch_rule is None
+                and self.centering is None)
 
     @property
     def token_rules(self) -> tuple[Criterion, ...]:
@@ -405,6 +467,8 @@ class Composition:
             if self.weight_clamp_order == "token" and w.level in ("sequence", "geometric", "prefix"):
                 after += ", each token's before the weight aggregates them"
             parts.append(f"log-ratios clamped to +-{_fmt(self.log_ratio_clamp)}{after}")
+        if self.centering is not None:
+            parts.append(self.centering.describe())
         return "; ".join(parts)
 
 

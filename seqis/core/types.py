@@ -135,6 +135,15 @@ class Batch:
                         row and token and how many there are; True leaves those tokens out of loss_mask instead
                         and counts them in `n_dropped_nonfinite`
 
+    The sampler's head (optional; all three or none), for corrections that read the sampler's top-k (score
+    centering): at each position the ids of the sampler's top-k tokens and both policies' log-probs of them,
+    normalised over the whole vocabulary:
+    topk_ids                 (B, T, K) integer token ids; -1 pads a slot with no token
+    topk_inference_logprobs  (B, T, K) float: log q_v, the sampler's
+    topk_trainer_logprobs    (B, T, K) float: log p_v, the trainer's; may require grad (the loss reaches it)
+    topk_support             (B, T, K) bool or None: the replayed sampling support (top-p / top-k sampling),
+                             for score centering's exact variant; the head is then the whole support
+
     A framework's own answer to such a token differs (0 weight, a NaN loss); replacing log pi by 0 would give
     token TIS a weight e^1 on it. Padding (loss_mask False) may hold anything.
     """
@@ -147,6 +156,10 @@ class Batch:
     extras: dict[str, torch.Tensor] = field(default_factory=dict)
     drop_nonfinite: InitVar[bool] = False
     n_dropped_nonfinite: int = field(default=0, init=False)  # loss tokens drop_nonfinite=True left out
+    topk_ids: torch.Tensor | None = None
+    topk_inference_logprobs: torch.Tensor | None = None
+    topk_trainer_logprobs: torch.Tensor | None = None
+    topk_support: torch.Tensor | None = None
 
     def __post_init__(self, drop_nonfinite: bool = False):
         tl, il, adv = self.trainer_logprobs, self.inference_logprobs, self.advantages
@@ -185,6 +198,59 @@ class Batch:
             if not isinstance(x, torch.Tensor) or x.shape != tl.shape or x.device != tl.device:
                 raise ValueError(f"Batch.extras[{k!r}] must be a ({B}, {T}) tensor on {tl.device}, got {_shape(x)}")
         self._check_finite(drop_nonfinite)
+        self._check_head()
+
+    HEAD = ("topk_ids", "topk_inference_logprobs", "topk_trainer_logprobs")
+
+    @property
+    def has_head(self) -> bool:
+        """Whether the batch carries the sampler's top-k head (topk_ids and both policies' log-probs of it)."""
+        return self.topk_ids is not None
+
+    def _check_head(self) -> None:
+        """The head's three tensors all or none, (B, T, K) on the batch's device, ids >= -1, and finite log-probs in
+        every filled slot of a loss token (the first bad one named by row, token and slot)."""
+        given = [name for name in (*self.HEAD, "topk_support") if getattr(self, name) is not None]
+        if not given:
+            return
+        if any(getattr(self, name) is None for name in self.HEAD):
+            missing = [name for name in self.HEAD if getattr(self, name) is None]
+            raise ValueError(f"Batch: the sampler's head needs {', '.join(self.HEAD)} together; got {', '.join(given)}"
+                             f" without {', '.join(missing)}")
+        B, T = self.shape
+        ids = self.topk_ids
+        for name in given:
+            x = getattr(self, name)
+            if not isinstance(x, torch.Tensor) or x.dim() != 3 or x.shape[:2] != (B, T) or x.shape != ids.shape:
+                raise ValueError(f"Batch.{name} must be a ({B}, {T}, K) tensor like topk_ids {_shape(ids)}, "
+                                 f"got {_shape(x)}")
+            if x.device != self.device:
+                raise ValueError(f"Batch.{name} must be on {self.device}, got {x.device}")
+        if ids.is_floating_point() or ids.dtype == torch.bool:
+            raise ValueError(f"Batch.topk_ids must hold integer token ids (-1 for an empty slot), got {ids.dtype}")
+        for name in ("topk_inference_logprobs", "topk_trainer_logprobs"):
+            if not getattr(self, name).is_floating_point():
+                raise ValueError(f"Batch.{name} must be a float tensor, got {getattr(self, name).dtype}")
+        if self.topk_support is not None and self.topk_support.dtype != torch.bool:
+            raise ValueError(f"Batch.topk_support must be bool, got {self.topk_support.dtype}")
+        with torch.no_grad():
+            filled = (ids >= 0) & self.loss_mask[..., None]  # (B, T, K) slots that carry a head token
+            sampled = filled if self.topk_support is None else filled & self.topk_support  # the sampler's -inf
+            checks = [("topk_ids", ids < -1, "an id below -1 (-1 is the empty slot)"),  # outside its support is fine
+                      ("topk_inference_logprobs", sampled & ~torch.isfinite(self.topk_inference_logprobs),
+                       "a non-finite log-prob"),
+                      ("topk_trainer_logprobs", filled & ~torch.isfinite(self.topk_trainer_logprobs),
+                       "a non-finite log-prob")]
+            for name, bad, what in checks:
+                if bool(bad.any()):
+                    row, tok, slot = (int(i) for i in bad.nonzero()[0])
+                    value = getattr(self, name)[row, tok, slot]
+                    raise ValueError(f"Batch: row {row}, token {tok}, slot {slot}: {name} is {value.item()} "
+                                     f"({what}, {int(bad.sum())} such slots on loss tokens)")
+
+    def head(self) -> tuple:
+        """(topk_ids, topk_inference_logprobs, topk_trainer_logprobs, topk_support) as given."""
+        return self.topk_ids, self.topk_inference_logprobs, self.topk_trainer_logprobs, self.topk_support
 
     def _check_finite(self, drop: bool) -> None:
         """One vectorised pass: NaN or +-inf in either log-prob makes their sum non-finite (inf - inf is NaN).
@@ -211,11 +277,12 @@ class Batch:
                          f"pass drop_nonfinite=True to leave them out of loss_mask")
 
     @classmethod
-    def _trusted(cls, tl, il, adv, mask, metadata, extras, n_dropped: int = 0) -> Batch:
+    def _trusted(cls, tl, il, adv, mask, metadata, extras, n_dropped: int = 0, head=(None,) * 4) -> Batch:
         """A Batch of pieces taken from a checked one (to, select): no second validation pass."""
         b = cls.__new__(cls)
         b.trainer_logprobs, b.inference_logprobs, b.advantages, b.loss_mask = tl, il, adv, mask
         b.metadata, b.extras, b.n_dropped_nonfinite = metadata, extras, n_dropped
+        b.topk_ids, b.topk_inference_logprobs, b.topk_trainer_logprobs, b.topk_support = head
         return b
 
     def __repr__(self) -> str:
@@ -233,6 +300,9 @@ class Batch:
             parts.append(f"extras {', '.join(self.extras)}")
         if self.n_dropped_nonfinite:
             parts.append(f"{self.n_dropped_nonfinite} non-finite loss tokens dropped")
+        if self.has_head:
+            parts.append(f"a top-{self.topk_ids.shape[-1]} sampler head"
+                         + (" (the replayed support)" if self.topk_support is not None else ""))
         return f"Batch({'; '.join(parts)})"
 
     @property
@@ -252,6 +322,7 @@ class Batch:
             dict(self.metadata),
             {k: x.to(device) for k, x in self.extras.items()},
             self.n_dropped_nonfinite,
+            tuple(None if x is None else x.to(device) for x in self.head()),
         )
 
     def select(self, index) -> Batch:
@@ -279,6 +350,7 @@ class Batch:
             take(self.loss_mask),
             meta,
             {k: take(x) for k, x in self.extras.items()},
+            head=tuple(None if x is None else take(x) for x in self.head()),
         )
 
 
@@ -335,6 +407,10 @@ class EstimatorOutput:
                 clipped          bool, its weight was truncated
                 kept_fraction    fraction of its loss tokens that keep a gradient
 
+    head_weights  (B, T, K) detached, with a score-centering term only (else None): the coefficient on each head
+              token's log p_v, the head's counterpart of `weights`: with agg="token-mean",
+              d loss / d topk_trainer_logprobs = -head_weights * adv_tau * A / N (-c_v on loss tokens)
+
     The (B, T) tensors a training step rarely reads, `weights` and the masks (a read-only Mapping,
     `Masks`), are built when first read and then kept: weights may be given as a zero-argument function.
     Outputs of one `run_many` call whose keys name the same composition share these tensors and the metric
@@ -344,8 +420,9 @@ class EstimatorOutput:
 
     def __init__(self, loss: torch.Tensor, weights: torch.Tensor | Callable[[], torch.Tensor],
                  masks: Mapping[str, torch.Tensor | Callable[[], torch.Tensor]], metrics: dict[str, torch.Tensor],
-                 rollouts: dict[str, torch.Tensor]):
+                 rollouts: dict[str, torch.Tensor], head_weights: torch.Tensor | None = None):
         self.loss = loss
+        self.head_weights = head_weights
         self._weights = weights
         self.masks = masks if isinstance(masks, Masks) else Masks(masks)
         self.metrics = metrics

@@ -56,7 +56,10 @@ def evaluate(comp: Composition, batch: Batch, agg: str = "token-mean") -> Estima
     w = weight(comp, p, v)  # 2. the IS weight at its level (its band joins the verdicts)
     kept, weights = kept_weights(p, v, w)  # 3. what is kept, and the gradient coefficients
     loss, penalty = surrogate_loss(comp, batch, p, kept, weights, agg)  # 4. the loss
-    return outputs(p, v, w, kept, weights, loss, penalty)  # 5. metrics, masks and per-rollout values
+    out = outputs(p, v, w, kept, weights, loss, penalty)  # 5. metrics, masks and per-rollout values
+    if comp.centering is not None:  # 6. score centering's additive term over the sampler's head
+        centered(comp, batch, p, kept, agg, out)
+    return out
 
 
 @dataclass
@@ -263,14 +266,19 @@ def kept_weights(p: Pieces, v: Verdicts, w: Weighting) -> tuple[torch.Tensor, to
     return kept, weights
 
 
+def normaliser(p: Pieces, kept: torch.Tensor, agg: str) -> torch.Tensor:
+    """() or (B, 1): s_t, the aggregation's normaliser of each loss token's term."""
+    n_valid = p.valid.sum().clamp(min=1).to(p.zero.dtype)
+    return {"token-mean": 1 / p.N.clamp(min=1), "kept-token-mean": 1 / kept.sum().to(p.zero.dtype).clamp(min=1),
+            "seq-mean-token-mean": (1 / (p.T.clamp(min=1) * n_valid))[:, None],
+            "seq-mean-token-sum": 1 / n_valid}[agg]
+
+
 def surrogate_loss(comp: Composition, batch: Batch, p: Pieces, kept: torch.Tensor, weights: torch.Tensor,
                    agg: str) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Step 4: the loss -sum s_t * weights_t * adv_tau * A_t * log pi_t (+ the penalty, also returned alone)."""
     m, zero = p.m, p.zero
-    n_valid = p.valid.sum().clamp(min=1).to(zero.dtype)
-    s = {"token-mean": 1 / p.N.clamp(min=1), "kept-token-mean": 1 / kept.sum().to(zero.dtype).clamp(min=1),
-         "seq-mean-token-mean": (1 / (p.T.clamp(min=1) * n_valid))[:, None],
-         "seq-mean-token-sum": 1 / n_valid}[agg]  # () or (B, 1)
+    s = normaliser(p, kept, agg)  # () or (B, 1)
     A = p.adv if p.adv.dim() == 2 else p.adv[:, None].expand_as(p.l)  # (B, T)
     tl = torch.where(m, batch.trainer_logprobs.to(zero.dtype), zero)  # (B, T) differentiable
     loss = -(s * weights * comp.adv_tau * torch.where(m, A, zero) * tl).sum()
@@ -325,6 +333,51 @@ def outputs(p: Pieces, v: Verdicts, w: Weighting, kept: torch.Tensor, weights: t
         "kept_fraction": kept_len / T.clamp(min=1),
     }
     return EstimatorOutput(loss=loss, weights=weights, masks=masks, metrics=metrics, rollouts=rollouts)
+
+
+def centered(comp: Composition, batch: Batch, p: Pieces, kept: torch.Tensor, agg: str, out: EstimatorOutput) -> None:
+    """Step 6: score centering (seqis/core/compose.py, Centering) added to the loss on every loss token (as verl adds
+    it: a token the IS weight zeroes keeps its centering term), with its metrics (verl's names: sc_correction, the
+    mean of C_t without the advantage; the mean head masses) and the head's coefficients."""
+    sc, m, zero = comp.centering, p.m, p.zero
+    if not batch.has_head:
+        raise ValueError("score centering needs the sampler's top-k head: Batch(topk_ids=..., "
+                         "topk_inference_logprobs=..., topk_trainer_logprobs=...)")
+    ids, logq_h, logp_h, support = batch.head()
+    slots = (ids >= 0) & m[..., None]  # (B, T, K) the head's filled slots on loss tokens
+    if sc.exact:
+        if support is None:
+            raise ValueError("exact score centering needs the replayed support: Batch(topk_support=...)")
+        slots = slots & support
+    logp_h = torch.where(slots, logp_h.to(zero.dtype), zero)  # (B, T, K) log p_v, differentiable
+    logq_h = torch.where(slots, logq_h.to(zero.dtype), zero)  # (B, T, K) log q_v
+    with torch.no_grad():
+        pv = torch.where(slots, logp_h.exp(), zero)  # (B, T, K) p_v
+        qv = torch.where(slots, logq_h.exp(), zero)  # (B, T, K) q_v
+        P, Q = pv.sum(-1), qv.sum(-1)  # (B, T) the head's masses
+        if sc.exact:  # the trainer renormalised on the support; no tail
+            pv = pv / P.clamp(min=1e-30)[..., None]
+            ratio = torch.where(slots, pv / qv.clamp(min=1e-30), zero)
+            c = qv * sc.f(ratio) - pv  # (B, T, K)
+        else:
+            tail_q, tail_p = 1 - Q, 1 - P  # (B, T)
+            if sc.sampler_floor is not None:
+                tail_q = tail_q.clamp(min=sc.sampler_floor)
+            if sc.trainer_floor is not None:
+                tail_p = tail_p.clamp(min=sc.trainer_floor)
+            rho_tail = tail_q / tail_p  # (B, T)
+            alpha = rho_tail * sc.f(1 / rho_tail)  # (B, T)
+            ratio = torch.where(slots, (logp_h - logq_h).exp(), zero)  # (B, T, K) p_v / q_v
+            c = qv * sc.f(ratio) - alpha[..., None] * pv  # (B, T, K)
+        c = torch.where(slots, c, zero)
+    log_p = logp_h - torch.logsumexp(torch.where(slots, logp_h, -math.inf), -1, keepdim=True).nan_to_num(
+        0.0, 0.0, 0.0) if sc.exact else logp_h  # (B, T, K) log p'_v renormalised on the support, or log p_v
+    C = (c * torch.where(slots, log_p, zero)).sum(-1)  # (B, T) C_t, differentiable in the head's log p
+    A = p.adv if p.adv.dim() == 2 else p.adv[:, None].expand_as(p.l)  # (B, T)
+    out.loss = out.loss + (normaliser(p, kept, agg) * comp.adv_tau * torch.where(m, A, zero) * C).sum()
+    mean = lambda x: torch.where(m, x, zero).sum() / p.N.clamp(min=1)
+    out.metrics.update(sc_correction=mean(C.detach()), sc_sampler_head_mass=mean(Q), sc_train_head_mass=mean(P))
+    out.head_weights = -c  # d loss / d log p_v = s * adv_tau * A_t * c_v = -head_weights * adv_tau * A_t * s
 
 
 def statistic(name: str, lc: torch.Tensor, logp: torch.Tensor, logq: torch.Tensor) -> torch.Tensor:

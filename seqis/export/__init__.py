@@ -92,7 +92,7 @@ def export(x: str | Composition, framework: str, cfg: Config | None = None, *,
     except CannotExpress as why:
         text = f"# seqis {describe(x, cfg)}\n# cannot express in {framework}: {why}\n"
         return Snippet(framework, text, False, False, f"{stem}.{exporter.SUFFIX}")
-    comments = [f"seqis {describe(x, cfg)}", *exporter.HEADER, *(f"NOTE: {n}" for n in s.notes)]
+    comments = [f"seqis {describe(x, cfg)}", *exporter.HEADER, *s.comments, *(f"NOTE: {n}" for n in s.notes)]
     files = [line for name, lines in s.files.items() for line in (f"# --- {name} ---", *lines)]
     text = "\n".join([*(f"# {c}" for c in comments), *exporter.write(s), *files]) + "\n"
     return Snippet(framework, text, True, not s.notes, f"{stem}.{exporter.SUFFIX}")

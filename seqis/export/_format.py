@@ -24,6 +24,7 @@ class Settings:
     keys: dict[str, Any]
     notes: list[str] = field(default_factory=list)
     files: dict[str, list[str]] = field(default_factory=dict)  # a side file the keys point to: name -> its lines
+    comments: list[str] = field(default_factory=list)  # what the settings need of the run (not a difference)
 
 
 def fmt(x: float) -> str:

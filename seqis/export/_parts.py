@@ -55,7 +55,8 @@ LATER_STATISTICS = ("exp_abs_log_ratio", "abs_ratio_minus_one", "binary_kl", "bi
 def later_parts(comp: Composition) -> set[str]:
     """The later parts a composition uses: 'strict', 'leaves_normaliser', 'batch_rule', 'clamp_order',
     'weight_clamp_order' (the weight aggregates each clamped l_t, where that differs: a sequence, geometric or
-    prefix weight under a clamp), 'gamma', 'token_clip', 'normalize_all' and each later statistic by its name.
+    prefix weight under a clamp), 'gamma', 'token_clip', 'normalize_all', 'centering' (score centering over the
+    sampler's head) and each later statistic by its name.
     A band's edge space is the framework's arithmetic, not a setting: see edge_note."""
     used = {c.statistic for c in comp.criteria if c.statistic in LATER_STATISTICS}
     used |= {flag for c in comp.criteria for flag in ("strict", "leaves_normaliser") if getattr(c, flag)}
@@ -68,6 +69,8 @@ def later_parts(comp: Composition) -> set[str]:
     used |= {name for name in ("gamma", "token_clip") if getattr(comp.weight, name) is not None}
     if comp.weight.normalize_all:
         used.add("normalize_all")
+    if comp.centering is not None:
+        used.add("centering")
     return used
 
 

@@ -23,6 +23,12 @@ EDGE_SPACE = "log"  # rollout_corr_helper.py:316: (per_token_stat >= lower_log) 
 BLOCK, ACTOR = "algorithm.rollout_correction", "actor_rollout_ref.actor"
 NEVER_BITES = 1e-10  # below verl's e^-20 clamp: an open lower bound
 _AGG = {"token": "token", "sum": "seq_sum", "mean": "seq_mean", "max": "seq_max"}
+PARTS = frozenset({"centering"})  # the later parts it writes (_parts.later_parts): score centering, verl #8010
+TOPK = 128  # the head verl's score-centering runs read (actor_rollout_ref.rollout.topk_log_probs)
+SC_FLOOR = 1e-6  # score_centering_correction's eps: both tail masses clamped at it
+SC_REFUSALS = ["score centering (verl #8010, after 0.9.1) runs with vLLM rollouts returning processed log-probs of",
+               "the full support (top_p 1, top_k -1), the FSDP actor without fused kernels, no distillation;",
+               "topk_log_probs is the head size K (vLLM's max_logprobs is raised to it)"]
 
 
 def _k1_band(lo_l: float | None, hi_l: float | None) -> str:
@@ -94,12 +100,41 @@ def settings(comp: Composition) -> Settings:
     if ppo is not None:
         actor = dict(clip_ratio_low=ppo.eps_low, clip_ratio_high=ppo.eps_high,
                      clip_ratio_c=math.inf if ppo.clip_c is None else ppo.clip_c)
+    if comp.centering is not None:
+        keys.update(score_centering=True)
+        actor.update(_centering(comp, keys))
     if comp.log_ratio_clamp != SAFETY_BOUND:
         notes.append(f"verl clamps log-ratios at +-20 (this correction: {comp.log_ratio_clamp}); they differ only "
                      "where |l|, |S| or |S/T| exceeds 20")
     adv_tau_note(comp.adv_tau, notes)
+    rollout = {"calculate_log_probs": True, **({"topk_log_probs": TOPK} if comp.centering is not None else {})}
     return Settings({**{f"{BLOCK}.{k}": v for k, v in keys.items()}, **{f"{ACTOR}.{k}": v for k, v in actor.items()},
-                     "actor_rollout_ref.rollout.calculate_log_probs": True}, notes)
+                     **{f"actor_rollout_ref.rollout.{k}": v for k, v in rollout.items()}}, notes,
+                    comments=SC_REFUSALS if comp.centering is not None else [])
+
+
+def _centering(comp: Composition, keys: dict) -> dict:
+    """verl's score centering: bypass REINFORCE with no IS weight or a token TIS / IcePop weight whose rule is the
+    centering's f, verl's tail floors, the head of the sampler's top-k (not a replayed support); the actor's side
+    repeats the settings (verl's driver checks that they match). Returns the actor's keys."""
+    sc, w = comp.centering, comp.weight
+    if sc.exact:
+        raise CannotExpress("verl's score centering models the tail; it has no exact replayed-support variant")
+    if sc.sampler_floor != SC_FLOOR or sc.trainer_floor != SC_FLOOR:
+        raise CannotExpress(f"verl clamps both tail masses at {SC_FLOOR:g} (this correction: sampler "
+                            f"{sc.sampler_floor}, trainer {sc.trainer_floor})")
+    rule = {None: "none", "token": "truncate" if w.band is None else "band"}.get(keys["rollout_is"])
+    if rule is None or comp.criteria or w.self_normalize:
+        raise CannotExpress("verl's score centering composes with bypass REINFORCE and a token TIS or IcePop weight "
+                            "only (no sequence weight, rejection or batch normalisation)")
+    edges = (None, w.upper) if rule == "truncate" else w.band  # the weight's own rule's edges
+    same = rule == sc.rule and (rule == "none" or (sc.low, sc.high) == edges)
+    if not same:
+        raise CannotExpress(f"verl's score centering applies the IS weight's own rule to the head ({rule}); this "
+                            f"correction's centering rule is {sc.describe()}")
+    mirror = {k: keys[k] for k in ("rollout_is", "rollout_is_threshold", "bypass_mode", "loss_type")}
+    return {"policy_loss.loss_mode": "bypass_mode", "policy_loss.rollout_correction.score_centering": True,
+            **{f"policy_loss.rollout_correction.{k}": v for k, v in mirror.items()}}
 
 
 def own(cfg) -> Settings:
