@@ -12,13 +12,18 @@ Layouts, told apart by the shape of the trainer log-prob column:
   packed   1-D (or [1, N]) micro-batches of N tokens, split into rollouts by `position_ids`
            (restarting at 0 for each rollout, counting up by 1) or by `seq_lens` (B lengths summing to N)
 
-Column names (first found wins; `columns=` maps a role to any other name, e.g.
+Column names, each framework's from its code (seqis's own name wins; else the one framework name present; two
+frameworks' names for one role are refused, naming both; `columns=` maps a role to any other name, e.g.
 columns={"trainer_logprobs": "logp_fsdp"}):
-  trainer_logprobs    trainer_logprobs | old_log_probs (verl)
-  inference_logprobs  inference_logprobs | rollout_log_probs (verl)
-  loss_mask           loss_mask | response_mask (verl); default: every token of every rollout
-  advantages          advantages, one per rollout or one per token; or else
-  reward + group_id   advantage = reward - mean reward of the rollout's group (GRPO)
+  trainer_logprobs    trainer_logprobs | old_log_probs (verl) | prev_logprobs (NeMo-RL) | old_per_token_logps (TRL)
+                      | log_probs (slime) | action_log_probs (OpenRLHF, SkyRL) | prox_logp (AReaL)
+  inference_logprobs  inference_logprobs | rollout_log_probs (verl, slime, OpenRLHF) | generation_logprobs (NeMo-RL)
+                      | sampling_per_token_logps (TRL) | sampler_logprobs | rollout_logprobs (SkyRL) | logprobs (AReaL)
+  loss_mask           loss_mask | response_mask (verl) | token_mask (NeMo-RL) | completion_mask (TRL) | loss_masks
+                      (slime) | action_mask (OpenRLHF); default: every token of every rollout
+  sample_mask         sample_mask (NeMo-RL): 0/1 per rollout, multiplied into the loss mask (a 0 drops the rollout)
+  advantages          advantages | advantage, one per rollout or one per token; or else
+  reward + group_id   advantage = reward - mean reward of the rollout's group (GRPO); the group: group_id | uid (verl)
 Every other per-rollout column (prompt id, text, env name, step, a scalar broadcast to every rollout) is
 kept in Batch.metadata. Per-token `entropy` and `token_ids` columns are kept in Batch.extras (NaN and -1 past
 a rollout's end; save_batch writes them); other per-token columns are skipped.

@@ -17,14 +17,34 @@ MAX_EXPANSION = 8  # a compressed file may unpack to at most this many times max
 LOGPROB_TOLERANCE = 1e-6  # a log-prob above this on a loss token is refused
 ASSETS_DIR = Path(__file__).resolve().parents[2] / "assets"
 
-# role -> names looked for, in order
+# role -> names looked for: seqis's own name first, then each framework's (read from its code). The role's own name
+# wins over the others; two of the others in one file are ambiguous, refused naming both (assemble._resolve).
 ALIASES: dict[str, tuple[str, ...]] = {
-    "trainer_logprobs": ("trainer_logprobs", "old_log_probs"),
-    "inference_logprobs": ("inference_logprobs", "rollout_log_probs"),
-    "loss_mask": ("loss_mask", "response_mask"),
-    "advantages": ("advantages",),
+    "trainer_logprobs": ("trainer_logprobs",
+                         "old_log_probs",  # verl
+                         "prev_logprobs",  # NeMo-RL
+                         "old_per_token_logps",  # TRL
+                         "log_probs",  # slime, miles
+                         "action_log_probs",  # OpenRLHF, SkyRL
+                         "prox_logp"),  # AReaL (recompute_logprob on)
+    "inference_logprobs": ("inference_logprobs",
+                           "rollout_log_probs",  # verl, slime, OpenRLHF
+                           "generation_logprobs",  # NeMo-RL
+                           "sampling_per_token_logps",  # TRL
+                           "sampler_logprobs",
+                           "rollout_logprobs",  # SkyRL
+                           "logprobs"),  # AReaL (the inference engine's)
+    "loss_mask": ("loss_mask",  # prime-rl, SkyRL, AReaL
+                  "response_mask",  # verl
+                  "token_mask",  # NeMo-RL
+                  "completion_mask",  # TRL
+                  "loss_masks",  # slime, miles
+                  "action_mask"),  # OpenRLHF
+    "sample_mask": ("sample_mask",),  # NeMo-RL: 0/1 per rollout, multiplied into the loss mask
+    "advantages": ("advantages", "advantage"),
     "reward": ("reward",),
-    "group_id": ("group_id",),
+    "group_id": ("group_id",
+                 "uid"),  # verl: the prompt's id, shared by its group of rollouts
     "position_ids": ("position_ids",),
     "seq_lens": ("seq_lens",),
 }

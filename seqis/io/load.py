@@ -183,8 +183,8 @@ def load_batch(source, format: str | None = None, *, columns: dict[str, str] | N
     A prime-rl token export (a rank_R.jsonl file, or a step folder of them) is read by seqis.io.prime_rl.
 
     format: ".parquet", "jsonl", ... (default: the name's suffix). columns: role -> name in the file, for
-    names other than the accepted ones (roles: trainer_logprobs, inference_logprobs, loss_mask, advantages,
-    reward, group_id, position_ids, seq_lens). max_bytes: refuse larger files (None: no limit).
+    names other than the accepted ones (roles: the keys of seqis.io.ALIASES). max_bytes: refuse larger files
+    (None: no limit).
     Raises BatchFormatError (a ValueError) for anything that is not a valid batch.
     """
     try:
