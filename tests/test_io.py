@@ -516,8 +516,9 @@ def test_a_nan_in_a_list_column_names_its_row_and_token(tmp_path):
 def test_size_limit(tmp_path):
     save_batch(example(), tmp_path / "b.npz")
     size = (tmp_path / "b.npz").stat().st_size
-    refuse(tmp_path / "b.npz", "over the 0 MB limit", max_bytes=1000)
-    refuse(Upload((tmp_path / "b.npz").read_bytes(), "u.npz"), "u.npz: is ", "MB limit", max_bytes=size - 1)
+    refuse(tmp_path / "b.npz", "over the 1000 bytes limit (load_batch(..., max_bytes=...) raises it)", max_bytes=1000)
+    refuse(tmp_path / "b.npz", "over the 1.5 KB limit", max_bytes=1536)
+    refuse(Upload((tmp_path / "b.npz").read_bytes(), "u.npz"), "u.npz: is ", "KB limit", max_bytes=size - 1)
     assert load_batch(tmp_path / "b.npz", max_bytes=size).shape[0] == 12
     assert load_batch(tmp_path / "b.npz", max_bytes=None).shape[0] == 12
     assert sio.MAX_BYTES == 200 * 2**20

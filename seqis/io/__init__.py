@@ -36,7 +36,8 @@ Refusals raise BatchFormatError (a ValueError) naming the file, the column and t
 count from 0): missing columns (with the names looked for), lengths that differ within a row, shapes
 that disagree, non-numeric values, NaN, inf or positive log-probs on loss tokens (above 1e-6: rounding
 gives 0 + eps), no rollouts, no loss tokens, empty, unreadable or truncated files, files over `max_bytes`
-(200 MB). `check_batch(batch)` refuses a Batch built in memory as load_batch would refuse its file.
+(200 MB; the command lines' `--max-bytes SIZE`, read by `parse_size`). `check_batch(batch)` refuses a Batch
+built in memory as load_batch would refuse its file.
 
 Memory: columns are read one at a time, and each is padded into the Batch before the next is read
 (parquet list columns in slices of about 2^17 values, into one preallocated buffer). Loading a
@@ -55,15 +56,17 @@ from .columns import (
     ALIASES,
     ASSETS_DIR,
     FORMATS,
+    LIMIT_HINT,
     LOGPROB_TOLERANCE,
     MAX_BYTES,
     VERL_NAMES,
     BatchFormatError,
     list_assets,
+    parse_size,
 )
 from .load import load_batch
 from .peek import column_names
 from .write import save_batch
 
-__all__ = ["ALIASES", "ASSETS_DIR", "FORMATS", "LOGPROB_TOLERANCE", "MAX_BYTES", "VERL_NAMES", "BatchFormatError",
-           "check_batch", "column_names", "list_assets", "load_batch", "save_batch"]
+__all__ = ["ALIASES", "ASSETS_DIR", "FORMATS", "LIMIT_HINT", "LOGPROB_TOLERANCE", "MAX_BYTES", "VERL_NAMES",
+           "BatchFormatError", "check_batch", "column_names", "list_assets", "load_batch", "parse_size", "save_batch"]

@@ -14,6 +14,8 @@ import torch
 FORMATS = (".parquet", ".jsonl", ".json", ".npz", ".safetensors", ".pt")
 MAX_BYTES = 200 * 1024 * 1024  # the default size limit (Streamlit's upload limit is 200 MB too)
 MAX_EXPANSION = 8  # a compressed file may unpack to at most this many times max_bytes
+LIMIT_HINT = "load_batch(..., max_bytes=...) raises it"  # ends every size refusal; a command line says its flag
+SIZE_UNITS = {"": 1, "B": 1, "K": 2**10, "KB": 2**10, "M": 2**20, "MB": 2**20, "G": 2**30, "GB": 2**30}  # MB: 2**20
 LOGPROB_TOLERANCE = 1e-6  # a log-prob above this on a loss token is refused
 ASSETS_DIR = Path(__file__).resolve().parents[2] / "assets"
 
@@ -51,6 +53,31 @@ ALIASES: dict[str, tuple[str, ...]] = {
 VERL_NAMES = {"trainer_logprobs": "old_log_probs", "inference_logprobs": "rollout_log_probs",
               "loss_mask": "response_mask"}
 _SAFETENSORS_META = "seqis.metadata"  # safetensors header key holding non-numeric metadata as JSON
+
+
+def parse_size(text: str) -> int | None:
+    """A size as a command line gives it: '400MB', '1.5G', '4096' (bytes) -> bytes; 'none' -> None (no limit)."""
+    t = str(text).strip().upper().replace(" ", "")
+    if t == "NONE":
+        return None
+    number = t.rstrip("KMGB")
+    unit = t[len(number):]
+    try:
+        n = float(number) * SIZE_UNITS[unit]
+    except (ValueError, KeyError):
+        n = -1.0
+    if not n >= 0 or n == float("inf"):  # NaN too
+        raise ValueError(f"{text!r} is not a size: bytes, or a number with K, M, G, KB, MB or GB (400MB; 1 MB is "
+                         f"2**20 bytes), or none for no limit")
+    return int(n)
+
+
+def size_text(n: int) -> str:
+    """A size in the largest unit it fills: '200 MB', '1.5 KB', '1000 bytes'."""
+    for unit in ("GB", "MB", "KB"):
+        if n >= SIZE_UNITS[unit]:
+            return f"{n / SIZE_UNITS[unit]:.4g} {unit}"
+    return f"{n} bytes"
 
 
 class BatchFormatError(ValueError):

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from ..core.types import Batch
 from .assemble import _assemble, require_loss_tokens
-from .columns import FORMATS, MAX_BYTES, BatchFormatError
+from .columns import FORMATS, LIMIT_HINT, MAX_BYTES, BatchFormatError, size_text
 from .prime_rl import rank_files, read_prime_rl_bytes, read_prime_rl_files
 from .prime_rl_lines import is_prime_rl_export
 from .readers import _json_source, _Npz, _Parquet, _pt_source, _Safetensors, _Source
@@ -40,8 +40,7 @@ def _suffix(format: str | None, name: str) -> str:
 
 
 def _too_big(n: int, max_bytes) -> BatchFormatError:
-    return BatchFormatError(f"is {n / 2**20:.1f} MB, over the {max_bytes / 2**20:.0f} MB limit "
-                            f"(load_batch(..., max_bytes=...) raises it)")
+    return BatchFormatError(f"is {size_text(n)}, over the {size_text(max_bytes)} limit ({LIMIT_HINT})")
 
 
 def _read(source, max_bytes) -> Path | bytes:
