@@ -8,6 +8,7 @@ import sys
 import pytest
 import torch
 
+import seqis.io as sio
 from seqis import Batch
 from seqis.__main__ import COMMANDS, main
 from seqis.io import save_batch
@@ -140,3 +141,51 @@ def test_diagnose_of_a_refused_file_as_a_process(odd_names):
     res = subprocess.run([sys.executable, "-m", "seqis", "diagnose", str(odd_names / "broken.parquet")],
                          capture_output=True, text=True, timeout=120)
     assert res.returncode == 1 and res.stdout == "" and len(res.stderr.strip().splitlines()) == 1
+
+
+def test_diagnose_help_describes_every_option_in_full_sentences(capsys):
+    # issue 43: the description was the docstring's first line, cut off mid-sentence ("...: why a")
+    from seqis.diagnosis import cli
+
+    with pytest.raises(SystemExit) as e:
+        main(["diagnose", "--help"])
+    assert e.value.code == 0
+    text = capsys.readouterr().out
+    description = text.split("\n\n", 1)[1].split("\npositional arguments:")[0].strip()
+    assert description.startswith("Why a batch's trainer and sampler disagree") and description.endswith(".")
+    assert all(p.rstrip().endswith((".", ":")) for p in description.split("\n\n")), description
+    options = {o for o in text.split("\noptions:")[1].split() if o.startswith("--") and o != "--help"}
+    assert options == {"--columns", "--by", "--max-bytes", "--json", "--strict", "--debug"}
+    for option in options:
+        assert f"`{option}" in description and f"  {option}" in text, option
+    assert cli.ROLES == tuple(sio.ALIASES)  # --columns offers every role the loader has
+
+
+def test_max_bytes_is_read_with_units_and_named_in_the_refusal(odd_names, capsys):
+    path = str(odd_names / "prompts.npz")
+    line = refusal(capsys, [path, "--max-bytes", "1K"])
+    assert line.startswith(f"seqis: {path}: is ") and line.endswith(" over the 1 KB limit (--max-bytes SIZE raises it)")
+    line = refusal(capsys, [path, "--max-bytes", "400MB"])
+    assert "no loss tokens" in line  # read, then refused for what it holds
+    from seqis.runs.example import write_prime_rl_run
+
+    write_prime_rl_run(odd_names / "export", steps=1, ranks=2, rollouts_per_rank=2, incident=None)
+    step = str(odd_names / "export" / "step_0")
+    line = refusal(capsys, [step, "--max-bytes", "2KB"])  # a prime-rl step folder: its rank files together
+    assert line.startswith(f"seqis: {step}: ") and line.endswith(" KB of rank files, over the 2 KB limit (--max-bytes "
+                                                                "SIZE raises it)")
+    assert [sio.parse_size(t) for t in ("4096", "1k", "1.5 MB", "2G", "none")] == [4096, 1024, 3 * 2**19, 2**31, None]
+    for bad in ("lots", "-1MB", "1TB", "", "nan", "inf"):
+        with pytest.raises(ValueError, match="is not a size"):
+            sio.parse_size(bad)
+    with pytest.raises(SystemExit) as e:
+        main(["diagnose", path, "--max-bytes", "lots"])
+    assert e.value.code == 2 and "'lots' is not a size: bytes, or a number with K, M, G" in capsys.readouterr().err
+
+
+def test_two_frameworks_names_for_one_role_name_the_columns_flag(tmp_path, capsys):
+    row = {"old_log_probs": [-0.5], "prev_logprobs": [-0.75], "rollout_log_probs": [-0.5], "advantages": 1.0}
+    (tmp_path / "both.jsonl").write_text(json.dumps(row))
+    line = refusal(capsys, [str(tmp_path / "both.jsonl")])
+    assert line.endswith("columns 'old_log_probs' and 'prev_logprobs' are both a trainer logprobs column, as two "
+                         "frameworks name it (pass --columns trainer_logprobs=<name> to say which)"), line

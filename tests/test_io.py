@@ -262,9 +262,80 @@ def test_missing_columns_say_what_was_looked_for(tmp_path):
     p = write_rows(tmp_path / "i.jsonl", [{"old_log_probs": [-1.0], "advantages": 1.0}])
     refuse(p, "no inference logprobs column: looked for 'inference_logprobs', 'rollout_log_probs'")
     p = write_rows(tmp_path / "a.jsonl", [{"old_log_probs": [-1.0], "rollout_log_probs": [-1.0]}])
-    refuse(p, "no advantages: looked for 'advantages', or 'reward' with 'group_id'")
+    refuse(p, "no advantages: looked for 'advantages' / 'advantage', or 'reward' with 'group_id' / 'uid'")
     p = write_rows(tmp_path / "g.jsonl", [{"old_log_probs": [-1.0], "rollout_log_probs": [-1.0], "reward": 1}])
-    refuse(p, "column 'reward' needs a group column", "looked for 'group_id'")
+    refuse(p, "column 'reward' needs a group column", "looked for 'group_id' / 'uid'")
+
+
+# each framework's names for (trainer log-probs, inference log-probs, loss mask), from its code (issue 43)
+FRAMEWORK_NAMES = {
+    "nemo-rl": ("prev_logprobs", "generation_logprobs", "token_mask"),
+    "trl": ("old_per_token_logps", "sampling_per_token_logps", "completion_mask"),
+    "slime": ("log_probs", "rollout_log_probs", "loss_masks"),
+    "openrlhf": ("action_log_probs", "rollout_log_probs", "action_mask"),
+    "skyrl": ("action_log_probs", "rollout_logprobs", "loss_mask"),
+    "areal": ("prox_logp", "logprobs", "loss_mask"),
+    "verl": ("old_log_probs", "rollout_log_probs", "response_mask"),
+}
+
+
+@pytest.mark.parametrize("framework", FRAMEWORK_NAMES)
+def test_each_frameworks_names_are_read(tmp_path, framework):
+    trainer, inference, mask = FRAMEWORK_NAMES[framework]
+    rows = [{trainer: [-0.5, -0.25, -9.0], inference: [-0.5, -0.5, -1.0], mask: [1, 1, 0], "advantage": a}
+            for a in (1.0, -1.0)]
+    b = load_batch(write_rows(tmp_path / "f.jsonl", rows))
+    assert b.trainer_logprobs[0].tolist() == [-0.5, -0.25, -9.0] and b.inference_logprobs[1, 1] == -0.5
+    assert b.loss_mask.tolist() == [[True, True, False]] * 2 and b.advantages.tolist() == [1.0, -1.0]
+    assert not b.metadata  # every column found its role
+
+
+def test_advantage_with_a_reward_and_no_group_is_read_as_advantages(tmp_path):
+    rows = [{"sampler_logprobs": [-0.5], "trainer_logprobs": [-0.5], "advantage": a, "reward": 1.0}
+            for a in (0.5, -0.5)]
+    b = load_batch(write_rows(tmp_path / "a.jsonl", rows))  # before: "column 'reward' needs a group column"
+    assert b.advantages.tolist() == [0.5, -0.5] and b.metadata == {"reward": [1.0, 1.0]}
+
+
+def test_verls_uid_groups_the_rewards(tmp_path):
+    rows = [{"old_log_probs": [-0.1], "rollout_log_probs": [-0.1], "reward": r, "uid": g}
+            for r, g in [(1.0, "p0"), (0.0, "p0"), (3.0, "p1"), (1.0, "p1")]]
+    b = load_batch(write_rows(tmp_path / "u.jsonl", rows))
+    assert b.advantages.tolist() == [0.5, -0.5, 1.0, -1.0]  # reward - its uid's mean (0.5, 2.0)
+    assert b.metadata["uid"] == ["p0", "p0", "p1", "p1"]
+
+
+def test_nemo_rl_sample_mask_drops_its_rollouts_from_the_loss_mask(tmp_path):
+    rows = [{"prev_logprobs": [-0.5, -0.25], "generation_logprobs": [-0.5, -0.5], "token_mask": [1, 0],
+             "sample_mask": s, "advantages": 1.0} for s in (1, 0, 1)]
+    rows[1]["prev_logprobs"] = [math.nan, math.nan]  # a dropped rollout's values are never checked
+    b = load_batch(write_rows(tmp_path / "s.jsonl", rows))
+    assert b.loss_mask.tolist() == [[True, False], [False, False], [True, False]]  # token_mask * sample_mask
+    assert "sample_mask" not in b.metadata
+    rows[1]["sample_mask"] = 0.5
+    refuse(write_rows(tmp_path / "h.jsonl", rows), "row 1: column 'sample_mask' is 0.5; a mask holds 0/1")
+    rows = [{**r, "sample_mask": [1, 0]} for r in rows]
+    refuse(write_rows(tmp_path / "l.jsonl", rows), "column 'sample_mask' holds one list per row; expected one number")
+    np.savez(tmp_path / "p.npz", trainer_logprobs=-np.ones((3, 2)), inference_logprobs=-np.ones((3, 2)),
+             advantages=np.zeros(3), sample_mask=np.array([True, False, True]))
+    assert load_batch(tmp_path / "p.npz").loss_mask.tolist() == [[True, True], [False, False], [True, True]]
+    np.savez(tmp_path / "w.npz", trainer_logprobs=-np.ones((3, 2)), inference_logprobs=-np.ones((3, 2)),
+             advantages=np.zeros(3), sample_mask=np.ones(4))
+    refuse(tmp_path / "w.npz", "column 'sample_mask' has shape (4,); expected one 0/1 per rollout (3)")
+
+
+def test_two_frameworks_names_for_one_role_are_refused_naming_both(tmp_path):
+    row = {"old_log_probs": [-0.5], "prev_logprobs": [-0.75], "rollout_log_probs": [-0.5], "advantages": 1.0}
+    p = write_rows(tmp_path / "t.jsonl", [row])
+    refuse(p, "columns 'old_log_probs' and 'prev_logprobs' are both a trainer logprobs column",
+           "pass columns={'trainer_logprobs': <name>}")
+    assert load_batch(p, columns={"trainer_logprobs": "prev_logprobs"}).trainer_logprobs.item() == -0.75
+    # seqis's own name wins over any framework's (SkyRL writes loss_mask and response_mask, loss_mask the narrower)
+    row = {"trainer_logprobs": [-0.5, -0.5], "log_probs": [-0.6, -0.6], "rollout_log_probs": [-0.5, -0.5],
+           "loss_mask": [1, 0], "response_mask": [1, 1], "advantages": 1.0, "advantage": 2.0}
+    b = load_batch(write_rows(tmp_path / "a.jsonl", [row]))
+    assert b.trainer_logprobs.tolist() == [[-0.5, -0.5]] and b.loss_mask.tolist() == [[True, False]]
+    assert b.advantages.tolist() == [1.0] and b.metadata == {"advantage": [2.0]}
 
 
 def test_lengths_that_differ_within_a_row(tmp_path):
@@ -445,8 +516,9 @@ def test_a_nan_in_a_list_column_names_its_row_and_token(tmp_path):
 def test_size_limit(tmp_path):
     save_batch(example(), tmp_path / "b.npz")
     size = (tmp_path / "b.npz").stat().st_size
-    refuse(tmp_path / "b.npz", "over the 0 MB limit", max_bytes=1000)
-    refuse(Upload((tmp_path / "b.npz").read_bytes(), "u.npz"), "u.npz: is ", "MB limit", max_bytes=size - 1)
+    refuse(tmp_path / "b.npz", "over the 1000 bytes limit (load_batch(..., max_bytes=...) raises it)", max_bytes=1000)
+    refuse(tmp_path / "b.npz", "over the 1.5 KB limit", max_bytes=1536)
+    refuse(Upload((tmp_path / "b.npz").read_bytes(), "u.npz"), "u.npz: is ", "KB limit", max_bytes=size - 1)
     assert load_batch(tmp_path / "b.npz", max_bytes=size).shape[0] == 12
     assert load_batch(tmp_path / "b.npz", max_bytes=None).shape[0] == 12
     assert sio.MAX_BYTES == 200 * 2**20

@@ -283,3 +283,41 @@ def test_a_scan_of_a_run_with_no_readable_step_writes_a_table_that_reads_back(tm
     assert df.empty and len(df.attrs["summary"]["failed"]) == 1
     again = read_scan(out)  # found by the fuzz test: an empty scan used to be written without kl_k3
     assert again.empty and again.attrs["summary"]["failed"] == df.attrs["summary"]["failed"]
+
+
+def dumps_with_an_unreadable_first_step(folder: Path) -> Path:
+    folder.mkdir()
+    (folder / "step_0.parquet").write_bytes(b"PAR1 cut short")  # found by load_run, refused by its reader
+    for step in (1, 2):
+        b = make_batch("gaussian", seed=step, n_rollouts=8, max_len=32)
+        b.metadata["env_name"] = ["math", "code"] * 4
+        save_batch(b, folder / f"step_{step}.parquet")
+    return folder
+
+
+def test_command_line_keeps_the_readable_steps_when_the_first_is_unreadable(tmp_path, capsys):
+    # issue 43: the default --by read step 0 first, so its refusal ended the scan (exit 2, nothing written)
+    run_dir = dumps_with_an_unreadable_first_step(tmp_path / "run")
+    out = tmp_path / "scan.parquet"
+    assert cli_main([str(run_dir), "--out", str(out), "--estimators", "seq_tis", "--workers", "1"]) == 1
+    printed = capsys.readouterr().out
+    assert "3 steps (2 read" in printed and "NOT READ: step 0: step_0.parquet: is truncated" in printed
+    df = read_scan(out)
+    assert sorted(df["step"].unique()) == [1, 2] and set(df["group"].dropna()) == {"math", "code"}  # by env_name
+
+
+def test_command_line_max_bytes(tmp_path, capsys):
+    run_dir = dumps_with_an_unreadable_first_step(tmp_path / "run")
+    (run_dir / "step_0.parquet").unlink()
+    out = tmp_path / "scan.parquet"
+    assert cli_main([str(run_dir), "--out", str(out), "--estimators", "seq_tis", "--workers", "1",
+                     "--max-bytes", "1K"]) == 1
+    printed = capsys.readouterr().out
+    assert "NOT READ: step 1: step_1.parquet: is " in printed and "over the 1 KB limit (--max-bytes SIZE raises it)" \
+        in printed and "max_bytes=" not in printed
+    assert cli_main([str(run_dir), "--out", str(out), "--estimators", "seq_tis", "--workers", "1",
+                     "--max-bytes", "1MB"]) == 0
+    assert sorted(read_scan(out)["step"].unique()) == [1, 2]
+    with pytest.raises(SystemExit) as e:
+        cli_main([str(run_dir), "--out", str(out), "--max-bytes", "lots"])
+    assert e.value.code == 2 and "'lots' is not a size" in capsys.readouterr().err

@@ -67,9 +67,19 @@ def _resolve(names: list[str], columns: dict | None) -> dict[str, str | None]:
                 raise BatchFormatError(f"column {given[role]!r} (given for {role}) is not in the file; "
                                        f"columns present: {_listing(names)}")
             roles[role] = given[role]
-        else:
-            roles[role] = next((a for a in aliases if a in present), None)
+        elif role in present:  # seqis's own name wins over the frameworks'
+            roles[role] = role
+        else:  # a column mapped to another role is not a candidate here
+            found = [a for a in aliases if a in present and a not in given.values()]
+            if len(found) > 1:
+                raise BatchFormatError(f"columns {found[0]!r} and {found[1]!r} are both a {_role(role)} column, as "
+                                       f"two frameworks name it (pass columns={{'{role}': <name>}} to say which)")
+            roles[role] = found[0] if found else None
     return roles
+
+
+def _role(role: str) -> str:
+    return role.replace("_", " ")
 
 
 def _listing(names) -> str:
@@ -78,9 +88,13 @@ def _listing(names) -> str:
     return (s + f", ... ({len(names)} in all)" if len(names) > 30 else s) or "(none)"
 
 
+def _looked(role: str) -> str:
+    return " / ".join(repr(a) for a in ALIASES[role])
+
+
 def _missing(role: str, names) -> BatchFormatError:
     looked = ", ".join(repr(a) for a in ALIASES[role])
-    return BatchFormatError(f"no {role.replace('_', ' ')} column: looked for {looked} (pass "
+    return BatchFormatError(f"no {_role(role)} column: looked for {looked} (pass "
                             f"columns={{'{role}': <name>}} for another name); columns present: {_listing(names)}")
 
 
@@ -305,11 +319,11 @@ def _assemble(src: _Source, columns: dict | None) -> Batch:
     if adv_name is None and (reward_name is None or gid_name is None):
         if reward_name is not None:
             raise BatchFormatError(f"column '{reward_name}' needs a group column to form GRPO groups (advantage "
-                                   f"= reward - group mean): looked for 'group_id'; columns present: "
+                                   f"= reward - group mean): looked for {_looked('group_id')}; columns present: "
                                    f"{_listing(names)}")
-        raise BatchFormatError(f"no advantages: looked for 'advantages', or 'reward' with 'group_id' (pass "
-                               f"columns={{'advantages': <name>}} for another name); columns present: "
-                               f"{_listing(names)}")
+        raise BatchFormatError(f"no advantages: looked for {_looked('advantages')}, or {_looked('reward')} with "
+                               f"{_looked('group_id')} (pass columns={{'advantages': <name>}} for another name); "
+                               f"columns present: {_listing(names)}")
 
     tl_name, il_name, mask_name = roles["trainer_logprobs"], roles["inference_logprobs"], roles["loss_mask"]
     tl_col = _get(src, tl_name)
@@ -336,6 +350,8 @@ def _assemble(src: _Source, columns: dict | None) -> Batch:
         loss_mask = m if lay.pos is None else m & lay.pos
     else:
         loss_mask = lay.pos.clone() if lay.pos is not None else torch.ones(B, T, dtype=torch.bool)
+    if roles["sample_mask"] is not None:  # NeMo-RL's loss reads token_mask * sample_mask: a 0 drops the rollout
+        loss_mask = loss_mask & _rollout_mask(_get(src, roles["sample_mask"]), roles["sample_mask"], B)[:, None]
 
     trainer = _float(_tokens(tl_col, tl_name, lay), src.text)  # (B, T)
     del tl_col
@@ -354,8 +370,8 @@ def _assemble(src: _Source, columns: dict | None) -> Batch:
         metadata[reward_name] = reward.reshape(-1).tolist()
         metadata[gid_name] = _metadata_column(gid, lay)
 
-    used = {roles[r] for r in ("trainer_logprobs", "inference_logprobs", "loss_mask", "advantages", "position_ids",
-                               "seq_lens")}
+    used = {roles[r] for r in ("trainer_logprobs", "inference_logprobs", "loss_mask", "sample_mask", "advantages",
+                               "position_ids", "seq_lens")}
     extras = {}
     for name, (dtype, fill) in EXTRAS.items():  # per-token extras the views read, when the file has them per token
         if name in names and name not in used:
@@ -375,6 +391,21 @@ def _assemble(src: _Source, columns: dict | None) -> Batch:
         return Batch(trainer, inference, advantages, loss_mask, metadata, extras=extras)
     except ValueError as e:
         raise BatchFormatError(str(e)) from None
+
+
+def _rollout_mask(col, name: str, B: int) -> torch.Tensor:
+    """A per-rollout 0/1 column as a (B,) bool tensor."""
+    m = _numbers(col, name)
+    if tuple(m.shape) not in ((B,), (B, 1)):
+        raise BatchFormatError(f"column '{name}' has shape {tuple(m.shape)}; expected one 0/1 per rollout ({B})")
+    m = m.reshape(B)
+    if m.dtype == torch.bool:
+        return m
+    notbin = (m != 0) & (m != 1)  # (B,), NaN included
+    if bool(notbin.any()):
+        r = int(torch.argmax(notbin.view(torch.uint8)))
+        raise BatchFormatError(f"row {r}: column '{name}' is {m[r].item()}; a mask holds 0/1 or true/false")
+    return m != 0
 
 
 def _advantages(col, name, lay: _Layout, loss_mask, valid, text) -> torch.Tensor:

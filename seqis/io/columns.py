@@ -14,23 +14,70 @@ import torch
 FORMATS = (".parquet", ".jsonl", ".json", ".npz", ".safetensors", ".pt")
 MAX_BYTES = 200 * 1024 * 1024  # the default size limit (Streamlit's upload limit is 200 MB too)
 MAX_EXPANSION = 8  # a compressed file may unpack to at most this many times max_bytes
+LIMIT_HINT = "load_batch(..., max_bytes=...) raises it"  # ends every size refusal; a command line says its flag
+SIZE_UNITS = {"": 1, "B": 1, "K": 2**10, "KB": 2**10, "M": 2**20, "MB": 2**20, "G": 2**30, "GB": 2**30}  # MB: 2**20
 LOGPROB_TOLERANCE = 1e-6  # a log-prob above this on a loss token is refused
 ASSETS_DIR = Path(__file__).resolve().parents[2] / "assets"
 
-# role -> names looked for, in order
+# role -> names looked for: seqis's own name first, then each framework's (read from its code). The role's own name
+# wins over the others; two of the others in one file are ambiguous, refused naming both (assemble._resolve).
 ALIASES: dict[str, tuple[str, ...]] = {
-    "trainer_logprobs": ("trainer_logprobs", "old_log_probs"),
-    "inference_logprobs": ("inference_logprobs", "rollout_log_probs"),
-    "loss_mask": ("loss_mask", "response_mask"),
-    "advantages": ("advantages",),
+    "trainer_logprobs": ("trainer_logprobs",
+                         "old_log_probs",  # verl
+                         "prev_logprobs",  # NeMo-RL
+                         "old_per_token_logps",  # TRL
+                         "log_probs",  # slime, miles
+                         "action_log_probs",  # OpenRLHF, SkyRL
+                         "prox_logp"),  # AReaL (recompute_logprob on)
+    "inference_logprobs": ("inference_logprobs",
+                           "rollout_log_probs",  # verl, slime, OpenRLHF
+                           "generation_logprobs",  # NeMo-RL
+                           "sampling_per_token_logps",  # TRL
+                           "sampler_logprobs",
+                           "rollout_logprobs",  # SkyRL
+                           "logprobs"),  # AReaL (the inference engine's)
+    "loss_mask": ("loss_mask",  # prime-rl, SkyRL, AReaL
+                  "response_mask",  # verl
+                  "token_mask",  # NeMo-RL
+                  "completion_mask",  # TRL
+                  "loss_masks",  # slime, miles
+                  "action_mask"),  # OpenRLHF
+    "sample_mask": ("sample_mask",),  # NeMo-RL: 0/1 per rollout, multiplied into the loss mask
+    "advantages": ("advantages", "advantage"),
     "reward": ("reward",),
-    "group_id": ("group_id",),
+    "group_id": ("group_id",
+                 "uid"),  # verl: the prompt's id, shared by its group of rollouts
     "position_ids": ("position_ids",),
     "seq_lens": ("seq_lens",),
 }
 VERL_NAMES = {"trainer_logprobs": "old_log_probs", "inference_logprobs": "rollout_log_probs",
               "loss_mask": "response_mask"}
 _SAFETENSORS_META = "seqis.metadata"  # safetensors header key holding non-numeric metadata as JSON
+
+
+def parse_size(text: str) -> int | None:
+    """A size as a command line gives it: '400MB', '1.5G', '4096' (bytes) -> bytes; 'none' -> None (no limit)."""
+    t = str(text).strip().upper().replace(" ", "")
+    if t == "NONE":
+        return None
+    number = t.rstrip("KMGB")
+    unit = t[len(number):]
+    try:
+        n = float(number) * SIZE_UNITS[unit]
+    except (ValueError, KeyError):
+        n = -1.0
+    if not n >= 0 or n == float("inf"):  # NaN too
+        raise ValueError(f"{text!r} is not a size: bytes, or a number with K, M, G, KB, MB or GB (400MB; 1 MB is "
+                         f"2**20 bytes), or none for no limit")
+    return int(n)
+
+
+def size_text(n: int) -> str:
+    """A size in the largest unit it fills: '200 MB', '1.5 KB', '1000 bytes'."""
+    for unit in ("GB", "MB", "KB"):
+        if n >= SIZE_UNITS[unit]:
+            return f"{n / SIZE_UNITS[unit]:.4g} {unit}"
+    return f"{n} bytes"
 
 
 class BatchFormatError(ValueError):

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from ..core.types import Batch
 from .assemble import _assemble, require_loss_tokens
-from .columns import FORMATS, MAX_BYTES, BatchFormatError
+from .columns import FORMATS, LIMIT_HINT, MAX_BYTES, BatchFormatError, size_text
 from .prime_rl import rank_files, read_prime_rl_bytes, read_prime_rl_files
 from .prime_rl_lines import is_prime_rl_export
 from .readers import _json_source, _Npz, _Parquet, _pt_source, _Safetensors, _Source
@@ -40,8 +40,7 @@ def _suffix(format: str | None, name: str) -> str:
 
 
 def _too_big(n: int, max_bytes) -> BatchFormatError:
-    return BatchFormatError(f"is {n / 2**20:.1f} MB, over the {max_bytes / 2**20:.0f} MB limit "
-                            f"(load_batch(..., max_bytes=...) raises it)")
+    return BatchFormatError(f"is {size_text(n)}, over the {size_text(max_bytes)} limit ({LIMIT_HINT})")
 
 
 def _read(source, max_bytes) -> Path | bytes:
@@ -183,8 +182,8 @@ def load_batch(source, format: str | None = None, *, columns: dict[str, str] | N
     A prime-rl token export (a rank_R.jsonl file, or a step folder of them) is read by seqis.io.prime_rl.
 
     format: ".parquet", "jsonl", ... (default: the name's suffix). columns: role -> name in the file, for
-    names other than the accepted ones (roles: trainer_logprobs, inference_logprobs, loss_mask, advantages,
-    reward, group_id, position_ids, seq_lens). max_bytes: refuse larger files (None: no limit).
+    names other than the accepted ones (roles: the keys of seqis.io.ALIASES). max_bytes: refuse larger files
+    (None: no limit).
     Raises BatchFormatError (a ValueError) for anything that is not a valid batch.
     """
     try:

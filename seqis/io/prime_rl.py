@@ -36,7 +36,7 @@ import numpy as np
 import torch
 
 from ..core.types import Batch
-from .columns import BatchFormatError
+from .columns import LIMIT_HINT, BatchFormatError, size_text
 from .prime_rl_lines import (
     LOGPROB_TOLERANCE,
     RANK_FILE,
@@ -260,8 +260,8 @@ def read_prime_rl_files(paths, *, extras: bool = True, tolerate_truncated: bool 
         raise ValueError(f"{len(spans)} spans for {len(paths)} files")
     sizes = [p.stat().st_size for p in paths] if spans is None else [s.end - s.start for s in spans]
     if max_bytes is not None and (total := sum(sizes)) > max_bytes:
-        raise BatchFormatError(f"{paths[0].parent.name}: {total / 2**20:.1f} MB of rank files, over the "
-                               f"{max_bytes / 2**20:.0f} MB limit")
+        raise BatchFormatError(f"{paths[0].parent.name}: {size_text(total)} of rank files, over the "
+                               f"{size_text(max_bytes)} limit ({LIMIT_HINT})")
     notes: list[str] = []
     records = []
     for i, p in enumerate(paths):

@@ -16,6 +16,7 @@ import torch
 from .columns import (
     _MISSING,
     _SAFETENSORS_META,
+    LIMIT_HINT,
     MAX_EXPANSION,
     BatchFormatError,
     _build_column,
@@ -27,6 +28,7 @@ from .columns import (
     _Ragged,
     _row_value,
     _Unusable,
+    size_text,
 )
 
 # ---------------------------------------------------------------------------------------------------------
@@ -138,7 +140,7 @@ class _Parquet(_Source):
         unpacked = sum(md.row_group(i).total_byte_size for i in range(md.num_row_groups))
         if max_bytes is not None and unpacked > MAX_EXPANSION * max_bytes:
             raise BatchFormatError(f"unpacks to {unpacked / 2**20:.0f} MB, over {MAX_EXPANSION}x the "
-                                   f"{max_bytes / 2**20:.0f} MB limit")
+                                   f"{size_text(max_bytes)} limit ({LIMIT_HINT})")
 
     def skip_extra(self, name, n_rows):
         import pyarrow as pa
@@ -247,7 +249,7 @@ class _Npz(_Source):
         self.sizes = {i.filename: i.file_size for i in obj.zip.infolist()}
         if max_bytes is not None and sum(self.sizes.values()) > MAX_EXPANSION * max_bytes:
             raise BatchFormatError(f"unpacks to {sum(self.sizes.values()) / 2**20:.0f} MB, over "
-                                   f"{MAX_EXPANSION}x the {max_bytes / 2**20:.0f} MB limit")
+                                   f"{MAX_EXPANSION}x the {size_text(max_bytes)} limit ({LIMIT_HINT})")
 
     def _header(self, name):
         """(shape, dtype, bytes unpacked) from the member's .npy header, without reading its data."""

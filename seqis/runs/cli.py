@@ -11,6 +11,10 @@ import threading
 import time
 import warnings
 
+from ..diagnosis.cli import CLI_LIMIT_HINT, parse_max_bytes
+from ..io import LIMIT_HINT, MAX_BYTES
+from ..io.columns import size_text
+
 
 class ProgressBar:
     """One line on a terminal, redrawn in place: `[#####.....] 12/30 steps  4.1 steps/s  step 17`."""
@@ -45,6 +49,9 @@ def parser() -> argparse.ArgumentParser:
                    help="local processes, or Ray Data (a cluster when RAY_ADDRESS is set)")
     p.add_argument("--workers", type=int, default=None, help="processes / local Ray CPUs (default: every core)")
     p.add_argument("--run-id", default=None, help="which run of a multi-run export")
+    p.add_argument("--max-bytes", type=parse_max_bytes, default=MAX_BYTES, metavar="SIZE",
+                   help=f"refuse a larger dump file (its step is not read): bytes, or with K, M, G (KB, MB, GB; 1 MB "
+                        f"= 2**20 bytes), or none (default {size_text(MAX_BYTES)}; prime-rl rank files have no limit)")
     p.add_argument("--include-unstable", action="store_true", help="also read steps still being written")
     p.add_argument("--follow", action="store_true", help="keep scanning steps as they land, the parquet rewritten "
                    "after each, until SIGINT or SIGTERM (exit status 0, the parquet intact)")
@@ -60,15 +67,24 @@ def where_ray() -> str:
         "no RAY_ADDRESS: the cluster this machine is part of, else a local Ray"
 
 
-def _default_by(path, run_id) -> str | None:
-    """env_name when the run's first step carries it (prime-rl exports do), else None."""
+def _default_by(path, run_id, max_bytes) -> str | None:
+    """env_name when the run's first readable step carries it (prime-rl exports do), else None. A step that
+    cannot be read is the scan's to report (issue 43: step 0's refusal here ended the scan, nothing written)."""
     from .run import load_run
 
     r = load_run(path, run_id)
-    if not r.steps:
-        return None
-    batch, _ = r.read(r.steps[0], extras=False)
-    return "env_name" if "env_name" in batch.metadata else None
+    for step in r.steps:
+        try:
+            batch, _ = r.read(step, extras=False, max_bytes=max_bytes)
+        except (ValueError, OSError):  # BatchFormatError is a ValueError
+            continue
+        return "env_name" if "env_name" in batch.metadata else None
+    return None
+
+
+def _cli_terms(message: str) -> str:
+    """A loader's refusal with this command line's flag for load_batch's argument."""
+    return message.replace(LIMIT_HINT, CLI_LIMIT_HINT)
 
 
 def step_line(result: dict, out: str) -> str:
@@ -76,7 +92,7 @@ def step_line(result: dict, out: str) -> str:
     from .scan import SEVERITY_RANK
 
     if result["error"] is not None:
-        return f"step {result['step']}: NOT READ: {result['error']}"
+        return f"step {result['step']}: NOT READ: {_cli_terms(result['error'])}"
     rows = result["rows"]
     if not rows:
         return f"step {result['step']}: no rows"
@@ -131,8 +147,8 @@ def follow_main(args, names) -> int:
     try:
         if not _wait_for_steps(args.path, args.run_id, args.interval, stop):
             return 0
-        by = _default_by(args.path, args.run_id) if args.by is None else None if args.by.lower() == "none" \
-            else args.by
+        by = _default_by(args.path, args.run_id, args.max_bytes) if args.by is None else None \
+            if args.by.lower() == "none" else args.by
         print(f"following {args.path} every {args.interval:g} s -> {args.out} (SIGINT or SIGTERM stops)", flush=True)
         if args.engine == "ray":
             print(f"engine ray: {where_ray()}", file=sys.stderr, flush=True)
@@ -140,7 +156,8 @@ def follow_main(args, names) -> int:
             warnings.simplefilter("ignore")
             df = follow(args.path, names, by=by, engine=args.engine, out=args.out, interval=args.interval,
                         include_unstable=args.include_unstable, workers=args.workers, run_id=args.run_id,
-                        on_step=lambda result: print(step_line(result, args.out), flush=True), stop=stop)
+                        on_step=lambda result: print(step_line(result, args.out), flush=True), stop=stop,
+                        max_bytes=args.max_bytes)
     except (ValueError, OSError, ImportError) as e:  # OSError: also no Ray worker could read the run
         print(f"python -m seqis scan: {e}", file=sys.stderr)
         return 2
@@ -164,13 +181,13 @@ def main(argv: list[str] | None = None) -> int:
     with warnings.catch_warnings(record=True):  # every problem is in the summary printed below
         warnings.simplefilter("always")
         try:
-            by = _default_by(args.path, args.run_id) if args.by is None else None if args.by.lower() == "none" \
-                else args.by
+            by = _default_by(args.path, args.run_id, args.max_bytes) if args.by is None else None \
+                if args.by.lower() == "none" else args.by
             if args.engine == "ray":  # said before Ray starts: a cluster's workers take seconds to the first step
                 print(f"engine ray: {where_ray()}", file=sys.stderr, flush=True)
             df = scan(args.path, names, by=by, engine=args.engine,
                       out=args.out, include_unstable=args.include_unstable, workers=args.workers,
-                      run_id=args.run_id, progress=ProgressBar())
+                      run_id=args.run_id, progress=ProgressBar(), max_bytes=args.max_bytes)
         except (ValueError, OSError, ImportError) as e:  # OSError: also no Ray worker could read the run
             print(f"python -m seqis scan: {e}", file=sys.stderr)
             return 2
@@ -181,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"left out, still being written: steps {', '.join(map(str, s['unstable_left_out']))}")
     for what, notes in (("NOT READ", s["failed"]), ("skipped", s["skipped"]), ("note", s.get("notes", []))):
         for note in notes:
-            print(f"{what}: {note}")
+            print(f"{what}: {_cli_terms(note)}")
     if not df.empty:
         top = df.iloc[0]
         group = "" if top["group"] is None or top["group"] != top["group"] else f", group {top['group']}"

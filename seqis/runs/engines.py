@@ -28,6 +28,7 @@ from contextlib import contextmanager
 from multiprocessing import get_context
 from pathlib import Path
 
+from ..io import MAX_BYTES
 from ..io.prime_rl_lines import LineSpan
 from .layout import StepFiles
 from .step import ScanSettings, can_open, scan_step
@@ -95,11 +96,11 @@ def _node() -> str:
     return f"Ray node {ray.get_runtime_context().get_node_id()[:8]} ({ray.util.get_node_ip_address()})"
 
 
-def _ray_scan_step(row: dict, estimators: list[str], by: str | None) -> dict:
+def _ray_scan_step(row: dict, estimators: list[str], by: str | None, max_bytes: int | None = MAX_BYTES) -> dict:
     files = StepFiles(int(row["step"]), tuple(Path(p) for p in row["files"]), bool(row["stable"]),
                       bool(row["prime_rl"]), tuple(LineSpan(*s) for s in json.loads(row["spans"])),
                       tuple(json.loads(row["notes"])))
-    result = scan_step(files, ScanSettings(tuple(estimators), by))
+    result = scan_step(files, ScanSettings(tuple(estimators), by, max_bytes))
     if result["unreadable"] is not None:
         result["error"] += f": {_node()} cannot open {result['unreadable']}"
     return {"result": json.dumps(result)}
@@ -152,8 +153,8 @@ def run_ray(tasks: list[StepFiles], settings: ScanSettings, workers: int | None 
         context.enable_progress_bars = False
         context.print_on_execution_start = False
         ds = ray.data.from_items(rows, override_num_blocks=len(rows))
-        ds = ds.map(_ray_scan_step, fn_kwargs={"estimators": list(settings.estimators), "by": settings.by},
-                    num_cpus=1)
+        ds = ds.map(_ray_scan_step, fn_kwargs={"estimators": list(settings.estimators), "by": settings.by,
+                                               "max_bytes": settings.max_bytes}, num_cpus=1)
         try:
             for row in ds.iter_rows():
                 result = json.loads(row["result"])

@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 
 from ..core.types import Batch
-from ..io import load_batch, save_batch
+from ..io import MAX_BYTES, load_batch, save_batch
 from ..io.prime_rl import read_prime_rl_files
 from .layout import StepFiles, find_steps
 
@@ -50,9 +50,10 @@ class Run:
             raise KeyError(f"{self.path}: no step {step} (steps {_span(list(self._steps))})")
         return self._steps[step]
 
-    def read(self, step: int, *, extras: bool = True) -> tuple[Batch, list[str]]:
-        """The step's batch and notes on what was skipped (truncated last lines, empty files)."""
-        return read_step(self.files(step), extras=extras)
+    def read(self, step: int, *, extras: bool = True, max_bytes: int | None = MAX_BYTES) -> tuple[Batch, list[str]]:
+        """The step's batch and notes on what was skipped (truncated last lines, empty files); max_bytes: the
+        largest dump file to read (load_batch's)."""
+        return read_step(self.files(step), extras=extras, max_bytes=max_bytes)
 
     def batch(self, step: int, *, extras: bool = True) -> Batch:
         """The step's rollouts as one Batch (a step still being written too: its partial lines skipped)."""
@@ -88,16 +89,17 @@ def load_run(path, run_id: str | None = None) -> Run:
     return Run(path, run_id)
 
 
-def read_step(files: StepFiles, *, extras: bool = True) -> tuple[Batch, list[str]]:
+def read_step(files: StepFiles, *, extras: bool = True, max_bytes: int | None = MAX_BYTES) -> tuple[Batch, list[str]]:
     """A step's batch and notes on what was skipped. Dumps get `step` (and `file`, when the step has several
-    files) in their metadata unless they carry their own."""
+    files) in their metadata unless they carry their own; each dump file is refused over max_bytes (load_batch's
+    limit; prime-rl rank files have none)."""
     if files.prime_rl:
         batch, notes = read_prime_rl_files(files.files, extras=extras, tolerate_truncated=True,
                                            spans=list(files.spans) if files.spans else None)
         return batch, [*files.notes, *notes]
     parts = []
     for p in files.files:
-        b = load_batch(p)
+        b = load_batch(p, max_bytes=max_bytes)
         labels = {"step": files.step, **({"file": p.name} if len(files.files) > 1 else {})}
         b.metadata.update({k: [v] * b.shape[0] for k, v in labels.items() if k not in b.metadata})
         parts.append(b)

@@ -36,6 +36,7 @@ from pathlib import Path
 import pandas as pd
 
 from ..estimators import ESTIMATORS
+from ..io import MAX_BYTES
 from .engines import ENGINES
 from .layout import NoSteps
 from .run import load_run
@@ -109,7 +110,7 @@ class Scanner:
 
     def __init__(self, path, estimators=None, by: str | None = None, engine: str = "local", *,
                  include_unstable: bool = False, workers: int | None = None, run_id: str | None = None,
-                 reuse: pd.DataFrame | None = None):
+                 reuse: pd.DataFrame | None = None, max_bytes: int | None = MAX_BYTES):
         names = tuple(estimators) if estimators is not None else tuple(ESTIMATORS)
         unknown = [n for n in names if n not in _known_names()]
         if unknown:
@@ -118,7 +119,7 @@ class Scanner:
             raise ValueError(f"engine must be one of {', '.join(ENGINES)}, got {engine!r}")
         self.path, self.run_id, self.engine, self.workers = path, run_id, engine, workers
         self.include_unstable = include_unstable
-        self.settings = ScanSettings(names, by)
+        self.settings = ScanSettings(names, by, max_bytes)
         self.rows: dict[int, tuple[str, pd.DataFrame]] = {}  # step -> (fingerprint, its rows)
         self._cache = _cached(reuse, self.settings)  # rows an earlier table offers, taken while unchanged
         self.reused: set[int] = set()  # steps whose rows came from it
@@ -208,15 +209,16 @@ class Scanner:
 
 def scan(path, estimators=None, by: str | None = None, engine: str = "local", *, out=None,
          include_unstable: bool = False, workers: int | None = None, run_id: str | None = None,
-         progress: Callable[[int, int, int], None] | None = None, reuse: pd.DataFrame | None = None) -> pd.DataFrame:
+         progress: Callable[[int, int, int], None] | None = None, reuse: pd.DataFrame | None = None,
+         max_bytes: int | None = MAX_BYTES) -> pd.DataFrame:
     """Scan a run (see the module docstring). estimators: names or preset keys (None: every registry
     estimator); by: a metadata column to group by (env_name, rank, ...); engine: "local" or "ray";
     workers: processes (local) or CPUs of a local Ray (default: every core); progress(done, total, step)
     is called as each step finishes; reuse: an earlier scan's table whose rows serve unchanged steps (as the
-    parquet at `out` does)."""
+    parquet at `out` does); max_bytes: the largest dump file read (load_batch's limit; a step over it fails)."""
     out = Path(out) if out is not None else None
     scanner = Scanner(path, estimators, by, engine, include_unstable=include_unstable, workers=workers,
-                      run_id=run_id, reuse=reuse if reuse is not None else _read_cache(out))
+                      run_id=run_id, reuse=reuse if reuse is not None else _read_cache(out), max_bytes=max_bytes)
     todo = scanner.pending()
     for done, result in enumerate(scanner.update(todo), start=1):
         if progress is not None:
@@ -230,17 +232,17 @@ def scan(path, estimators=None, by: str | None = None, engine: str = "local", *,
 def follow(path, estimators=None, by: str | None = None, engine: str = "local", *, out, interval: float = 5.0,
            include_unstable: bool = False, workers: int | None = None, run_id: str | None = None,
            on_step: Callable[[dict], None] | None = None, stop: threading.Event | None = None,
-           looks: int | None = None) -> pd.DataFrame:
+           looks: int | None = None, max_bytes: int | None = MAX_BYTES) -> pd.DataFrame:
     """Scan the run as it grows, until `stop` is set (or after `looks` looks at it): every `interval` seconds the
     run is looked at again and its new or changed steps are read. `out` is rewritten whole (atomically: a reader
     never sees half a file) after each step read, at most once per `interval` while a look reads many steps
     (catching up), and at the end of every look that changed the table. on_step(result) is called for each step
     read (scan_step's dict: step, rows, notes, error). A look that finds no steps (none written yet, the folder
-    away) changes nothing. Returns the last table."""
+    away) changes nothing. max_bytes: as scan's. Returns the last table."""
     out = Path(out)
     stop = stop if stop is not None else threading.Event()
     scanner = Scanner(path, estimators, by, engine, include_unstable=include_unstable, workers=workers,
-                      run_id=run_id, reuse=_read_cache(out))
+                      run_id=run_id, reuse=_read_cache(out), max_bytes=max_bytes)
     written, df, n = None, None, 0
 
     def write() -> None:

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ..io import MAX_BYTES
 from .layout import StepFiles
 from .monitor import summarise
 from .run import read_step
@@ -31,6 +32,7 @@ class ScanSettings:
 
     estimators: tuple[str, ...]
     by: str | None = None
+    max_bytes: int | None = MAX_BYTES  # the largest dump file read; not in key(): it changes which steps read, not rows
 
     def key(self) -> str:
         return json.dumps({"version": SCAN_VERSION, "estimators": list(self.estimators), "by": self.by})
@@ -89,7 +91,7 @@ def scan_step(files: StepFiles, settings: ScanSettings) -> dict:
         result = {"step": files.step, "fingerprint": "", "rows": [], "notes": [], "error": None, "unreadable": None}
         try:
             result["fingerprint"] = files.fingerprint()
-            batch, result["notes"] = read_step(files, extras=False)
+            batch, result["notes"] = read_step(files, extras=False, max_bytes=settings.max_bytes)
             result["rows"] = step_rows(batch, files.step, settings)
         except (ValueError, OSError) as e:  # BatchFormatError is a ValueError
             result["error"] = f"step {files.step}: {e}"
