@@ -300,3 +300,13 @@ def test_ipo_before_the_cap_exports_with_kl_tau_and_says_whose_it_is():
     assert snip.exact and tomllib.loads(snip.text)["trainer"]["loss"] == dict(type="ipo", eps=0.3, adv_tau=1.0,
                                                                               kl_tau=0.0)
     assert "max_importance_ratio" in snip.text  # the comment: today's ipo has no kl_tau and caps the ratio
+
+
+def test_token_tis_is_prime_rls_cispo():
+    # cispo's gradient sg(clamp(rho, lo, hi)) A is token TIS's: the registry's token_tis (min(rho, 2)) exports as it
+    import tomllib
+
+    snip = export("token_tis", "prime-rl")
+    assert snip.exact
+    assert tomllib.loads(snip.text)["trainer"]["loss"] == dict(type="cispo", ratio_low=0.0, ratio_high=2.0,
+                                                               adv_tau=1.0)

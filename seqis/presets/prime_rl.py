@@ -256,7 +256,8 @@ _MASKED = framework_estimator("prime-rl/masked_is_2025_12", compose_masked_is, M
                               "prime-rl v0.2 - v0.4's masked IS.")
 _TODAY = ("in the index's newest copy of prime-rl (after 2026-09-18; the change's pull request and date are not "
           "in the copy read)")
-_SEPTEMBER = "the default since 2026-09-18 (prime-rl #3586: eps 0.3, kl_tau 0) until the ratio cap (" + _TODAY + ")"
+_SEPTEMBER = ("the default from 2026-09-18 (prime-rl #3586: eps 0.3, kl_tau 0) until the ratio cap, which the index's "
+              "newest copy has (its pull request and date are not in the copy read)")
 _IPO_SUMMARY = ("min(rho_t, 1e4) (the value capped, its gradient kept), dropping tokens whose probability moved more "
                 "than 0.3 either way (abs(p - q) > 0.3, computed as e^max * -expm1(min - max)), no KL term")
 
