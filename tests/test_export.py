@@ -80,7 +80,7 @@ def test_legacy_prime_rl_writes_the_seed_estimators_bands():
 
 def test_prime_rl_toml_parses_and_round_trips_the_default_loss():
     table = tomllib.loads(export("prime-rl/default", "prime-rl").text)["trainer"]["loss"]
-    assert table == dict(type="ipo", eps=0.3, adv_tau=1.0, kl_tau=0.0)
+    assert table == dict(type="ipo", eps=0.3, max_importance_ratio=1e4, adv_tau=1.0)  # issue 42: capped, no kl_tau
     dppo = export("prime-rl/dppo", "prime-rl").text
     assert tomllib.loads(dppo)["trainer"]["loss"] == dict(type="default", dppo_mask_low=0.2, dppo_mask_high=0.2,
                                                           adv_tau=1.0, kl_tau=0.001)

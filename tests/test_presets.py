@@ -31,6 +31,8 @@ DESIGN_KEYS = [
     "prime-rl/dppo", "prime-rl/icepop", "nemo-rl/seq-tis", "nemo-rl/seq-icepop", "skyrl/dppo_tv",
     "skyrl/cispo_rollout", "areal/default", "areal/icepop", "openrlhf/gspo-is",
     "miles/tis", "miles/icepop", "miles/mis", "miles/opsm",
+    # the fourth wave (issue 42: prime-rl as it ships now; the IPO before its ratio cap kept under its own key)
+    "prime-rl/ppo", "prime-rl/cispo", "prime-rl/ipo_2026_09",
 ]
 LOG_MU = math.log(0.5)  # every token's sampler probability is 1/2 in the hand-made batches
 
@@ -433,9 +435,10 @@ def test_trl_vespo_weighs_every_token_by_phi_of_the_truncated_product():
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_prime_rl_decides_a_band_edge_by_its_own_arithmetic(dtype):
-    # prime-rl's IPO (loss.py ipo_loss_fn) drops token t when |exp(trainer) - exp(inference)| > eps (0.3). Tokens
-    # whose probability difference lies within a few ulps of 0.3: every keep decision is the one that arithmetic
-    # takes, in the log-probs' dtype (it was exp(logp) - exp(logp - l) before, which rounds differently)
+    # prime-rl's IPO of #3586 (loss.py ipo_loss_fn) drops token t when |exp(trainer) - exp(inference)| > eps (0.3).
+    # Tokens whose probability difference lies within a few ulps of 0.3: every keep decision is the one that
+    # arithmetic takes, in the log-probs' dtype (it was exp(logp) - exp(logp - l) before, which rounds differently).
+    # Today's IPO takes |p - q| through expm1: test_prime_rl_losses.py (a strict xfail there)
     g = torch.Generator().manual_seed(0)
     mu = torch.rand(4096, generator=g, dtype=torch.float64) * 0.6 + 0.05
     pi = (mu + 0.3 * torch.sign(torch.rand(4096, generator=g, dtype=torch.float64) - 0.5)).clamp(1e-6, 1)
@@ -444,7 +447,7 @@ def test_prime_rl_decides_a_band_edge_by_its_own_arithmetic(dtype):
     batch = Batch(tl[:, None].contiguous(), il[:, None].contiguous(), torch.ones(4096, dtype=dtype))
     want = ((torch.exp(tl) - torch.exp(il)).abs() <= 0.3)[:, None]
     assert 100 < int(want.sum()) < 4000, "both sides of the edge are drawn"
-    for out in (run("prime-rl/default", batch), evaluate(resolve("prime-rl/default"), batch)):
+    for out in (run("prime-rl/ipo_2026_09", batch), evaluate(resolve("prime-rl/ipo_2026_09"), batch)):
         assert out.masks["kept"].equal(want)
 
 

@@ -2,9 +2,10 @@
 
 Each loss is a per-sample function (or, since #3526, a loss object's .loss()) of 1-D tensors; compute_loss sums
 them over the samples and divides by the batch's loss tokens (token-mean), as done here. Which function a preset
-runs follows its config: ipo (IPOLoss or ipo_loss_fn; eps, formerly ipo_threshold), icepop (IcePopLoss), and
-default_loss_fn for the older defaults, whose knobs changed with each era: a checkout whose default_loss_fn reads
-other knobs than the preset's (AttributeError) does not have that preset's loss.
+runs follows its config: ipo (IPOLoss or ipo_loss_fn; eps, formerly ipo_threshold; today's with
+max_importance_ratio, before it with kl_tau), icepop (IcePopLoss), ppo (PPOLoss), cispo (CISPOLoss), and
+default_loss_fn for the older defaults, whose knobs changed with each era: a checkout whose loss reads other knobs
+than the preset's (AttributeError) does not have that preset's loss.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from pathlib import Path
 import torch
 
 from ...core.types import Batch
+from ..prime_rl import CISPOLossConfig, IcePopLossConfig, PPOLossConfig
 from . import Reference
 from ._load import MissingCode, attrs, definitions, find, namespace
 
@@ -26,8 +28,9 @@ def load(root: Path, framework: str) -> Reference:
     ns = namespace()
     path = find(root, LOSS)
     definitions(path, ["_safe_mean", "LossOutputs"], ns,
-                optional=("compute_importance_ratio_and_mismatch_kl", "default_loss_fn", "ipo_loss_fn", "IPOLoss",
-                          "IcePopLoss"))
+                optional=("compute_importance_ratio_and_mismatch_kl", "_mismatch_kl_from_log_ratio",
+                          "_capped_importance_ratio", "default_loss_fn", "ipo_loss_fn", "IPOLoss", "IcePopLoss",
+                          "PPOLoss", "CISPOLoss"))
     return Reference(framework, (str(path),), lambda cfg, batch: _gradient(ns, cfg, batch))
 
 
@@ -36,12 +39,14 @@ def _loss_of(ns: dict, cfg):
     if type(cfg).__module__.startswith("seqis.estimators"):
         raise MissingCode("the seed's ablations are seqis's own estimators (prime-rl-legacy exports them)")
     knobs = cfg.as_dict()
-    if "ratio_low" in knobs:
-        if "IcePopLoss" not in ns:
-            raise MissingCode("this prime-rl has no IcePopLoss (#3526)")
-        return ns["IcePopLoss"](attrs(**knobs)).loss
+    for config, loss in ((IcePopLossConfig, "IcePopLoss"), (PPOLossConfig, "PPOLoss"), (CISPOLossConfig, "CISPOLoss")):
+        if isinstance(cfg, config):
+            if loss not in ns:
+                raise MissingCode(f"this prime-rl has no {loss}")
+            return ns[loss](attrs(**knobs)).loss
     if "eps" in knobs:
-        config = attrs(**knobs, ipo_threshold=knobs["eps"])  # ipo_threshold before #3418
+        # ipo_threshold before #3418; score_centering (off by default) since the ratio cap
+        config = attrs(**knobs, ipo_threshold=knobs["eps"], score_centering=False)
         if "IPOLoss" in ns:
             return ns["IPOLoss"](config).loss
         if "ipo_loss_fn" in ns:
@@ -62,7 +67,7 @@ def _gradient(ns: dict, cfg, batch: Batch) -> torch.Tensor:
         for b in range(logp.shape[0]):  # prime-rl's loss is per sample; compute_loss sums them
             inputs = attrs(trainer_logprobs=logp[b], inference_logprobs=batch.inference_logprobs[b],
                            teacher_logprobs=None, ref_logprobs=None, advantages=adv[b], loss_mask=batch.loss_mask[b],
-                           loss_weights=None)
+                           loss_weights=None, trainer_mask_logprobs=None, inference_mask_logprobs=None)
             total = total + loss_fn(inputs).loss
     except AttributeError as why:  # the checkout's loss reads knobs this preset's era did not have
         raise MissingCode(f"this prime-rl's loss is another era's ({why})") from None
