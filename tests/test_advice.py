@@ -119,3 +119,33 @@ def test_a_batch_without_loss_tokens_is_refused():
     empty = type(b)(b.trainer_logprobs, b.inference_logprobs, b.advantages, torch.zeros(b.shape, dtype=torch.bool))
     with pytest.raises(ValueError, match="no loss tokens"):
         advise(empty)
+
+
+def test_a_token_rule_says_whether_it_drops_single_tokens_or_whole_rollouts_with_its_real_edges():
+    # issue 43: max_mask's two rules (max_t rho_t <= 2, min_t rho_t >= 0.5) are one band [0.5, 2] that rejects a
+    # whole rollout, not "a token band [0, 2] that drops single tokens"; mis_po's and icepop's token bands drop
+    # single tokens. Read from the composition (no name branches): a changed config changes the edges said.
+    b = make_batch("catastrophic", seed=0, n_rollouts=64, max_len=256)
+    tight = ESTIMATORS["max_mask"].config(token_mask_low=0.8, token_mask_high=1.25)
+    a = advise(b, ["max_mask", "mis_po", "icepop"])
+    readings = {r.name: r for r in a.readings}
+    assert a.facts["catastrophic"] > 0
+    hits = f"(this batch has {a.facts['catastrophic']:.0f} tokens with |l| > log 10)"
+
+    max_mask = readings["max_mask"]
+    (said,) = [w for w in max_mask.why if "ratio outside" in w]
+    assert said == ("it rejects a whole rollout when any one of its tokens has a ratio outside [0.5, 2], whatever "
+                    f"its length (here it keeps {max_mask.rollouts_kept:.0%} of the rollouts) {hits}")
+    assert not any("token band" in w or "single tokens" in w or "[0, 2]" in w for w in max_mask.why)
+    assert max_mask.catches_single_tokens  # one catastrophic token still trips it, taking its rollout
+    (tighter,) = advise(b, [("max_mask", tight)]).readings
+    assert any("ratio outside [0.8, 1.25]" in w for w in tighter.why)
+
+    mis_po = readings["mis_po"]
+    assert f"its token band [0.5, 2] drops single tokens outside it {hits}" in mis_po.why
+    assert any(w.startswith("its geometric band [0.996, 1.001]") for w in mis_po.why)
+    assert not any("whole rollout" in w for w in mis_po.why)
+
+    icepop = readings["icepop"]
+    assert f"its token band [0.5, 5] drops single tokens outside it {hits}" in icepop.why
+    assert not any("whole rollout" in w for w in icepop.why)

@@ -82,3 +82,20 @@ def test_the_explorers_batch():
     at = diagnose_page(**{"dg.source": "batch"})
     cards = [m.value for m in at.markdown if "background" in m.value]
     assert cards and any("Precision noise" in c or "Healthy" in c for c in cards)
+
+
+def test_the_temperature_chart_of_a_slope_no_temperature_gives():
+    # a slope at or above 1 (tau = inf in the evidence): the chart says "not estimable", never "infx" (issue 43)
+    import math
+
+    import numpy as np
+    import pandas as pd
+    from ui.diagnose_charts import temperature_figure
+
+    x = np.linspace(-4.0, -0.1, 40)
+    points = pd.DataFrame({"trainer_logprob": x, "log_ratio": 1.3 * x + 0.5, "rollout": 0, "position": range(40)})
+    fig = temperature_figure(points, {"slope": 1.3, "temperature": math.inf})
+    said = str(fig.layout.title.to_plotly_json()) + " ".join(t.name or "" for t in fig.data)  # (title on two lines)
+    assert "not estimable" in said and "no finite tau" in said and "inf" not in said.replace("finite", "")
+    fig = temperature_figure(points, {"slope": 0.2, "temperature": 1.25})
+    assert "1.25x the trainer's" in str(fig.layout.title.to_plotly_json())

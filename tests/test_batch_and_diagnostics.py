@@ -292,3 +292,113 @@ def test_sampled_percentiles_are_those_of_the_strided_loss_tokens_and_near_the_e
     for bad in (0, -3, 2.5, True):
         with pytest.raises(ValueError, match="percentile_sample"):
             diagnostics(batch, percentile_sample=bad)
+
+
+def _near_one_reference(batch: Batch) -> dict[str, float]:
+    """abs_ratio_mean and the band shares from their definitions, in numpy float64 (docs/design.md): only the
+    loss tokens are read, so whatever the padding holds (-inf, NaN) cannot matter."""
+    import numpy as np
+
+    from seqis.diagnosis.statistics import RATIO_BANDS
+
+    m = batch.loss_mask.numpy()  # (B, T)
+    logp, logq = batch.trainer_logprobs.double().numpy(), batch.inference_logprobs.double().numpy()
+    l = [logp[j][m[j]] - logq[j][m[j]] for j in range(m.shape[0])]  # each rollout's loss tokens' l_t
+    tokens = np.concatenate(l)  # (N,)
+    geo = np.array([x.mean() for x in l if x.size])  # (V,) S_j / T_j of the non-empty rollouts
+    out = {"abs_ratio_mean": float(np.exp(np.minimum(np.abs(tokens), 40.0)).mean())}  # |l| capped at 40
+    for lo, hi in RATIO_BANDS:
+        rho, g = np.exp(tokens), np.exp(geo)
+        out[f"tokens_in_{lo:g}_{hi:g}"] = float(((lo <= rho) & (rho <= hi)).mean())
+        out[f"rollouts_in_{lo:g}_{hi:g}"] = float(((lo <= g) & (g <= hi)).mean())
+    return out
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("shortcuts", [True, False])
+@pytest.mark.parametrize("seed", [0, 1])
+def test_abs_ratio_mean_and_band_shares_against_a_float64_reference(dtype, shortcuts, seed):
+    # ragged rollouts (some empty), NaN trainer and -inf sampler log-probs on the padding, catastrophic tokens
+    # (one past the cap of 40); the log-ratios spread over the bands: N(0, 0.01) puts about a third of the tokens
+    # inside 0.999_1.002, most inside 0.99_1.01, nearly all inside 0.95_1.05, and the rollouts' means likewise
+    from seqis.evaluators.fast import Ratios
+
+    batch, mask = _drawn(seed=seed, dtype=dtype)
+    g = torch.Generator().manual_seed(seed + 10)
+    l = torch.where(mask, torch.randn(mask.shape, generator=g, dtype=dtype) * 0.01, 0.0)
+    l[::7, 3], l[5, 1] = 25.0, 95.0
+    logq = batch.inference_logprobs
+    batch = Batch(torch.where(mask, logq + l, batch.trainer_logprobs), logq, batch.advantages, mask)
+    want = _near_one_reference(batch)
+    got = diagnostics(batch, Ratios.of(batch, shortcuts=shortcuts))
+    assert set(want) <= set(got)
+    assert got["abs_ratio_mean"] == pytest.approx(want["abs_ratio_mean"], rel=1e-5)
+    n, v = int(mask.sum()), int(mask.any(-1).sum())
+    for key in want:
+        if key.startswith("tokens_in_"):  # a token within float32's rounding of an edge may fall either way
+            assert got[key] == pytest.approx(want[key], abs=2 / n), key
+            assert 0.01 < got[key] < 1
+        elif key.startswith("rollouts_in_"):
+            assert got[key] == pytest.approx(want[key], abs=0.5 / v), key
+    assert 0 < got["rollouts_in_0.999_1.002"] < got["rollouts_in_0.95_1.05"]
+    assert got == diagnostics(batch)  # the record made here, or passed in
+
+
+def test_band_shares_by_hand_with_tokens_and_rollouts_on_the_edges():
+    # l is exact where one log-prob is 0: l = log(1.002) (logq = -log 1.002, logp = 0) sits on 0.999_1.002's upper
+    # edge, l = log(0.999) on its lower edge; both are inside (the bands are inclusive, compared in log space).
+    up, down, out = math.log(1.002), math.log(0.999), math.log(1.0021)
+    logp = torch.tensor([[0.0, down, 0.0], [0.0, 0.0, 0.0], [0.0, 0.0, 0.0], [0.0, 0.0, 0.0]], dtype=D)
+    logq = torch.tensor([[-up, 0.0, -out], [-up, -up, 0.0], [-out, -out, 0.0], [0.0, 0.0, 0.0]], dtype=D)
+    mask = torch.tensor([[True, True, True], [True, True, False], [True, True, False], [False, False, False]])
+    # padding: NaN and -inf where the mask is off
+    logp = torch.where(mask, logp, torch.tensor(math.nan, dtype=D))
+    logq = torch.where(mask, logq, torch.tensor(-math.inf, dtype=D))
+    d = diagnostics(Batch(logp, logq, torch.zeros(4, dtype=D), mask))
+    # tokens: rollout 0 (up, down, out), rollout 1 (up, up), rollout 2 (out, out): 7 loss tokens, 4 on an edge of
+    # 0.999_1.002 and inside, 3 just outside (1.0021); all 7 inside the wider bands
+    assert d["tokens_in_0.999_1.002"] == pytest.approx(4 / 7)
+    assert d["tokens_in_0.99_1.01"] == d["tokens_in_0.95_1.05"] == 1.0
+    # rollouts (3 non-empty; rollout 3 is empty and left out): rollout 1's geometric ratio is exactly 1.002, on the
+    # edge (exp(mean) in float64 is within its rounding of it): inside; rollout 2's is 1.0021: outside; rollout 0's
+    # is (1.002 x 0.999 x 1.0021)^(1/3) = 1.00103: inside
+    assert d["rollouts_in_0.999_1.002"] == pytest.approx(2 / 3)
+    assert d["rollouts_in_0.99_1.01"] == d["rollouts_in_0.95_1.05"] == 1.0
+    # abs_ratio_mean: mean of exp|l| = the ratio or its inverse, whichever is >= 1
+    ratios = [1.002, 1 / 0.999, 1.0021, 1.002, 1.002, 1.0021, 1.0021]
+    assert d["abs_ratio_mean"] == pytest.approx(sum(ratios) / 7, rel=1e-12)
+    assert d["n_tokens"] == 7 and d["n_rollouts"] == 3
+
+
+def test_a_geometric_ratio_on_an_edge_is_inside_whatever_the_rounding():
+    # rollouts whose tokens' l average to log(1.002) in exact arithmetic but are not each log(1.002): in float32 the
+    # mean S_j / T_j rounds either side of the edge (above it for one of these sampler log-probs); within the
+    # rounding of its log-probs it is on the edge, as in every geometric band of seqis, so every one is inside
+    from seqis.evaluators.fast import Ratios
+
+    T, edge = 7, math.log(1.002)
+    spread = torch.tensor([0.01 * (k - 3) for k in range(T)])  # (T,) sums to 0
+    above = 0
+    for seed in range(20):
+        logq = -torch.rand(T, generator=torch.Generator().manual_seed(seed)) * 5  # (T,)
+        on = Batch((logq + edge + spread)[None], logq[None], torch.zeros(1), torch.ones(1, T, dtype=torch.bool))
+        assert diagnostics(on)["rollouts_in_0.999_1.002"] == 1.0, seed
+        above += bool(Ratios.of(on).geo_log_ratio[0] > torch.tensor(edge))  # rounded past the edge in float32
+        past = Batch((logq + edge + 2e-4 + spread)[None], logq[None], torch.zeros(1),
+                     torch.ones(1, T, dtype=torch.bool))  # ratio 1.0022: outside
+        assert diagnostics(past)["rollouts_in_0.999_1.002"] == 0.0, seed
+    assert above >= 1  # (1 of these 20) the rounding tolerance, not luck, keeps it inside
+
+
+def test_the_near_one_statistics_on_an_empty_batch_and_on_policy():
+    empty = Batch(torch.zeros(2, 3), torch.zeros(2, 3), torch.zeros(2), torch.zeros(2, 3, dtype=torch.bool))
+    d = diagnostics(empty)
+    assert d["abs_ratio_mean"] == 0.0 and d["tokens_in_0.99_1.01"] == 0.0 and d["rollouts_in_0.99_1.01"] == 0.0
+    on = diagnostics(Batch(torch.full((3, 4), -1.0), torch.full((3, 4), -1.0), torch.zeros(3)))
+    assert on["abs_ratio_mean"] == 1.0
+    assert all(on[k] == 1.0 for k in on if k.startswith(("tokens_in_", "rollouts_in_")))
+    from seqis.diagnosis.statistics import RATIO_BANDS
+
+    assert sorted(k for k in on if "_in_" in k) == sorted(
+        f"{what}_in_{k}" for what in ("tokens", "rollouts") for k in ("0.999_1.002", "0.99_1.01", "0.95_1.05"))
+    assert len(RATIO_BANDS) == 3

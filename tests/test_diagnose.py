@@ -3,6 +3,7 @@ several seeds; clean batches are never bad; the statistics behind the findings m
 detectors on generators it was not tuned on: tests/test_diagnose_generators.py)."""
 
 import math
+import re
 
 import pytest
 import torch
@@ -342,3 +343,35 @@ def test_command_line_prints_the_findings_and_strict_fails_on_bad(capsys):
     assert {f["group"] for f in found} == {None, 0.0, 1.0} and found[0]["kind"] == "catastrophic_tokens"
     assert main(["diagnose", str(ASSETS_DIR / "tiny_lm_fp16.parquet"), "--strict"]) == 0
     assert "dtype fp16" in capsys.readouterr().out  # a clean fp16 sampler is not called bf16
+
+
+def test_a_temperature_the_slope_cannot_give_is_said_not_estimable():
+    # the formatter: a slope s >= 1 has no temperature (tau = 1 / (1 - s) infinite or negative); an interval whose
+    # slope reaches 1 has no upper end; never "inf (inf-inf)" (issue 43)
+    from seqis.diagnosis.causes import tau_interval, temperature_words
+
+    steep = {"temperature": math.inf, "ci": [math.inf, math.inf], "slope": 1.2, "slope_ci": [1.1, 1.3]}
+    said = temperature_words(steep)
+    assert said.startswith("temperature not estimable: ") and "+1.200 (95% CI +1.100 to +1.300)" in said
+    assert "inf" not in said and "at or above 1" in said
+    assert temperature_words({"temperature": 1.05, "ci": [1.02, 1.08], "slope": 0.048, "slope_ci": [0.02, 0.07]},
+                             ".3f") == "temperature 1.050 (95% CI 1.020-1.080)"
+    assert tau_interval([1.02, math.inf]) == "1.02 to unbounded"
+    assert tau_interval([math.nan, math.nan]) == "not estimable"
+    # batches that give it: a sampler far hotter than the trainer (tau = 50), fitted without the trainer's entropy,
+    # overshoots to a slope of about 1.34 (95% CI above 1): the temperature finding says why there is no number
+    hot, _ = exact_sampler(tau=50.0, seed=0)
+    f = the(diagnose(Batch(hot.trainer_logprobs, hot.inference_logprobs, hot.advantages)), "temperature_mismatch")
+    assert "not estimable" in f.message and "at slope +1.3" in f.message and "infx" not in f.message
+    assert "inf-inf" not in f.message and f.evidence["temperature"] == math.inf
+    # an inverted sampler (mu = softmax(-z)): no sampler fault fires, and the tests' summary in the remaining
+    # finding says the temperature is not estimable instead of "temperature inf (0.580-inf)"
+    inverted, _ = exact_sampler(tau=-1.0, seed=1)
+    f = the(diagnose(Batch(inverted.trainer_logprobs, inverted.inference_logprobs, inverted.advantages)),
+            "precision_noise")
+    assert "temperature not estimable: the log-ratio's slope on log pi is +1.0" in f.message
+    assert "temperature inf" not in f.message
+    # where the slope is below 1 the finding gives the temperature and its interval, as before
+    f = the(diagnose(hot), "temperature_mismatch")  # with the entropy: a slope of about 0.92, tau about 13
+    assert math.isfinite(f.evidence["temperature"]) and all(math.isfinite(x) for x in f.evidence["ci"])
+    assert re.match(r"The sampler runs at [\d.]+x the trainer's temperature \(95% CI [\d.]+-[\d.]+;", f.message)

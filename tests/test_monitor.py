@@ -56,6 +56,10 @@ def test_every_diagnostics_name_correction_metric_and_finding_kind_as_a_finite_f
         assert m[f"seqis/findings/{kind}"] == found.get(kind, 0.0), kind
     n_corr = sum(len(run(k, spiked).scalars()) for k in CORRECTIONS)
     assert len(m) == len(diagnostics(spiked)) + n_corr + len(KINDS)  # nothing else
+    # the statistics near ratio 1 (issue 43), by their exact names
+    assert m["seqis/abs_ratio_mean"] > 1
+    for band in ("0.999_1.002", "0.99_1.01", "0.95_1.05"):
+        assert 0 <= m[f"seqis/tokens_in_{band}"] <= 1 and 0 <= m[f"seqis/rollouts_in_{band}"] <= 1, band
 
 
 def test_by_gives_each_group_its_own_keys(spiked):

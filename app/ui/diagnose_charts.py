@@ -46,11 +46,13 @@ def temperature_figure(points: pd.DataFrame, evidence: dict) -> go.Figure:
     if branching.any():
         xs = np.array([float(x[branching].min()), math.log(0.5)])
         through = float(np.mean(y[branching])) - slope * float(np.mean(x[branching]))
+        tau_said = f"tau = {tau:.3g}" if math.isfinite(tau) else "at or above 1: no finite tau"
         fig.add_trace(go.Scatter(x=xs, y=slope * xs + through, mode="lines",
-                                 name=f"slope 1 - 1/tau = {slope:+.3f} (tau = {tau:.3g})",
+                                 name=f"slope 1 - 1/tau = {slope:+.3f} ({tau_said})",
                                  line=dict(color=EXTRA[4], width=3)))
-    return _layout(fig, f"Temperature: l is linear in log pi; the sampler at {tau:.3g}x the trainer's",
-                   "trainer log-prob log pi", "log-ratio l = log pi - log mu")
+    title = (f"Temperature: l is linear in log pi; the sampler at {tau:.3g}x the trainer's" if math.isfinite(tau)
+             else "Temperature: l rises with log pi at a slope no finite temperature gives (not estimable)")
+    return _layout(fig, title, "trainer log-prob log pi", "log-ratio l = log pi - log mu")
 
 
 def truncation_figure(points: pd.DataFrame, evidence: dict) -> go.Figure:

@@ -135,9 +135,13 @@ def _why(comp: Composition, facts: dict[str, float], kept: float, clipped: float
     said beside what the estimator keeps here)."""
     why, kl, s = [], facts["kl"], facts["s"]
     T50, Tmax = facts["length_p50"], facts["length_max"]
+    hit = facts["catastrophic"]
+    hits = f" (this batch has {hit:.0f} tokens with |l| > log 10)" if hit else ""
+    every: dict[str | None, list] = {}  # the max / min rules on the ratio, by their advantage condition
     for b in comp.ratio_bands():
         level, low, high = b.level, b.low, b.high
         band = f"[{low:g}, {high:g}]"
+        cond = f" where A is {b.advantage}" if b.advantage else ""
         if level == "geometric":
             cut = float(theory.mis_po_kl_cutoff(low)) if low else math.inf
             if kl > cut:
@@ -154,10 +158,18 @@ def _why(comp: Composition, facts: dict[str, float], kept: float, clipped: float
                 acc = float(theory.product_band_acceptance(Tmax, s, low or 0.0, high or math.inf))
                 why.append(f"its product band {band} keeps {acc:.0%} of rollouts at the longest length {Tmax:.0f} "
                            "(the product ratio spreads like s√T)")
-        elif level in ("token", "every"):
-            hit = facts["catastrophic"]
-            why.append(f"its token band {band} drops single tokens outside it"
-                       + (f" (this batch has {hit:.0f} tokens with |l| > log 10)" if hit else ""))
+        elif level == "token":
+            why.append(f"its token band {band}{cond} drops single tokens outside it{hits}")
+        elif level == "prefix":
+            why.append(f"its prefix band {band} drops the tokens whose prefix ratio exp(sum of l_s, s <= t) is "
+                       f"outside it{hits}")
+        elif level == "every":
+            every.setdefault(b.advantage, []).append(b)
+    for advantage, bands in every.items():  # max_t rho_t <= hi and min_t rho_t >= lo together: one band
+        band = f"[{max(b.low for b in bands):g}, {min(b.high for b in bands):g}]"
+        cond = f" where A is {advantage}" if advantage else ""
+        why.append(f"it rejects a whole rollout{cond} when any one of its tokens has a ratio outside {band}, "
+                   f"whatever its length (here it keeps {rollouts_kept:.0%} of the rollouts){hits}")
     for c in comp.criteria:
         if c.statistic != "ratio":
             where = "tokens" if c.agg == "token" else f"rollouts by their {c.agg}"

@@ -634,17 +634,55 @@ def _misalignment(shift: int, agreement: dict[int, float]) -> Finding:
          "agreement": agreement})
 
 
+def temperature_estimable(fit: dict[str, Any]) -> bool:
+    """Whether the fitted slope s of l on log pi gives a temperature: tau = 1 / (1 - s) is finite and positive
+    only for s < 1 (a sampler at any finite temperature has s = 1 - 1/tau < 1)."""
+    return math.isfinite(fit["temperature"])
+
+
+def tau_interval(ci: list[float], spec: str = ".3g") -> str:
+    """A temperature's 95% interval in words: '1.02-1.08'; '1.02 to unbounded' when the slope's interval reaches
+    1 (tau = 1 / (1 - s) has no upper end); 'not estimable' when its standard error is not a number."""
+    lo, hi = ci
+    if math.isnan(lo) or math.isnan(hi) or math.isinf(lo):
+        return "not estimable"
+    return f"{lo:{spec}} to unbounded" if math.isinf(hi) else f"{lo:{spec}}-{hi:{spec}}"
+
+
+def _slope_words(fit: dict[str, Any], *notes: str) -> str:
+    """'+1.402 (95% CI +1.137 to +1.667; notes...)': the fitted slope of l on log pi, its interval when it has one."""
+    lo, hi = fit["slope_ci"]
+    said = ([f"95% CI {lo:+.3f} to {hi:+.3f}"] if math.isfinite(lo) and math.isfinite(hi) else []) + list(notes)
+    return f"{fit['slope']:+.3f}" + (f" ({'; '.join(said)})" if said else "")
+
+
+def temperature_words(fit: dict[str, Any], spec: str = ".3g") -> str:
+    """'temperature 1.05 (95% CI 1.02-1.08)', or, when the slope is at or above 1, 'temperature not estimable:'
+    and why (never 'inf (inf-inf)')."""
+    if not temperature_estimable(fit):
+        return (f"temperature not estimable: the log-ratio's slope on log pi is {_slope_words(fit)}, at or above "
+                "1, which no finite temperature gives (tau = 1 / (1 - slope))")
+    return f"temperature {fit['temperature']:{spec}} (95% CI {tau_interval(fit['ci'], spec)})"
+
+
 def _temperature(fit: dict[str, Any], stats: dict[str, float]) -> Finding:
     tau = fit["temperature"]
     level = _level(stats)
-    lo, hi = fit["ci"]
     how = (f"the line explains {fit['r2']:.0%} of its variance" if fit["uses_entropy"] else
            "fitted without the trainer's entropy, so how much of the mismatch it explains is not known")
+    if temperature_estimable(fit):
+        said = (f"The sampler runs at {tau:.3g}x the trainer's temperature (95% CI {tau_interval(fit['ci'])}; "
+                f"log-ratio linear in log pi, slope {fit['slope']:+.3f} = 1 - 1/tau, {how}): divide the trainer's "
+                "logits by the sampling temperature (or sample at the trainer's). ")
+    else:  # s >= 1: tau = 1 / (1 - s) would be infinite or negative
+        said = (f"The log-ratio rises with log pi at slope {_slope_words(fit, how)}: a sampler at temperature "
+                "tau gives slope 1 - 1/tau, below 1 at every finite tau, so the temperature is not estimable. A "
+                "slope at or above 1 is a sampler far hotter than the trainer (nearly flat over the tokens) or "
+                "something else that moves the log-ratio with log pi: check the sampler's temperature and logits "
+                "processing" + ("" if fit["uses_entropy"] else " (the trainer's entropy would sharpen the fit)")
+                + ". ")
     return Finding(
-        "temperature_mismatch", "warn" if level == "ok" else "bad",
-        f"The sampler runs at {tau:.3g}x the trainer's temperature (95% CI {lo:.3g}-{hi:.3g}; log-ratio "
-        f"linear in log pi, slope {fit['slope']:+.3f} = 1 - 1/tau, {how}): divide the trainer's logits by the "
-        "sampling temperature (or sample at the trainer's). " + _threshold_clause(stats),
+        "temperature_mismatch", "warn" if level == "ok" else "bad", said + _threshold_clause(stats),
         {"temperature": tau, "ci": fit["ci"], "slope": fit["slope"], "slope_ci": fit["slope_ci"], "z": fit["z"],
          "share": fit["share"], "r2": fit["r2"] if fit["uses_entropy"] else None, "n_fit": fit["n_fit"],
          "uses_entropy": fit["uses_entropy"], **stats})
@@ -746,8 +784,7 @@ def _ruled_out(tests: dict[str, Any]) -> str:
         out.append(f"E_mu[pi/mu] {t['kept_mass']:.4f}, 95% CI {lo:.4f}-{hi:.4f}: no truncation")
     temp = tests["temperature"]
     if temp is not None:
-        lo, hi = temp["ci"]
-        out.append(f"temperature {temp['temperature']:.3f} ({lo:.3f}-{hi:.3f})")
+        out.append(temperature_words(temp, ".3f"))
     raw = tests["raw"]
     if raw is not None:
         lo, hi = raw["ci"]

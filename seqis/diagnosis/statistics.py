@@ -6,6 +6,11 @@
   chi2_seq       mean over valid rollouts of w^2 - 1  (w capped at e^40)
   ess_seq        (sum w)^2 / (n sum w^2), normalised effective sample size of the sequence weights, in (0, 1]
   ppl_ratio      mean over valid rollouts of exp(-S/T) (perplexity under pi over perplexity under mu)
+  abs_ratio_mean mean over loss tokens of exp|l| (|l| capped at 40): >= 1, and unlike kl_k1 it cannot cancel
+                 (Tunix's statistic; NeMo-RL's multiplicative probability error)
+  tokens_in_<lo>_<hi>    share of loss tokens with lo <= rho_t <= hi, for each band of RATIO_BANDS (MaxText's)
+  rollouts_in_<lo>_<hi>  share of valid rollouts with lo <= exp(S_j/T_j) <= hi; a geometric ratio within the
+                 rounding of its log-probs of an edge is on it, as in every geometric band of seqis
   abs_log_ratio_p50 / _p99 / _max   percentiles of |l| over loss tokens (nearest rank, exact up to 2^24 positions,
                  from a seeded sample of 2^24 beyond; with percentile_sample=N, of the loss tokens among about N
                  positions at a fixed odd stride, as seqis.runs.monitor logs them each step); the max is always exact
@@ -20,12 +25,20 @@ import torch
 
 from ..core.ratios import MAX_LOG_WEIGHT, Ratios, expm1, rho2_row_sums, row_blocks
 from ..core.types import Batch
-from ..evaluators.kernels import masked_mean
+from ..evaluators.kernels import in_band, in_log_band, masked_mean
+from ..evaluators.plain import log_of
 
 # exact up to this many tokens; beyond, a seeded sample of this size (rank error ~1e-4)
 _PERCENTILE_SAMPLE = 1 << 24
 _BRACKET_SAMPLE = 1 << 14  # the strided sample that brackets each rank before the exact selection
 _DIRECT_SELECTION = 1 << 16  # up to this many elements, a kthvalue per rank
+# the bands around ratio 1 whose shares of tokens and rollouts diagnostics reports (MaxText's), inclusive, in log space
+RATIO_BANDS = ((0.999, 1.002), (0.99, 1.01), (0.95, 1.05))
+
+
+def band_key(low: float, high: float) -> str:
+    """A band's part of a statistic's name: 0.999_1.002."""
+    return f"{low:g}_{high:g}"
 
 
 def percentiles(x: torch.Tensor, qs: tuple[float, ...], *, below: int = 0) -> list[float]:
@@ -116,6 +129,31 @@ def chi2_token_sum(l: torch.Tensor) -> torch.Tensor:
                torch.zeros((), dtype=l.dtype, device=l.device))
 
 
+def near_one(r: Ratios) -> dict[str, float]:
+    """abs_ratio_mean and, for each band of RATIO_BANDS, tokens_in_<band> and rollouts_in_<band> (the module
+    docstring), from one pass over l in blocks of rows. Padding holds l = 0: it adds exp|0| - 1 = 0 to the sum
+    of exp|l| - 1, and lies inside every band (each holds ratio 1), so its count comes off the tokens inside."""
+    B, T = r.mask.shape
+    l, dev = r.log_ratio, r.mask.device  # (B, T)
+    log_edges = [(log_of(lo), log_of(hi)) for lo, hi in RATIO_BANDS]
+    excess = torch.zeros((), dtype=r.dtype, device=dev)  # () sum of exp|l| - 1 over the loss tokens
+    inside = torch.zeros(len(RATIO_BANDS), dtype=torch.int64, device=dev)  # (K,) positions inside each band
+    for rows in row_blocks(B, T, dev):
+        block = l[rows]  # (R, T)
+        excess += expm1(block.abs().clamp_(max=MAX_LOG_WEIGHT)).sum()
+        inside += torch.stack([in_log_band(block, lo, hi).sum() for lo, hi in log_edges])
+    tol = r.edge_tolerance  # (B,) how far S_j / T_j may sit from its exact value
+    accepted = torch.stack([(r.valid & in_band(r.geo_log_ratio, lo, hi, tol)).sum() for lo, hi in RATIO_BANDS])
+    n_tokens, n_valid = int(r.n_tokens), int(r.valid.sum())
+    tokens_in = (inside - (B * T - n_tokens)).tolist()  # the padding's positions off
+    out = {"abs_ratio_mean": 1 + float(excess) / n_tokens if n_tokens else 0.0}
+    for (lo, hi), k in zip(RATIO_BANDS, tokens_in, strict=True):
+        out[f"tokens_in_{band_key(lo, hi)}"] = k / n_tokens if n_tokens else 0.0
+    for (lo, hi), k in zip(RATIO_BANDS, accepted.tolist(), strict=True):
+        out[f"rollouts_in_{band_key(lo, hi)}"] = k / n_valid if n_valid else 0.0
+    return out
+
+
 @torch.no_grad()
 def diagnostics(batch: Batch, ratios: Ratios | None = None, *, percentile_sample: int | None = None
                 ) -> dict[str, float]:
@@ -161,6 +199,7 @@ def diagnostics(batch: Batch, ratios: Ratios | None = None, *, percentile_sample
         "chi2_seq": float(masked_mean(torch.expm1(2 * S), valid)),
         "ess_seq": float(ess),
         "ppl_ratio": float(masked_mean(torch.exp(-r.geo_log_ratio), valid)),
+        **near_one(r),
         "abs_log_ratio_p50": p50,
         "abs_log_ratio_p99": p99,
         "abs_log_ratio_max": float(abs_max) if n_tokens else 0.0,

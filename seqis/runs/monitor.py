@@ -7,7 +7,8 @@
 
 Keys (prefix "seqis/" by default):
 
-  seqis/<name>              every `diagnostics` statistic (kl_k1, kl_k3, chi2_token, ..., n_rollouts, n_tokens)
+  seqis/<name>              every `diagnostics` statistic (kl_k1, kl_k3, chi2_token, ..., abs_ratio_mean,
+                            tokens_in_0.999_1.002 and rollouts_in_0.999_1.002 for each band, n_rollouts, n_tokens)
   seqis/<key>/<metric>      each correction's metrics (key: the registry name or preset key as given)
   seqis/findings/<kind>     each finding kind of seqis.diagnosis.causes (KINDS): 0 ok or not found, 1 warn, 2 bad
   seqis/<group>/...         with `by` (a metadata column): all of the above again for each of its values
