@@ -274,3 +274,100 @@ def test_verl_export_writes_score_centering_and_refuses_what_verl_cannot_run():
         assert not export(refused, "verl").expressible, refused.describe()
     others = {k: s.expressible for k, s in export_all(comp).items() if k != "verl"}
     assert not any(others.values()), others  # no other exporter writes score centering yet: each says so
+
+
+# ---------------------------------------------------------------------------------------------------------
+# the head in files: every format and layout save_batch writes, vLLM's dicts, verl's names, capture
+
+
+def _same_head(a: Batch, b: Batch) -> None:
+    """Two batches' heads agree on every filled slot of a loss token (float32 in files)."""
+    slots = (a.topk_ids >= 0) & a.loss_mask[..., None]
+    K = a.topk_ids.shape[-1]
+    assert torch.equal(torch.where(slots, a.topk_ids, -1), torch.where(slots, b.topk_ids[..., :K], -1))
+    for name in ("topk_inference_logprobs", "topk_trainer_logprobs"):
+        x, y = getattr(a, name).detach().float(), getattr(b, name).detach().float()[..., :K]
+        torch.testing.assert_close(torch.where(slots, x, 0.0), torch.where(slots, y, 0.0))
+
+
+@pytest.mark.parametrize("suffix, layout", [(".parquet", "rows"), (".jsonl", "rows"), (".json", "rows"),
+                                            (".pt", "rows"), (".npz", "padded"), (".safetensors", "padded"),
+                                            (".pt", "padded")])
+def test_the_head_round_trips_through_every_file_and_the_correction_reads_it_back(tmp_path, suffix, layout):
+    from seqis.io import load_batch, save_batch
+
+    batch, _, _ = head_batch(5, dtype=torch.float32)
+    path = tmp_path / f"head{suffix}"
+    save_batch(batch, path, layout=layout)
+    back = load_batch(path)
+    assert back.has_head
+    _same_head(batch, back)
+    comp = Composition(Weight("token", clip=2.0), centering=Centering("truncate", high=2.0))
+    assert run(comp, back).scalars()["sc_correction"] == pytest.approx(run(comp, batch).scalars()["sc_correction"],
+                                                                       rel=1e-5, abs=1e-7)
+
+
+def test_vllms_top_logprobs_and_verls_names_are_read(tmp_path):
+    """vLLM's {token_id: logprob} per position (a number, or its Logprob as {"logprob": ...}) gives the sampler's ids
+    and log-probs; verl's rollout_topk_ids / rollout_topk_log_probs are the same head under verl's names."""
+    import json
+
+    from seqis.io import load_batch
+
+    rows = [{"trainer_logprobs": [-0.5, -1.0], "inference_logprobs": [-0.6, -0.9], "advantages": 1.0,
+             "topk_logprobs": [{"7": -0.6, "3": {"logprob": -1.2, "rank": 2}}, {"1": -0.9}],
+             "topk_trainer_logprobs": [[-0.5, -1.1], [-1.0]]},
+            {"trainer_logprobs": [-0.2], "inference_logprobs": [-0.3], "advantages": -1.0,
+             "topk_logprobs": [[[4, -0.3], [5, -2.0]]], "topk_trainer_logprobs": [[-0.2, -1.9]]}]
+    path = tmp_path / "vllm.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    b = load_batch(path)
+    assert b.topk_ids.tolist() == [[[7, 3], [1, -1]], [[4, 5], [-1, -1]]]
+    assert b.topk_inference_logprobs[0, 0].tolist() == pytest.approx([-0.6, -1.2])
+    assert b.topk_trainer_logprobs[1, 0].tolist() == pytest.approx([-0.2, -1.9])
+    padded = tmp_path / "verl.npz"
+    np = pytest.importorskip("numpy")
+    np.savez(padded, old_log_probs=np.array([[-0.5, -1.0]]), rollout_log_probs=np.array([[-0.6, -0.9]]),
+             advantages=np.array([1.0]), rollout_topk_ids=np.array([[[7, 3], [1, 2]]]),
+             rollout_topk_log_probs=np.array([[[-0.6, -1.2], [-0.9, -1.5]]]),
+             topk_trainer_logprobs=np.array([[[-0.5, -1.1], [-1.0, -1.4]]]))
+    v = load_batch(padded)
+    assert v.topk_ids.tolist() == [[[7, 3], [1, 2]]] and v.topk_inference_logprobs.shape == (1, 2, 2)
+
+
+@pytest.mark.parametrize("row, match", [
+    ({"topk_ids": [[1, 2], [3, "x"]]}, r"row 0, token 1, slot 1: column 'topk_ids' is 'x', not a token id"),
+    ({"topk_ids": [[1, 2]]}, r"row 0: column 'topk_ids' has 1 positions; the rollout has 2"),
+    ({"topk_logprobs": [{"1": -0.5}, {"a": -0.1}]}, r"row 0, token 1, slot 0: column 'topk_logprobs' holds"),
+    ({"topk_inference_logprobs": [[-0.1, None], [-0.2, -0.3]]}, r"row 0, token 0, slot 1: topk_inference_logprobs"),
+])
+def test_a_bad_head_in_a_file_is_refused_naming_the_column_row_token_and_slot(tmp_path, row, match):
+    import json
+
+    from seqis.io import BatchFormatError, load_batch
+
+    base = {"trainer_logprobs": [-0.5, -1.0], "inference_logprobs": [-0.6, -0.9], "advantages": 1.0,
+            "topk_ids": [[1, 2], [3, 4]], "topk_inference_logprobs": [[-0.1, -2.0], [-0.2, -0.3]],
+            "topk_trainer_logprobs": [[-0.1, -2.1], [-0.2, -0.4]]}
+    if "topk_logprobs" in row:
+        base = {k: v for k, v in base.items() if k not in ("topk_ids", "topk_inference_logprobs")}
+        base["topk_trainer_logprobs"] = [[-0.5], [-1.0]]
+    path = tmp_path / "bad.jsonl"
+    path.write_text(json.dumps({**base, **row}) + "\n")
+    with pytest.raises(BatchFormatError, match=match):
+        load_batch(path)
+
+
+def test_capture_writes_the_head_and_a_packed_layout_refuses_it(tmp_path):
+    from seqis.io import load_batch, save_batch
+    from seqis.io.capture import capture
+
+    batch, _, _ = head_batch(6, dtype=torch.float32)
+    path = capture(tmp_path / "step_1.parquet", trainer_logprobs=batch.trainer_logprobs,
+                   inference_logprobs=batch.inference_logprobs, advantages=batch.advantages,
+                   loss_mask=batch.loss_mask, topk_ids=batch.topk_ids,
+                   topk_inference_logprobs=batch.topk_inference_logprobs,
+                   topk_trainer_logprobs=batch.topk_trainer_logprobs)
+    _same_head(batch, load_batch(path))
+    with pytest.raises(ValueError, match="packed layout .* cannot carry the sampler's head"):
+        save_batch(batch, tmp_path / "packed.npz", layout="packed")

@@ -9,6 +9,7 @@ import numpy as np
 import torch
 
 from ..core.types import Batch
+from . import head
 from .columns import (
     ALIASES,
     LOGPROB_TOLERANCE,
@@ -372,6 +373,8 @@ def _assemble(src: _Source, columns: dict | None) -> Batch:
 
     used = {roles[r] for r in ("trainer_logprobs", "inference_logprobs", "loss_mask", "sample_mask", "advantages",
                                "position_ids", "seq_lens")}
+    topk = head.read(lambda name: _get(src, name), names, lay.lengths, T, lay.kind)  # the sampler's head, if any
+    used |= set(head.present(names).values())
     extras = {}
     for name, (dtype, fill) in EXTRAS.items():  # per-token extras the views read, when the file has them per token
         if name in names and name not in used:
@@ -388,7 +391,7 @@ def _assemble(src: _Source, columns: dict | None) -> Batch:
         if values is not None:
             metadata[name] = values
     try:
-        return Batch(trainer, inference, advantages, loss_mask, metadata, extras=extras)
+        return Batch(trainer, inference, advantages, loss_mask, metadata, extras=extras, **topk)
     except ValueError as e:
         raise BatchFormatError(str(e)) from None
 

@@ -14,6 +14,10 @@ both log-probs, once per step (and rank); a folder of such files, the step in ea
             advantages=data.batch["advantages"],                 # (B, T) or (B,)
             env_name=data.non_tensor_batch["data_source"])       # optional per-rollout metadata
 
+With score centering, pass the sampler's head as well: `topk_ids` (B, T, K) and both policies' log-probs of those
+tokens, `topk_inference_logprobs` and `topk_trainer_logprobs` (verl: `rollout_topk_ids`, `rollout_topk_log_probs`
+and the trainer's log-softmax gathered at those ids); `topk_support` for a replayed sampling support.
+
 Inputs are torch tensors (any device or dtype; detached and copied to the CPU as float32), numpy arrays
 or lists. Metadata keywords take one value per rollout, or one value for all of them. The batch is checked
 as `load_batch` checks a file (`seqis.io.check_batch`: finite log-probs at most 0 on loss tokens, some loss
@@ -57,7 +61,8 @@ def _per_rollout(name: str, value, B: int) -> list:
     return values
 
 
-def capture(path, *, trainer_logprobs, inference_logprobs, advantages, loss_mask=None, **metadata) -> Path:
+def capture(path, *, trainer_logprobs, inference_logprobs, advantages, loss_mask=None, topk_ids=None,
+            topk_inference_logprobs=None, topk_trainer_logprobs=None, topk_support=None, **metadata) -> Path:
     """Write one batch to `path` (its suffix picks the format) and return the path. See the module docstring."""
     trainer = _tensor(trainer_logprobs, "trainer_logprobs", torch.float32)  # (B, T)
     inference = _tensor(inference_logprobs, "inference_logprobs", torch.float32)  # (B, T)
@@ -65,8 +70,11 @@ def capture(path, *, trainer_logprobs, inference_logprobs, advantages, loss_mask
     mask = None if loss_mask is None else _tensor(loss_mask, "loss_mask", torch.float32) != 0  # (B, T)
     B = trainer.shape[0] if trainer.dim() > 0 else 0
     meta = {k: _per_rollout(k, v, B) for k, v in metadata.items()}
+    head = {name: None if x is None else _tensor(x, name, dtype) for name, x, dtype in (
+        ("topk_ids", topk_ids, torch.int64), ("topk_inference_logprobs", topk_inference_logprobs, torch.float32),
+        ("topk_trainer_logprobs", topk_trainer_logprobs, torch.float32), ("topk_support", topk_support, torch.bool))}
     try:
-        batch = Batch(trainer, inference, adv, mask, meta)  # ValueError naming the shapes when they disagree
+        batch = Batch(trainer, inference, adv, mask, meta, **head)  # ValueError naming the shapes when they disagree
         check_batch(batch)  # what load_batch would refuse in the file, refused before it is written
     except ValueError as e:
         message = str(e).removeprefix("Batch: ")

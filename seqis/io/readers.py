@@ -30,6 +30,7 @@ from .columns import (
     _Unusable,
     size_text,
 )
+from .head import RAW
 
 # ---------------------------------------------------------------------------------------------------------
 # readers: each lists its columns and reads one on demand
@@ -69,14 +70,15 @@ def _rows_table(rows: Iterable, text: bool) -> _Table:
             raise BatchFormatError(f"row {r}: expected an object of columns, got {type(row).__name__}")
         for k, v in row.items():
             entries = cols.setdefault(str(k), [_MISSING] * r)
-            entries.append(_row_value(v))
+            entries.append(v if str(k) in RAW else _row_value(v))  # the head's nested lists, as they are
         for entries in cols.values():
             if len(entries) < r + 1:
                 entries.append(_MISSING)
         n = r + 1
     if n == 0:
         raise BatchFormatError("no rollouts (no records)")
-    return _Table({k: _build_column(k, e) for k, e in cols.items()}, text)
+    return _Table({k: _Objects([None if x is _MISSING else x for x in e]) if k in RAW else _build_column(k, e)
+                   for k, e in cols.items()}, text)
 
 
 def _cut_short(e: ValueError, text: str) -> bool:
@@ -122,7 +124,8 @@ def _python_source(obj, text: bool) -> _Source:
     if isinstance(obj, (list, tuple)):
         return _rows_table(obj, text)
     if isinstance(obj, dict):
-        return _Table({str(k): _column_value(str(k), v) for k, v in obj.items()}, text)
+        return _Table({str(k): _Objects(list(v)) if str(k) in RAW and isinstance(v, (list, tuple))
+                       else _column_value(str(k), v) for k, v in obj.items()}, text)
     raise BatchFormatError(f"expected a list of rollouts or an object of columns, got {type(obj).__name__}")
 
 
@@ -159,6 +162,8 @@ class _Parquet(_Source):
 
     def load(self, name):
         t = self.schema.field(name).type
+        if name in RAW:  # the head's nested lists (or vLLM's maps, as (id, logprob) pairs), as they are
+            return _Objects(self.file.read(columns=[name], use_threads=False).column(0).to_pylist())
         if not _is_numeric_list(t):
             return _from_arrow(self.file.read(columns=[name], use_threads=False).column(0), name)
         # a list column in slices of about 2^17 values (arrow's decoding overhead grows with the slice), each

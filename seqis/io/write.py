@@ -9,6 +9,7 @@ import numpy as np
 import torch
 
 from ..core.types import Batch
+from . import head
 from .assemble import _scalar
 from .columns import _SAFETENSORS_META, FORMATS
 from .load import _suffix
@@ -32,7 +33,9 @@ def save_batch(batch: Batch, path, *, format: str | None = None, layout: str | N
     by `split_by`, "position_ids" or "seq_lens"). columns: role -> name to write, e.g. VERL_NAMES.
     compress: zip-deflate an npz. Positions off the loss mask that are not finite are written as 0.
     Metadata becomes per-rollout columns (text columns of a safetensors file go into its header); per-token
-    extras (entropy, token ids) become token columns, which load_batch reads back into Batch.extras.
+    extras (entropy, token ids) become token columns, which load_batch reads back into Batch.extras. The sampler's
+    head (Batch.topk_*) becomes (B, T, K) arrays (padded) or one list of K values per position (rows), under
+    seqis's names; a packed layout cannot carry it.
     """
     path = Path(path)
     fmt = _suffix(format, path.name)
@@ -43,6 +46,8 @@ def save_batch(batch: Batch, path, *, format: str | None = None, layout: str | N
         raise ValueError(f"layout {layout!r} cannot be written as {fmt}; it can as {', '.join(LAYOUTS[layout])}")
     if split_by not in ("position_ids", "seq_lens"):
         raise ValueError(f"split_by must be 'position_ids' or 'seq_lens', got {split_by!r}")
+    if batch.has_head and layout == "packed":
+        raise ValueError("a packed layout (1-D tokens) cannot carry the sampler's head; write it by rows or padded")
     names = {r: (columns or {}).get(r, r) for r in ("trainer_logprobs", "inference_logprobs", "loss_mask",
                                                      "advantages")}
     written = set(names.values()) | ({split_by} if layout == "packed" else set())
@@ -80,14 +85,17 @@ def save_batch(batch: Batch, path, *, format: str | None = None, layout: str | N
     else:
         lengths = last
     pos = torch.arange(T)[None, :] < lengths[:, None]  # (B, T)
+    names_of_head = ("topk_ids", "topk_inference_logprobs", "topk_trainer_logprobs", "topk_support")
+    heads = {k: x.detach().cpu() for k, x in zip(names_of_head, batch.head()) if x is not None}  # (B, T, K) each
+    nested = {k: head.rows_of(x, lengths) for k, x in heads.items()} if layout == "rows" else {}
 
     if fmt == ".parquet":
-        _write_parquet(path, token_cols, row_cols, batch.metadata, lengths, pos)
+        _write_parquet(path, token_cols, row_cols, batch.metadata, lengths, pos, nested)
     elif fmt in (".jsonl", ".json") and layout != "packed":
-        _write_json_rows(path, token_cols, row_cols, batch.metadata, lengths, jsonl=fmt == ".jsonl")
+        _write_json_rows(path, token_cols, row_cols, batch.metadata, lengths, jsonl=fmt == ".jsonl", nested=nested)
     elif layout == "rows":  # .pt
         rows = {k: list(torch.split(v[pos], lengths.tolist())) for k, v in token_cols.items()}
-        torch.save({**rows, **row_cols, **_plain_metadata(batch.metadata)}, path)
+        torch.save({**rows, **row_cols, **nested, **_plain_metadata(batch.metadata)}, path)
     else:
         if layout == "packed":
             cols = {k: v[pos] for k, v in token_cols.items()}  # (N,) each
@@ -96,7 +104,7 @@ def save_batch(batch: Batch, path, *, format: str | None = None, layout: str | N
             else:
                 cols["seq_lens"] = lengths
         else:
-            cols = dict(token_cols)
+            cols = {**token_cols, **heads}
         cols.update(row_cols)
         _write_arrays(path, fmt, cols, batch.metadata, compress)
 
@@ -115,7 +123,7 @@ def _numeric_metadata(values: list) -> np.ndarray | None:
     return None
 
 
-def _write_parquet(path, token_cols, row_cols, metadata, lengths, pos):
+def _write_parquet(path, token_cols, row_cols, metadata, lengths, pos, nested=None):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -129,6 +137,8 @@ def _write_parquet(path, token_cols, row_cols, metadata, lengths, pos):
         data[k] = cls.from_arrays(pa.array(offsets if big else offsets.astype(np.int32)), values)
     for k, v in row_cols.items():
         data[k] = pa.array(v.numpy())
+    for k, rows in (nested or {}).items():  # the head: list<list<...>>, one list of K per position
+        data[k] = pa.array(rows)
     for k, vs in _plain_metadata(metadata).items():
         try:
             data[k] = pa.array(vs)
@@ -151,12 +161,13 @@ def _json_numbers(x: torch.Tensor) -> str:
     return "[" + ",".join(items) + "]"
 
 
-def _write_json_rows(path, token_cols, row_cols, metadata, lengths, jsonl: bool):
+def _write_json_rows(path, token_cols, row_cols, metadata, lengths, jsonl: bool, nested=None):
     meta = _plain_metadata(metadata)
     rows = []
     for j, n in enumerate(lengths.tolist()):  # a writer walks its rows; all math is elsewhere
         parts = [f"{json.dumps(k)}: {_json_numbers(v[j, :n])}" for k, v in token_cols.items()]
         parts += [f"{json.dumps(k)}: {_json_numbers(v[j:j + 1])[1:-1]}" for k, v in row_cols.items()]
+        parts += [f"{json.dumps(k)}: {json.dumps(rows[j])}" for k, rows in (nested or {}).items()]
         parts += [f"{json.dumps(k)}: {json.dumps(vs[j], default=str)}" for k, vs in meta.items()]
         rows.append("{" + ", ".join(parts) + "}")
     text = "\n".join(rows) + "\n" if jsonl else "[\n" + ",\n".join(rows) + "\n]\n"
@@ -165,8 +176,9 @@ def _write_json_rows(path, token_cols, row_cols, metadata, lengths, jsonl: bool)
 
 def _write_arrays(path, fmt, cols: dict[str, torch.Tensor], metadata, compress):
     meta = _plain_metadata(metadata)
-    if fmt == ".json":
-        doc = ", ".join(f"{json.dumps(k)}: {_json_numbers(v.reshape(-1))}" for k, v in cols.items())
+    if fmt == ".json":  # the head's (B, T, K) arrays as nested lists, the rest flat
+        doc = ", ".join(f"{json.dumps(k)}: {json.dumps(v.tolist()) if v.dim() == 3 else _json_numbers(v.reshape(-1))}"
+                        for k, v in cols.items())
         doc += "".join(f", {json.dumps(k)}: {json.dumps(vs, default=str)}" for k, vs in meta.items())
         Path(path).write_text("{" + doc + "}\n")
     elif fmt == ".pt":
