@@ -371,3 +371,16 @@ def test_capture_writes_the_head_and_a_packed_layout_refuses_it(tmp_path):
     _same_head(batch, load_batch(path))
     with pytest.raises(ValueError, match="packed layout .* cannot carry the sampler's head"):
         save_batch(batch, tmp_path / "packed.npz", layout="packed")
+
+
+def test_the_readmes_score_centering_example_runs_on_a_batch_with_a_head():
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).parent.parent / "README.md").read_text()
+    block = re.search(r"```python\n(from seqis import Composition, Weight, run\n.*?)```", text, flags=re.S).group(1)
+    batch, _, _ = head_batch(8)
+    scope: dict = {"batch": batch}
+    exec(compile(block, "README.md", "exec"), scope)
+    out = scope["out"]
+    assert out.head_weights.shape == batch.topk_ids.shape and "sc_correction" in out.metrics
