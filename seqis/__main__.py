@@ -24,7 +24,8 @@ def usage() -> str:
     width = max(map(len, COMMANDS))
     lines = [f"  {name:<{width}}  {help_}" for name, (_, help_) in COMMANDS.items()]
     return f"usage: {prog()} COMMAND [options]\n\ncommands:\n" + "\n".join(lines) + \
-        "\n\nThe explorer: streamlit run app (or make run)."
+        "\n\nThe explorer runs from a clone of the repository (make run, or streamlit run app there); a package " \
+        "install has the library and this command line."
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -189,3 +189,10 @@ def test_two_frameworks_names_for_one_role_name_the_columns_flag(tmp_path, capsy
     line = refusal(capsys, [str(tmp_path / "both.jsonl")])
     assert line.endswith("columns 'old_log_probs' and 'prev_logprobs' are both a trainer logprobs column, as two "
                          "frameworks name it (pass --columns trainer_logprobs=<name> to say which)"), line
+
+
+def test_the_usage_says_where_the_explorer_runs_and_what_a_package_install_has():
+    from seqis.__main__ import usage
+
+    text = usage()
+    assert "runs from a clone" in text and "package install has the library and this command line" in text
