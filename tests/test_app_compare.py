@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from seqis import ESTIMATORS, PRESETS, run_many
+from seqis.diagnosis.summaries import effectively_kept  # noqa: E402
 from seqis.presets import FRAMEWORKS
 from seqis.samplers.scenarios import make_batch
 
@@ -30,7 +31,8 @@ def count(cell: str) -> int:
 def kept_masks(pairs, **batch):
     b = make_batch("gaussian", n_rollouts=64, max_len=256, seed=0, **batch)
     out = run_many(pairs, b)
-    return {k: o.masks["kept"][b.loss_mask.bool()] for k, o in out.items()}, b
+    # "kept" is what keeps a gradient: the rules' kept tokens less those of negligible weight (effectively_kept)
+    return {k: effectively_kept(o)[b.loss_mask.bool()] for k, o in out.items()}, b
 
 
 def test_three_frameworks_presets_side_by_side():

@@ -39,6 +39,7 @@ from seqis.diagnosis.advice import Advice, batch_facts, read, suggest
 from seqis.diagnosis.summaries import (
     dropped_map,
     effective_batch,
+    effectively_kept,
     rollout_advantages,
     theory_rollouts,
     token_map,
@@ -60,7 +61,10 @@ BESIDE = ("prime-rl", "verl")  # the trainers every correction's export offers, 
 LANGUAGE = {"toml": "toml", "yaml": "yaml", "py": "python", "sh": "bash"}  # a snippet's file extension -> its code
 # what the page calls the effective-batch rows: a rollout is accepted or rejected, a token kept or dropped
 EFFECTIVE = {"rollouts": "rollouts (valid)", "tokens_kept": "tokens kept", "tokens_kept_frac": "tokens kept, share",
-             "rollouts_kept": "rollouts accepted", "rollouts_kept_frac": "rollouts accepted, share", "ess": "ESS",
+             "tokens_rejected": "tokens rejected by the rules",
+             "tokens_negligible": "tokens kept by the rules, weight negligible (no gradient)",
+             "rollouts_kept": "rollouts accepted", "rollouts_kept_frac": "rollouts accepted, share",
+             "rollouts_negligible": "rollouts accepted by the rules, weight negligible (no gradient)", "ess": "ESS",
              "ess_frac": "ESS / rollouts", "clipped_frac": "rollouts clipped, share"}
 NONNEGATIVE = ("chi2_token", "chi2_seq")  # estimates of a chi-square: below 0 is sampling noise, shown as 0
 
@@ -297,14 +301,15 @@ def estimator_view(src: Source, c: Shown, _payload: bytes | None = None) -> Esti
     r = _ratios(src, _payload)
     with torch.no_grad():
         out = run_many([c.composition], load_batch(src, _payload), ratios=r)[c.composition]
-        kept = out.masks["kept"]
+        kept = effectively_kept(out)  # (B, T) "dropped" means no gradient: a negligible weight counts as dropped
         dropped = dropped_map(kept, r.mask, _token_map(src, _payload))
         at = _loss_positions(src, _payload)  # (N,) row-major, as BatchView's positions
         coefficients = out.weights.reshape(-1).index_select(0, at)  # (N,) = out.weights[r.mask]
         kept_flat = kept.reshape(-1).index_select(0, at)  # (N,) = kept[r.mask]
         hist = weight_histogram(out, coefficients[kept_flat])  # out.weights[kept]: kept tokens are loss tokens
+        rollouts = {**out.rollouts, "accepted": out.rollouts["accepted"] & kept.any(-1)}  # no gradient: dropped
     rollouts = {k: v.float().cpu().numpy() if v.is_floating_point() else v.cpu().numpy()
-                for k, v in out.rollouts.items()}
+                for k, v in rollouts.items()}
     s = noise_scale(src)
     return EstimatorView(
         name=c.name, config=c.config, metrics=out.scalars(), rollouts=rollouts, effective=effective_batch(out),

@@ -27,6 +27,7 @@ from ui.widgets import config_from_state, knob_widgets
 
 from seqis import ESTIMATORS
 from seqis.diagnosis.advice import Advice
+from seqis.diagnosis.summaries import NEGLIGIBLE
 
 P = PREFIX  # "ex."
 PICKS = "explore.picks"  # session state: name -> the config its column's knobs hold (valid ones only)
@@ -229,6 +230,10 @@ def column_numbers(v: data.EstimatorView) -> list[str]:
              f"{int(eff['rollouts'])}",
              f"rollouts accepted **{eff['rollouts_kept_frac']:.1%}**"
              + (f" (theory {th['rollouts_kept_frac']:.1%})" if "rollouts_kept_frac" in th else "")]
+    if eff["tokens_negligible"] > 0:  # kept by the rules with no gradient to speak of: said, beside the rules' own
+        n_tok, n_roll = int(eff["tokens_negligible"]), int(eff["rollouts_negligible"])
+        lines.append(f"weight negligible (below {NEGLIGIBLE:g} x the median): **{n_tok:,}** tokens, "
+                     f"**{n_roll:,}** rollouts, counted as dropped")
     if "clipped_frac" in th or eff["clipped_frac"] > 0:
         lines.append(f"rollouts clipped **{eff['clipped_frac']:.1%}**"
                      + (f" (theory {th['clipped_frac']:.1%})" if "clipped_frac" in th else ""))

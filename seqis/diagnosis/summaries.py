@@ -7,7 +7,9 @@ Explore page calls so that no page does tensor math.
     token_map(r)            log-ratios pooled over blocks of positions: (rows, cols), signed max |l_t|
     dropped_map(kept, ...)  the fraction of each block's loss tokens whose gradient is dropped
     weight_histogram(out)   counts of log10 of the applied token weights, on fixed shared bins
-    effective_batch(out)    tokens and rollouts kept, ESS of the applied rollout weights
+    effectively_kept(out)   the tokens that keep a gradient: kept by the rules and weighing at least NEGLIGIBLE
+                            times the median weight of the kept tokens ("dropped" means no gradient)
+    effective_batch(out)    tokens and rollouts kept (effectively), ESS of the applied rollout weights
     theory_rollouts(...)    the closed-form acceptance / clipping to set beside them (Gaussian noise)
     rollout_row(x, mask, j) one rollout's loss tokens: positions and values (l_t, coefficients)
     ratio_quantiles(r), band_shares(r)   the raw ratios before any correction
@@ -26,6 +28,21 @@ import torch
 from ..core.ratios import Ratios
 from ..core.types import EstimatorOutput
 from ..theory.closed_forms import closed_form
+
+# a kept token whose weight is below this fraction of the median weight of the batch's kept tokens has no gradient
+# to speak of (seq_tis on a catastrophic rollout: 1e-13): every summary counts it as dropped, beside the rules' own
+NEGLIGIBLE = 1e-6
+
+
+@torch.no_grad()
+def effectively_kept(out: EstimatorOutput) -> torch.Tensor:
+    """(B, T) bool: the kept tokens whose weight is at least NEGLIGIBLE x the median weight of the kept tokens."""
+    kept, w = out.masks["kept"], out.weights.abs()
+    if not bool(kept.any()):
+        return kept
+    median = w[kept].double().median()
+    return kept & (w.double() >= NEGLIGIBLE * median)
+
 
 # log10 weight bins shared by every estimator so histograms overlay: 1e-3 .. 1e3, plus two overflow bins
 HIST_LOG10_RANGE = (-3.0, 3.0)
@@ -122,8 +139,12 @@ def effective_batch(out: EstimatorOutput) -> dict[str, float]:
     """What survives of the batch under one estimator.
 
     rollouts                            valid rollouts (T_j > 0)
-    tokens_kept / tokens_kept_frac      loss tokens whose gradient survives
-    rollouts_kept / rollouts_kept_frac  valid rollouts that keep some gradient
+    tokens_kept / tokens_kept_frac      loss tokens whose gradient survives (effectively_kept: the rules keep
+                                        them and their weight is not negligible)
+    tokens_rejected                     loss tokens the rules drop; tokens_negligible: kept by the rules with a
+                                        negligible weight (dropped too: no gradient)
+    rollouts_kept / rollouts_kept_frac  valid rollouts that keep some gradient; rollouts_negligible: accepted by
+                                        the rules, every kept token negligible
     ess / ess_frac                      (sum w)^2 / sum w^2 of the applied rollout weights (a dropped
                                         rollout weighs 0), and that over the number of valid rollouts
     clipped_frac                        valid rollouts whose weight was truncated
@@ -132,8 +153,11 @@ def effective_batch(out: EstimatorOutput) -> dict[str, float]:
     valid = ro["length"] > 0  # (B,)
     n_valid = int(valid.sum())
     n_tok = float(ro["length"].sum())
-    tokens_kept = float(out.masks["kept"].sum())
-    rollouts_kept = int((ro["accepted"] & valid).sum())
+    kept = effectively_kept(out)  # (B, T)
+    tokens_kept = float(kept.sum())
+    rules_kept = float(out.masks["kept"].sum())
+    accepted = ro["accepted"] & valid  # (B,) by the rules
+    rollouts_kept = int((accepted & kept.any(-1)).sum())
     w = torch.where(valid, ro["weight"].double(), torch.zeros((), dtype=torch.float64, device=valid.device))
     top = w.max() if n_valid else torch.zeros((), dtype=torch.float64)
     if n_valid == 0 or float(top) <= 0:
@@ -146,7 +170,10 @@ def effective_batch(out: EstimatorOutput) -> dict[str, float]:
         "rollouts": float(n_valid),
         "tokens_kept": tokens_kept,
         "tokens_kept_frac": tokens_kept / n_tok if n_tok else 0.0,
+        "tokens_rejected": n_tok - rules_kept,
+        "tokens_negligible": rules_kept - tokens_kept,
         "rollouts_kept": float(rollouts_kept),
+        "rollouts_negligible": float(int(accepted.sum()) - rollouts_kept),
         "rollouts_kept_frac": rollouts_kept / n_valid if n_valid else 0.0,
         "ess": ess,
         "ess_frac": ess / n_valid if n_valid else 0.0,
@@ -221,7 +248,8 @@ def correction_fractions(outputs: dict[str, EstimatorOutput], r: Ratios) -> pd.D
     """For each correction (estimator or preset output, by name): the fraction truncated and masked, at token
     level (share of loss tokens) and rollout level (share of valid rollouts), side by side.
 
-    tokens_masked       loss tokens whose gradient is dropped (the metric is_masked)
+    tokens_masked       loss tokens whose gradient is dropped: by the rules (the metric is_masked) or by a
+                        negligible weight (effectively_kept); tokens_negligible: the latter alone
     tokens_truncated    loss tokens whose weight is cut at a clip (the "clipped" mask)
     rollouts_masked     rollouts with every loss token dropped; rollouts_partly_masked: with at least one
     rollouts_truncated  rollouts with a truncated weight (or a truncated token)
@@ -231,12 +259,13 @@ def correction_fractions(outputs: dict[str, EstimatorOutput], r: Ratios) -> pd.D
     n_roll = max(int(valid.sum()), 1)
     rows = []
     for name, out in outputs.items():
-        dropped = r.mask & ~out.masks["kept"]  # (B, T)
+        dropped = r.mask & ~effectively_kept(out)  # (B, T)
         dropped_rows = dropped.sum(-1)  # (B,)
         clipped = out.masks["clipped"] & r.mask if "clipped" in out.masks else torch.zeros_like(r.mask)
         rows.append({
             "correction": str(name),
             "tokens_masked": int(dropped.sum()) / n_tok,
+            "tokens_negligible": int((out.masks["kept"] & dropped).sum()) / n_tok,
             "tokens_truncated": int(clipped.sum()) / n_tok,
             "rollouts_masked": int((valid & (dropped_rows == r.mask.sum(-1))).sum()) / n_roll,
             "rollouts_partly_masked": int((valid & (dropped_rows > 0)).sum()) / n_roll,
