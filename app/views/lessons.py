@@ -321,9 +321,10 @@ def token_is(n: int, slot) -> None:
                "couples tokens.")
     else:
         form = "closed form: each bit's reward term is its own bit, which ρ_t corrects exactly"
-        why = (f"With the sum of the bits each token's reward is its own and the other 63 bits only add a constant "
-               f"that centres out, so ρ_t's correction of token t is the whole correction: {exact:.1%}. Token IS's "
-               f"bias needs a reward that couples tokens, as 1[sum ≥ 40] does ({d['contrast']['threshold']:.1%}).")
+        why = ("With the sum of the bits each token's reward term is its own bit; the other 63 bits are independent "
+               "of token t and its ρ_t-corrected score has mean zero under π, so they add nothing in expectation and "
+               f"ρ_t's correction is the whole correction: {exact:.1%}. Token IS's bias needs a reward that couples "
+               f"tokens, as 1[sum ≥ 40] does ({d['contrast']['threshold']:.1%}).")
     answer(n, guess=guess, said=f"“{guess}”", at=f"the {reward} reward", right=guess in near,
            truth=f"{exact:.1%} ({either(near, lambda k: f'“{k}”')})",
            text=f"Token IS gets **{exact:.1%}** of the true gradient ({form}); simulated "
@@ -363,7 +364,7 @@ def best_clip(n: int, slot) -> None:
     nav(n, _from_lesson(n, "bv", {**INTERIOR_VIEW, "bv.B": int(B)}, "the sweep at the bottom"), "Bias & variance")
 
 
-@screen("(e) lag", "The sampler lags K updates: which correction keeps learning?",
+@screen("(e) lag", "The sampler lags K updates: which correction is ahead after 300 updates?",
         "Asynchronous RL trains on rollouts from a policy several updates old. Here a policy over a 128-bit chain "
         "(reward 1 if at least 84 ones) starts near J = 0 and takes 300 SGD updates of 512 rollouts each, every "
         "batch drawn from the policy K updates stale, under four corrections: sequence IS, token IS, GeoMean IS and "
