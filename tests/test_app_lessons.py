@@ -311,6 +311,39 @@ def test_catastrophes_verdict_stays_with_the_setting_it_was_made_at():
     assert "Your prediction was right." in answer(at) and locked(at, 3)
 
 
+def test_why_follows_every_setting_the_cheap_screens_offer():
+    """Opened revealed by the link at each setting: the opening's "a rare few huge weights" only where under 10% of
+    rollouts have w > 1; the bands screen's s below or past the cutoff s = sqrt(-2 log 0.5) = 1.18."""
+    for s in lessons_data.OPEN_S:
+        text = answer(lesson(1, reveal="1", **{"ls.1.s": str(s)}))
+        above = 1 - theory.product_band_acceptance(4096, s, 0.0, 1.0)
+        assert ("a rare few huge weights" in text) == (above < 0.1), (s, above)
+        assert "a rare few" in text or f"the {above:.0%} of rollouts with w > 1" in text, s
+    cutoff = math.sqrt(-2 * math.log(0.5))
+    for s in lessons_data.BAND_S:
+        text = answer(lesson(2, reveal="1", **{"ls.2.s": str(s)}))
+        assert f"s = {s:g} (KL {s * s / 2:.3g}) is {'below' if s < cutoff else 'past'} it" in text, s
+        geo = theory.geo_band_acceptance(4096, s, 0.5, 2.0)
+        truth = "most of them" if geo > 0.8 else "almost none" if geo < 0.2 else "about half"
+        assert f"keeps **{geo:.1%}**" in text and "You made no prediction." in text, (s, truth)
+
+
+@pytest.mark.slow
+def test_li_c_star_is_called_a_good_first_guess_only_where_it_is():
+    C = np.asarray(lab_data.CLIP_LINE)
+    star = theory.seq_tis_best_clip(theory.bitchain_chi2(16, 0.55, 0.45))
+    for B in lessons_data.CLIP_B:
+        bias2, var = theory.bitchain_seq_tis_error(16, 11, 0.55, 0.45, C, batch_size=B)
+        best = C[np.argmin(bias2 + var)]
+        text = answer(lesson(5, reveal="1", **{"ls.5.B": str(B)}))
+        assert f"lowest at **C = {best:.3g}**" in text, B
+        good = 0.8 <= star / best <= 1.25
+        assert ("a good first guess" in text) == good, (B, star, best)
+        if not good:
+            factor = max(star / best, best / star)
+            assert f"by a factor {factor:.1f} ({'above' if star > best else 'below'} it)" in text, (B, text)
+
+
 @pytest.mark.slow
 def test_token_is_verdict_and_why_follow_the_reward():
     at = predict(lesson(4), 4, "about 60%", "segmented_control")  # 56.7% with the threshold reward
@@ -386,7 +419,8 @@ def test_lag_verdict_ties_and_why_follow_the_lag(screens, token_is_expected):
         reach = _reach(J[K])
         assert reach is not None and reach > _reach(J[0])  # delayed ...
         end = lessons_data.LAG_EXPECTED_STEPS
-        assert f"Token IS at {reach} (no lag: {_reach(J[0])}; J = {J[K][end]:.2f} at update {end})" in text, text
+        assert (f"Token IS reaches it at update {reach}, {reach - _reach(J[0])} later than with no lag "
+                f"(J = {J[K][end]:.2f} at update {end})") in text, text
         assert "Delayed, not stalled" in text and "and stall" not in text  # ... not stalled
         sampled, infinite = (float(x) for x in re.search(r"Token IS ([0-9.]+) \(([0-9.]+)\)", text).groups())
         assert infinite == pytest.approx(J[K][300], abs=0.006)

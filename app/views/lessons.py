@@ -408,11 +408,12 @@ def lag_why(K: int, d: dict) -> str:
     late = []
     for label in data.LAG_ESTIMATORS[1:]:
         at, at0 = d["reach"][label]
-        late.append(f"{label} at {at} (no lag: {at0}; J = {end[label]:.2f} at update {last})" if at is not None
-                    else f"{label} not by update {last} (J = {end[label]:.2f} there)")
+        late.append(f"{label} reaches it at update {at}, {at - at0} later than with no lag (J = {end[label]:.2f} at "
+                    f"update {last})" if at is not None else f"{label} not by update {last} (J = {end[label]:.2f})")
     caught = all(d["reach"][label][0] is not None for label in data.LAG_ESTIMATORS[1:])
     lines.append("The stale sampler bends the others' expected gradient and slows them: " + "; ".join(late) + ". "
-                 + ("Delayed, not stalled: they catch up later." if caught else "Delayed; not all catch up here."))
+                 + (f"Delayed, not stalled: each gets there within {last} updates." if caught
+                    else f"Delayed, and not all get there within {last} updates."))
     helps = [k for k, (sampled, inf) in d["final"].items() if inf - sampled > 0.1]
     lines.append(f"A larger batch would help {_and(helps)} here (its infinite-batch run ends higher after "
                  f"{d['steps']} updates), but the delay itself is bias: the infinite-batch runs have it too."
