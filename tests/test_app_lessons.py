@@ -328,6 +328,33 @@ def test_why_follows_every_setting_the_cheap_screens_offer():
         assert f"keeps **{geo:.1%}**" in text and "You made no prediction." in text, (s, truth)
 
 
+@pytest.mark.slow  # 48 openings: half a minute
+def test_every_pick_at_every_setting_is_graded_against_that_settings_answer():
+    """The catastrophe screen (the answer: the guess nearest T* = L / -log a in log space; every tied one right) and
+    the bands screen (the geometric band's share at T = 4096, by the three bins), each pick at each setting offered,
+    graded against the closed form computed here."""
+    guesses = (2, 5, 15, 50, 150, 500)
+    for L in lessons_data.CAT_L:
+        for a in lessons_data.CAT_LOW:
+            t_star = theory.catastrophic_min_length(float(L), a)
+            gap = {g: abs(math.log(g) - math.log(t_star)) for g in guesses}
+            near = {g for g in guesses if gap[g] - min(gap.values()) <= 1e-9}
+            assert len(near) == 1  # no ties at the settings offered (the closest call: L = 20, a = 0.5)
+            for g in guesses:
+                at = predict(lesson(3, **{"ls.3.L": str(L), "ls.3.a": str(a)}), 3, g)
+                text = answer(reveal(at))
+                assert f"You said T = {g} at L = {L}, a = {a:g}." in text
+                assert ("Your prediction was right." in text) == (g in near), (L, a, g, t_star)
+    bins = ("most of them (over 80%)", "about half", "almost none (under 20%)")
+    for s in lessons_data.BAND_S:
+        geo = theory.geo_band_acceptance(4096, s, 0.5, 2.0)
+        truth = bins[0] if geo > 0.8 else bins[2] if geo < 0.2 else bins[1]
+        for pick in bins:
+            at = predict(lesson(2, **{"ls.2.s": str(s)}), 2, pick, "segmented_control")
+            text = answer(reveal(at))
+            assert ("Your prediction was right." in text) == (pick == truth), (s, pick, geo)
+
+
 @pytest.mark.slow
 def test_li_c_star_is_called_a_good_first_guess_only_where_it_is():
     C = np.asarray(lab_data.CLIP_LINE)
