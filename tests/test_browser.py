@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-PAGES = {"explore": "", "compare": "compare", "lessons": "lessons?step=0", "bias-variance": "bias-variance",
+PAGES = {"explore": "", "compare": "compare", "lessons": "lessons?step=1", "bias-variance": "bias-variance",
          "length-thresholds": "length-thresholds", "learn": "learn", "training": "training"}
 CHROMIUM_ARGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync",

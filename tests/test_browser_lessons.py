@@ -32,7 +32,7 @@ def _walk(page, name: str) -> list[str]:
         _shot(page, f"lessons-{name}-{n}-revealed")
         if n < N_SCREENS - 1:
             page.get_by_role("button", name="Next").first.click()
-            page.wait_for_url(f"**step={n + 1}**", timeout=30_000)
+            page.wait_for_url(f"**step={n + 2}**", timeout=30_000)  # steps count from 1
     return titles
 
 
@@ -40,7 +40,7 @@ def test_a_student_walks_every_screen_and_reveals_every_answer(server, browser):
     page = browser.new_page(viewport={"width": 1600, "height": 1000})
     errors = []
     page.on("pageerror", lambda e: errors.append(str(e)))
-    page.goto(f"{server}/lessons?step=0")
+    page.goto(f"{server}/lessons?step=1")
     titles = _walk(page, "wide")
     assert len(set(titles)) == N_SCREENS and all(t.endswith("?") for t in titles), titles
     assert not errors, errors
@@ -49,7 +49,7 @@ def test_a_student_walks_every_screen_and_reveals_every_answer(server, browser):
 
 def test_presenter_mode_on_a_projector(server, browser):  # noqa: F811
     page = browser.new_page(viewport={"width": 1280, "height": 720})
-    page.goto(f"{server}/lessons?step=0&present=1")
+    page.goto(f"{server}/lessons?step=1&present=1")
     _walk(page, "projector")
     assert not page.locator('[data-testid="stSidebar"]').is_visible()  # nothing but the screen
     assert "present=1" in page.url

@@ -152,11 +152,13 @@ def clip(data: dict, *, revealed: bool, batch_size: int, height: int = 460) -> g
 def lag(data: dict, *, revealed: bool, lag: int, height: int = 460) -> go.Figure:
     """Exact J after each update for the sampled runs (mean and range over seeds: Training's chart), the first
     LAG_SHOWN updates until revealed; then all of them and the infinite-batch runs (each estimator's exact expected
-    gradient) dotted."""
+    gradient) dotted, which go on past the sampled runs' end (lessons_data.LAG_EXPECTED_STEPS)."""
     J = data["J"] if revealed else data["J"][data["J"]["update"] <= LAG_SHOWN]
     fig = training_charts.learning_curves(J, title=f"Training with rollouts {lag} updates stale", J0=data["J0"])
-    fig.update_xaxes(range=[0, int(data["J"]["update"].max())])
-    if revealed:
+    fig.update_xaxes(range=[0, int(data["expected"]["update"].max() if revealed else data["J"]["update"].max())])
+    if revealed:  # the infinite-batch runs go on past the sampled ones: a delay shows as a late climb
+        fig.add_vline(x=int(data["J"]["update"].max()), line=dict(color="#555", dash="dot", width=1),
+                      annotation_text="sampled runs end", annotation_position="top left")
         palette = training_charts.colors(data["J"]["estimator"].unique())
         for label, d in data["expected"].groupby("estimator", sort=False):
             fig.add_trace(go.Scatter(x=d["update"], y=d["J"], mode="lines", name=f"{label}, infinite batch",

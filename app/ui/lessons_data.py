@@ -26,7 +26,7 @@ from seqis.theory import formulas as theory
 from . import lab_data, lengths_data, training_data
 from .runtime.memo import memo
 
-# ---- screen 0: one rollout's product weight and geometric ratio as it grows
+# ---- screen 1: one rollout's product weight and geometric ratio as it grows
 OPEN_S = (0.02, 0.05, 0.1)
 OPEN_ROLLOUTS = (0, 1, 2, 3, 4)  # which rollout the chart follows (a seed)
 OPEN_T = 4096
@@ -60,7 +60,7 @@ def opening(s: float, rollout: int, device: str) -> dict:
                 share_sim=share_sim, share_se=share_se, median=float(theory.seq_weight_quantile(OPEN_T, s, 0.0)))
 
 
-# ---- screen 1 (fact a): a band on the product ratio or on the geometric ratio; Length & thresholds' own panel
+# ---- screen 2 (fact a): a band on the product ratio or on the geometric ratio; Length & thresholds' own panel
 BAND_S = (0.05, 0.3, 0.8, 1.2)  # 1.2: past Li's band's cutoff, s = sqrt(-2 log 0.5) = 1.18
 LT = dict(geo=(0.5, 2.0), traj=(0.996, 1.001), clip=2.0, n=1000, seed=0)  # Length & thresholds' first view
 
@@ -83,7 +83,7 @@ def bands(s: float, device: str) -> dict:
                 cutoff_s=float(theory.s_from_kl(theory.mis_po_kl_cutoff(LT["geo"][0]))))
 
 
-# ---- screen 2 (fact b): one catastrophic token; Length & thresholds' panel
+# ---- screen 3 (fact b): one catastrophic token; Length & thresholds' panel
 CAT_L = (5, 10, 20)
 CAT_LOW = (0.5, 0.9)  # the geometric band's lower edge (upper 2)
 CAT_TOKEN = (0.5, 2.0)  # mis_po's token band
@@ -108,7 +108,7 @@ def catastrophic(L: float, low: float, device: str) -> dict:
                 token_kept=bool(df[df["rule"] == "token"]["weight"].gt(0).any()))
 
 
-# ---- screen 3 (fact c): token IS on Huang's chain, threshold vs additive reward; Bias & variance's first run
+# ---- screen 4 (fact c): token IS on Huang's chain, threshold vs additive reward; Bias & variance's first run
 REWARD_OPTIONS = tuple(theory.REWARDS)  # ("threshold", "additive")
 SHOWN = ("token_tis", "seq_is", "pg")
 
@@ -131,7 +131,7 @@ def token_bias(reward: str, device: str, progress=None) -> dict:
                 contrast=lab_data.token_is_contrast(toy))
 
 
-# ---- screen 4 (fact d): the best clip, on the toy whose sequence-TIS MSE has an interior minimum
+# ---- screen 5 (fact d): the best clip, on the toy whose sequence-TIS MSE has an interior minimum
 CLIP_B = (32, 128, 512)
 CLIP_GUESSES = (0.5, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0, math.inf)
 
@@ -149,11 +149,14 @@ def clip_sweep(batch_size: int, device: str, progress=None) -> dict:
                 best_sim=float(finite.loc[finite["mse"].idxmin(), "value"]))
 
 
-# ---- screen 5 (fact e): training under policy lag, sampled and in the infinite-batch limit
+# ---- screen 6 (fact e): training under policy lag, sampled and in the infinite-batch limit
 LAG_OPTIONS = (0, 50, 100)
 LAG_ESTIMATORS = ("Sequence IS", "Token IS", "GeoMean IS", "Sequence TIS 0-2")
 LAG_SPEC = training_data.TrainSpec(horizon=128, threshold_frac=0.65, estimators=LAG_ESTIMATORS, batch_size=512,
                                    lr=10.0, seeds=2)  # the lag sweep's chain (seqis.lab.train_sweeps), 300 updates
+LAG_EXPECTED_STEPS = 500  # the infinite-batch runs go on past the sampled 300: token IS catches up by ~400 at lag 100
+LAG_HALF = 0.5  # "reaches J = 0.5": the lag screen times each run's climb by it
+LAG_TIE = 0.005  # final J that differ by less than this print alike (two decimals): a tie
 
 
 def lag_spec(lag: int, device: str) -> training_data.TrainSpec:
@@ -168,34 +171,52 @@ def lag_expected(device: str, lags: tuple[int, ...] = LAG_OPTIONS) -> pd.DataFra
     def compute():
         spec = lag_spec(0, device)
         ests = [huang2026.ESTIMATOR_OF[label] for label in LAG_ESTIMATORS]
-        results = train_expected(spec.chain(), ests, steps=spec.steps, lr=spec.lr, lags=lags)
+        results = train_expected(spec.chain(), ests, steps=LAG_EXPECTED_STEPS, lr=spec.lr, lags=lags)
         frames = [pd.DataFrame({"estimator": label, "lag": res.lag, "update": np.arange(res.J.shape[-1]),
                                 "J": res.J[i, 0]})
                   for res in results for i, label in enumerate(LAG_ESTIMATORS)]
         return pd.concat(frames, ignore_index=True)
 
-    return memo(("lessons-lag-expected", device, LAG_SPEC, lags), compute)
+    return memo(("lessons-lag-expected", device, LAG_SPEC, LAG_EXPECTED_STEPS, lags), compute)
+
+
+def first_reach(curve: pd.DataFrame, level: float = LAG_HALF) -> int | None:
+    """The first update at which a learning curve (rows update, J) reaches `level`; None if it never does."""
+    up = curve[curve["J"] >= level]["update"]
+    return int(up.min()) if len(up) else None
 
 
 def lag(lag: int, device: str, progress=None) -> dict:
     """The sampled runs at this lag (Training's run, seeds' mean and range) and the infinite-batch curves:
-    {"J": rows estimator, update, mean, low, high; "expected": rows estimator, update, J; "final": estimator ->
-    (sampled mean, infinite-batch) final J; "best": the estimator whose sampled runs end highest}."""
+    {"J": rows estimator, update, mean, low, high; "expected": rows estimator, update, J (to LAG_EXPECTED_STEPS);
+    "final": estimator -> (sampled mean, infinite-batch) J after the sampled runs' last update; "best": the
+    estimators whose sampled runs end highest (more than one: a tie, within LAG_TIE); "reach": estimator ->
+    (first update its infinite-batch run reaches LAG_HALF at this lag, the same with no lag), None where it never
+    does; "end": estimator -> infinite-batch J at LAG_EXPECTED_STEPS; "steps", "expected_steps"}."""
     res = training_data.run_training(lag_spec(lag, device), progress=progress)
-    exp = lag_expected(device)
-    exp = exp[exp["lag"] == int(lag)]
-    last = res["J"][res["J"]["update"] == res["J"]["update"].max()].set_index("estimator")["mean"]
-    exp_last = exp[exp["update"] == exp["update"].max()].set_index("estimator")["J"]
+    every = lag_expected(device)
+    exp = every[every["lag"] == int(lag)]
+    steps = int(res["J"]["update"].max())
+    last = res["J"][res["J"]["update"] == steps].set_index("estimator")["mean"]
+    exp_last = exp[exp["update"] == steps].set_index("estimator")["J"]
+    exp_end = exp[exp["update"] == exp["update"].max()].set_index("estimator")["J"]
     final = {label: (float(last[label]), float(exp_last[label])) for label in LAG_ESTIMATORS}
-    return dict(J=res["J"], expected=exp, final=final, J0=res["J0"], best=max(final, key=lambda k: final[k][0]))
+    top = max(v[0] for v in final.values())
+    unlagged = every[every["lag"] == 0]
+    reach = {label: (first_reach(exp[exp["estimator"] == label]), first_reach(unlagged[unlagged["estimator"] == label]))
+             for label in LAG_ESTIMATORS}
+    return dict(J=res["J"], expected=exp, final=final, J0=res["J0"],
+                best=[k for k, v in final.items() if top - v[0] < LAG_TIE], reach=reach,
+                end={label: float(exp_end[label]) for label in LAG_ESTIMATORS}, steps=steps,
+                expected_steps=int(exp["update"].max()))
 
 
-# ---- screen 6: the self-check, each answer computed
+# ---- screen 7: the self-check, each answer computed
 
 
 def self_check(device: str) -> list[dict]:
     """Five one-click questions, one per fact: {"fact", "question", "options", "answer" (an option), "why" (the
-    number behind it), "screen" (where it was taught)}."""
+    number behind it), "screen" (the step, from 1, that teaches it)}."""
     product = theory.product_band_acceptance(4096, 0.05, 0.5, 2.0)
     geo = theory.geo_band_acceptance(4096, 0.05, 0.5, 2.0)
     t_star = theory.catastrophic_min_length(20.0, 0.5)
@@ -205,29 +226,31 @@ def self_check(device: str) -> list[dict]:
     best = {B: float(C[np.argmin(sum(theory.bitchain_seq_tis_error(toy.horizon, toy.threshold, toy.p, toy.q, C, B)))])
             for B in (128, 512)}
     exp = lag_expected(device)
-    exp = exp[(exp["lag"] == 100) & (exp["update"] == exp["update"].max())].set_index("estimator")["J"]
+    exp = exp[(exp["lag"] == 100) & (exp["update"] == LAG_SPEC.steps)].set_index("estimator")["J"]
     choices = ["Sequence IS", "Token IS", "GeoMean IS"]
     return [
-        dict(fact="a", screen=1, question="At s = 0.05, which band keeps more 4,096-token rollouts?",
+        dict(fact="a", screen=2, question="At s = 0.05, which band keeps more 4,096-token rollouts?",
              options=["[0.5, 2] on the product w", "[0.5, 2] on the geometric ratio"],
              answer="[0.5, 2] on the geometric ratio" if geo > product else "[0.5, 2] on the product w",
              why=f"geometric {geo:.1%} against product {product:.1%} (closed forms)"),
-        dict(fact="b", screen=2, question="One token with l = −20 among 100 on-policy tokens: does the geometric "
+        dict(fact="b", screen=3, question="One token with l = −20 among 100 on-policy tokens: does the geometric "
              "band [0.5, 2] keep the rollout?", options=["it keeps it", "it drops it"],
              answer="it keeps it" if 100 >= t_star else "it drops it",
              why=f"it keeps rollouts from T = 20 / log 2 = {t_star:.1f} tokens on"),
-        dict(fact="c", screen=3, question="Huang's chain with an additive reward (the sum of the bits): token IS's "
+        dict(fact="c", screen=4, question="Huang's chain with an additive reward (the sum of the bits): token IS's "
              "mean gradient is…", options=["unbiased", "biased"],
              answer="unbiased" if abs(additive - 1) < 1e-9 else "biased",
              why=f"{additive:.1%} of the true gradient (closed form)"),
-        dict(fact="d", screen=4, question=f"On the clip lesson's chain the best clip is {best[128]:.2g} at 128 "
+        dict(fact="d", screen=5, question=f"On the clip lesson's chain the best clip is {best[128]:.2g} at 128 "
              "rollouts a batch. At 512 it is…", options=["smaller", "about the same", "larger"],
              answer="larger" if best[512] > 1.1 * best[128] else "smaller" if best[512] < best[128] / 1.1
              else "about the same",
              why=f"exact best {best[512]:.3g} at 512 against {best[128]:.3g} at 128: variance falls like 1/B"),
-        dict(fact="e", screen=5, question="With infinite batches at lag 100, which still reaches J ≈ 1?",
+        dict(fact="e", screen=6, question="With infinite batches at lag 100, which reaches J ≈ 1 within "
+             f"{LAG_SPEC.steps} updates?",
              options=choices, answer=max(choices, key=lambda k: exp[k]),
-             why=", ".join(f"{k} {exp[k]:.2f}" for k in choices) + " (exact expected gradients)"),
+             why=", ".join(f"{k} {exp[k]:.2f}" for k in choices) + f" after {LAG_SPEC.steps} updates (exact expected "
+             "gradients; the others are delayed, not stopped)"),
     ]
 
 
