@@ -307,21 +307,29 @@ def test_correction_fractions_against_a_loop_over_rollouts():
     n_tok = int(b.loss_mask.sum())
     for name, out in outs.items():
         kept, clipped = out.masks["kept"], out.masks.get("clipped")
-        masked = partly = truncated = tok_trunc = 0
+        # "dropped" is no gradient: the rules drop it, or its weight is below 1e-6 x the kept tokens' median weight
+        floor = 1e-6 * float(out.weights[kept].double().median()) if bool(kept.any()) else 0.0
+        masked = partly = truncated = tok_trunc = negligible = dropped_tokens = 0
         valid = 0
         for j in range(b.shape[0]):
             m = b.loss_mask[j]
             if not m.any():
                 continue
             valid += 1
-            dropped = int((m & ~kept[j]).sum())
+            small = kept[j] & (out.weights[j].double().abs() < floor)
+            negligible += int(small.sum())
+            dropped = int((m & ~kept[j]).sum()) + int(small.sum())
+            dropped_tokens += dropped
             masked += dropped == int(m.sum())
             partly += dropped > 0
             cj = int((clipped[j] & m).sum()) if clipped is not None else 0
             tok_trunc += cj
             truncated += bool(out.rollouts["clipped"][j]) or cj > 0
         row = table.loc[name]
-        assert row["tokens_masked"] == pytest.approx(float(out.metrics["is_masked"]), abs=1e-6)
+        assert row["tokens_masked"] == pytest.approx(dropped_tokens / n_tok)
+        assert row["tokens_negligible"] == pytest.approx(negligible / n_tok)
+        if not negligible:  # the rules' own share is the metric
+            assert row["tokens_masked"] == pytest.approx(float(out.metrics["is_masked"]), abs=1e-6)
         assert row["tokens_truncated"] == pytest.approx(tok_trunc / n_tok)
         assert row["rollouts_masked"] == pytest.approx(masked / valid)
         assert row["rollouts_partly_masked"] == pytest.approx(partly / valid)

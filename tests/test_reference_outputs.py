@@ -102,7 +102,8 @@ def test_estimator_outputs_are_unchanged(batch_name, name, variant):
 # fields added to the composition after the recording, at their defaults: a composition that leaves them there
 # is the composition it was (its repr then lacked them)
 _LATER_DEFAULTS = (", normalize_all=False", ", token_clip=None, gamma=None", ", strict=False, leaves_normaliser=False",
-                   ", clamp_order='token', batch_rule=None", ", edge_space='log'", ", weight_clamp_order='aggregate'")
+                   ", clamp_order='token', batch_rule=None", ", edge_space='log'", ", weight_clamp_order='aggregate'",
+                   ", centering=None")
 
 
 # a band decided in ratio space (edge_space 'ratio', issue 23) differs from its log-space recording only within an
