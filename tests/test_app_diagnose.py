@@ -82,3 +82,15 @@ def test_the_explorers_batch():
     at = diagnose_page(**{"dg.source": "batch"})
     cards = [m.value for m in at.markdown if "background" in m.value]
     assert cards and any("Precision noise" in c or "Healthy" in c for c in cards)
+
+
+def test_a_fault_only_one_environment_shows_is_the_first_card():
+    # assets/tiny_lm_math_temperature0.7.parquet: only env = math samples at 0.7; the whole batch reads as noise
+    at = diagnose_page(**{"dg.source": "batch", "ex.source": "asset",
+                          "ex.asset": "tiny_lm_math_temperature0.7.parquet"})
+    cards = [m.value for m in at.markdown if "background" in m.value]
+    assert "Temperature mismatch" in cards[0] and "env = math" in cards[0] and "bad" in cards[0]
+    assert any("Precision noise" in c for c in cards[1:])  # the whole batch's verdict follows
+    assert "env" in at.selectbox(key="dg.by").options
+    temperature = charts(at)[0]  # drawn from math's tokens
+    assert "emperature" in temperature["layout"]["title"]["text"]

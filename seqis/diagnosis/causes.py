@@ -184,7 +184,10 @@ def diagnose(batch: Batch, by: str | None = None) -> list[Finding]:
                         {"n_tokens": 0, "n_rollouts": B})]
     whole = _diagnose(batch, None)
     if by is None:
-        return hidden_faults(batch, whole) + sorted(whole, key=lambda f: SEVERITY_RANK[f.severity])
+        hidden = hidden_faults(batch, whole)
+        if any(f.severity != "ok" for f in hidden):  # a group's fault: the batch is not "healthy", whatever its mean
+            whole = [f for f in whole if f.kind != "healthy"]
+        return hidden + sorted(whole, key=lambda f: SEVERITY_RANK[f.severity])
     if by not in batch.metadata:
         raise ValueError(f"diagnose: by={by!r} is not a metadata column; the batch has "
                          f"{', '.join(sorted(batch.metadata)) or 'none'}")
