@@ -124,3 +124,18 @@ def test_command_line_without_by_names_the_group(tmp_path, capsys):
     out = capsys.readouterr().out
     assert out.startswith("BAD  temperature_mismatch [env = math]: temperature 0.7")
     assert "Only in env = math (16 of 64 rollouts" in out
+
+
+def test_the_issues_batch_the_tiny_transformer_with_only_math_at_0_7(capsys):
+    # assets/tiny_lm_math_temperature0.7.parquet (scripts/make_assets.py): the whole batch alone is precision noise
+    from seqis.__main__ import main
+    from seqis.io import ASSETS_DIR, load_batch
+
+    path = ASSETS_DIR / "tiny_lm_math_temperature0.7.parquet"
+    b = load_batch(path)
+    found = diagnose(b)
+    assert (found[0].kind, found[0].group, found[0].evidence["by"]) == ("temperature_mismatch", "math", "env")
+    assert found[0].evidence["temperature"] == pytest.approx(0.7, rel=0.02)
+    assert [f.kind for f in found if f.group is None] == ["precision_noise"]
+    assert main(["diagnose", str(path)]) == 0
+    assert capsys.readouterr().out.startswith("BAD  temperature_mismatch [env = math]: temperature 0.70")
