@@ -89,8 +89,8 @@ def diagnosis(src: Source, by: str | None, _payload: bytes | None = None) -> Dia
     j = worst_rollout(batch, shift)
     groupable = tuple(scanned_columns(batch))  # what diagnose's scan tries: 2 to 32 values
     tables = {}
-    for f in findings:  # a group's finding is drawn from its group's tokens
-        if f.group is not None and "by" in f.evidence:
+    for f in findings:  # a group's finding the scan put first is drawn from its group's tokens
+        if f.group is not None and "comparisons" in f.evidence and (f.evidence["by"], f.group) not in tables:
             part = batch.select(groups(batch.metadata[f.evidence["by"]])[f.group])
             tables[f.evidence["by"], f.group] = sample_tokens(part, shift), rollout_gains(part, shift)
     return Diagnosis(tuple(findings), shift, sample_tokens(batch, shift), worst_tokens(batch, shift), j,
