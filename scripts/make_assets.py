@@ -32,6 +32,19 @@ def tiny_lm_fault(**fault):
     return lambda: (make_batch("tiny_lm", seed=0, **fault), {})
 
 
+def one_env_temperature() -> tuple[Batch, dict]:
+    """Three environments, only math's sampler at temperature 0.7 (4 prompts x 8 rollouts, seed 0); code and chat
+    clean (12 prompts, seed 1): the whole batch reads as precision noise, `diagnose`'s scan names env = math."""
+    from seqis.runs.run import concat
+
+    hot = make_batch("tiny_lm", seed=0, n_prompts=4, temperature=0.7)  # (32, T)
+    rest = make_batch("tiny_lm", seed=1, n_prompts=12)  # (96, T)
+    rest.metadata["group_id"] = [g + 4 for g in rest.metadata["group_id"]]
+    b = concat([hot, rest])
+    b.metadata["env"] = ["math"] * 32 + [("code", "chat")[(g - 4) % 2] for g in rest.metadata["group_id"]]
+    return b, {}
+
+
 def tiny_lm_weights(out: Path) -> None:
     """The tiny transformer's weights (assets/models/): `train(TinyLMConfig(), seed=0)` on 2 CPU threads."""
     from safetensors.torch import save_file
@@ -79,6 +92,8 @@ ASSETS = {  # name -> (file, maker)
     "tiny_lm_off_by_one": ("tiny_lm_off_by_one.parquet", tiny_lm_fault(shift=1)),
     "tiny_lm_kernel_bug": ("tiny_lm_kernel_bug.parquet", tiny_lm_fault(bug_rate=0.005)),
     "tiny_lm_fp16": ("tiny_lm_fp16.parquet", tiny_lm_fault(sampler_dtype="fp16")),
+    # only one environment's sampler is faulty: what diagnose's scan of the metadata columns finds (issue 43)
+    "tiny_lm_math_temperature": ("tiny_lm_math_temperature0.7.parquet", one_env_temperature),
 }
 
 

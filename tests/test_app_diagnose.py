@@ -99,3 +99,15 @@ def test_the_temperature_chart_of_a_slope_no_temperature_gives():
     assert "not estimable" in said and "no finite tau" in said and "inf" not in said.replace("finite", "")
     fig = temperature_figure(points, {"slope": 0.2, "temperature": 1.25})
     assert "1.25x the trainer's" in str(fig.layout.title.to_plotly_json())
+
+
+def test_a_fault_only_one_environment_shows_is_the_first_card():
+    # assets/tiny_lm_math_temperature0.7.parquet: only env = math samples at 0.7; the whole batch reads as noise
+    at = diagnose_page(**{"dg.source": "batch", "ex.source": "asset",
+                          "ex.asset": "tiny_lm_math_temperature0.7.parquet"})
+    cards = [m.value for m in at.markdown if "background" in m.value]
+    assert "Temperature mismatch" in cards[0] and "env = math" in cards[0] and "bad" in cards[0]
+    assert any("Precision noise" in c for c in cards[1:])  # the whole batch's verdict follows
+    assert "env" in at.selectbox(key="dg.by").options
+    temperature = charts(at)[0]  # drawn from math's tokens
+    assert "emperature" in temperature["layout"]["title"]["text"]

@@ -14,6 +14,7 @@ ASSETS = {  # asset -> the title of the finding that must lead
     "tiny_lm_kernel_bug.parquet": "Catastrophic tokens",
     "tiny_lm_fp16.parquet": "Precision noise",
     "precision_tiny_lm_bf16.parquet": "Precision noise",
+    "tiny_lm_math_temperature0.7.parquet": "only in env = math",  # the scan's group finding, first (issue 43)
 }
 
 

@@ -3,7 +3,8 @@ batch's Source (small and hashable), returned as plain data (Findings, DataFrame
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 import pandas as pd
 import plotly.graph_objects as go
@@ -13,6 +14,7 @@ import torch
 from seqis import ESTIMATORS, Finding, diagnose, run_many
 from seqis.core.ratios import Ratios
 from seqis.diagnosis import power as diagnose_power
+from seqis.diagnosis.causes import groups, scanned_columns
 from seqis.diagnosis.summaries import band_shares, correction_fractions, ratio_quantiles
 from seqis.diagnosis.token_tables import rollout_gains, rollout_tokens, sample_tokens, worst_rollout, worst_tokens
 from seqis.samplers.faults import TinyLMFaultConfig
@@ -70,6 +72,13 @@ class Diagnosis:
     rollout_tokens: pd.DataFrame
     metadata_columns: tuple[str, ...]  # columns a `by` may group on (few distinct values)
     gains: pd.DataFrame  # per rollout: advantage and sum (rho - 1), the policy-lag test's terms
+    # (column, value) of each group finding -> that group's points and gains, for its chart
+    groups: dict[tuple[str, Any], tuple[pd.DataFrame, pd.DataFrame]] = field(default_factory=dict)
+
+    def of(self, f: Finding) -> Diagnosis:
+        """The tables finding f's chart reads: its group's when it is a group's, else the whole batch's."""
+        got = self.groups.get((f.evidence.get("by"), f.group)) if f.group is not None else None
+        return self if got is None else replace(self, points=got[0], gains=got[1])
 
 
 @st.cache_resource(max_entries=8, show_spinner="Diagnosing...", hash_funcs=HASH)
@@ -78,9 +87,14 @@ def diagnosis(src: Source, by: str | None, _payload: bytes | None = None) -> Dia
     findings = diagnose(batch, by=by)
     shift = next((f.evidence["shift"] for f in findings if f.kind == "token_misalignment" and f.group is None), 0)
     j = worst_rollout(batch, shift)
-    groupable = tuple(k for k, v in batch.metadata.items() if 1 < len(set(map(str, v))) <= 32)
+    groupable = tuple(scanned_columns(batch))  # what diagnose's scan tries: 2 to 32 values
+    tables = {}
+    for f in findings:  # a group's finding the scan put first is drawn from its group's tokens
+        if f.group is not None and "comparisons" in f.evidence and (f.evidence["by"], f.group) not in tables:
+            part = batch.select(groups(batch.metadata[f.evidence["by"]])[f.group])
+            tables[f.evidence["by"], f.group] = sample_tokens(part, shift), rollout_gains(part, shift)
     return Diagnosis(tuple(findings), shift, sample_tokens(batch, shift), worst_tokens(batch, shift), j,
-                     rollout_tokens(batch, j, shift), groupable, rollout_gains(batch, shift))
+                     rollout_tokens(batch, j, shift), groupable, rollout_gains(batch, shift), tables)
 
 
 # the chart that proves each kind of finding, from the page's token tables and the finding's evidence
@@ -99,7 +113,7 @@ FIGURES = {
 def figure(d: Diagnosis, f: Finding) -> go.Figure | None:
     """The chart that proves a finding (None for a kind without one)."""
     build = FIGURES.get(f.kind)
-    return build(d, f) if build is not None else None
+    return build(d.of(f), f) if build is not None else None
 
 
 @st.cache_resource(max_entries=1, show_spinner=False)

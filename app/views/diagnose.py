@@ -1,7 +1,8 @@
 """Diagnose: why the trainer and the sampler disagree, from one batch (seqis.diagnosis.causes).
 
-Findings as cards coloured by severity, each with the chart that proves it and, beside it, what its detector can
-see at this batch's size (the committed power table of `python -m seqis.bench --only diagnose-power`); the
+Findings as cards coloured by severity, a fault that only one group of a metadata column shows first (its card names
+the group, its chart draws the group's tokens), each with the chart that proves it and, beside it, what its detector
+can see at this batch's size (the committed power table of `python -m seqis.bench --only diagnose-power`); the
 findings per group of a metadata column; the raw ratios before any correction and what each correction
 truncates and masks; the worst rollout token by token. The batch is a sampler fault of the tiny transformer or
 of a recurrent LM of seqis.samplers.generators (the truth known) or the explorer's batch (upload, example or synthetic,
@@ -70,14 +71,15 @@ for f in d.findings:
         head = HEADLINE.get(f.kind)
         value = f.evidence.get(head) if head else None
         shown = f"{value:.4g}" if isinstance(value, float) else value
-        st.markdown(f"{BADGE[f.severity]} **{TITLES.get(f.kind, f.kind)}**" + (f" · {head} = `{shown}`" if head
-                                                                               else ""))
+        where = "" if f.group is None else f" · only in **{f.evidence.get('by', 'group')} = {f.group}**"
+        st.markdown(f"{BADGE[f.severity]} **{TITLES.get(f.kind, f.kind)}**{where}" + (f" · {head} = `{shown}`" if head
+                                                                                       else ""))
         st.write(f.message)
         drawn = [(name, g) for name, g in (("chart", data.figure(d, f)), ("power", data.power_figure(f)))
                  if g is not None]  # the chart that proves it, and what its detector can see at this size
         for col, (name, g) in zip(st.columns(2) if len(drawn) == 2 else [st.container()] * len(drawn), drawn):
             with col:
-                chart(g, key=f"{P}{name}.{f.kind}")
+                chart(g, key=f"{P}{name}.{f.kind}" + ("" if f.group is None else f".{f.evidence.get('by')}.{f.group}"))
         if f.kind == "precision_noise" and f.group is None:  # nothing fired: what could have been seen here
             tokens = int(f.evidence.get("n_tokens", 0))
             grid, seen = data.power_grid(tokens), data.power_summary(tokens)

@@ -54,6 +54,12 @@ rollout (the tokens of a rollout are dependent, rollouts are not). In order:
                        magnitude 32 rounded); the data do not tell rounding from any other two-sided mismatch of
                        that size, and the message says so.
 
+A fault of one environment can hide in the whole batch (only math at temperature 0.7: the line explains too little
+of the whole batch's l). Without `by`, each metadata column of 2 to MAX_GROUPS values is scanned, each of its
+groups of MIN_GROUP_ROLLOUTS rollouts or more diagnosed at scan_z(m), the whole batch's one-sided level divided
+among the m groups (Bonferroni); a group's fault whose kind the whole batch's findings lack comes first, `group`
+its value and `evidence["by"]` its column (`hidden_faults`).
+
 Severity cites the frameworks' published guidance:
 - NeMo-RL (docs/adding-new-models.md, "Expected Error Threshold"): the mean over tokens of exp(|l|) should
   stay below 1.05; above, "further investigation" is needed. A sampler fault is at least a warning, and bad once
@@ -62,7 +68,7 @@ Severity cites the frameworks' published guidance:
   distribution shift"; a veto fraction (rollouts with a catastrophic token) above 0.1 is "too high".
 
     from seqis import diagnose
-    for f in diagnose(batch, by="env_name"):
+    for f in diagnose(batch, by="env_name"):     # or diagnose(batch): a group's hidden fault first
         print(f.severity, f.kind, f.group, f.message, f.evidence)
 """
 
@@ -72,6 +78,7 @@ import math
 import threading
 from dataclasses import dataclass, field
 from functools import cached_property
+from statistics import NormalDist
 from typing import Any
 
 import torch
@@ -100,6 +107,15 @@ MIN_ENTROPY_GAP = 0.02  # nats per token: below this a trainer's entropy in bf16
 _BRANCHING = math.log(0.5)  # tokens the trainer gives under 1/2: where temperature and rounding show
 _MIN_FIT_TOKENS = 50
 _SAFETY = 20.0  # verl's bound on |l| before exp, so one absurd token cannot overflow
+MAX_GROUPS = 32  # with by=None, diagnose tries each metadata column with at most this many distinct values
+# ... and in it each group of at least this many rollouts: the tests' standard errors come from the rollouts (a
+# lag's gain is a mean over them, an interval is clustered by them), and over a few their z has tails far beyond
+# the normal's (Student's t with 7 degrees of freedom passes 5.6 with p ~ 4e-4, not 1e-8)
+MIN_GROUP_ROLLOUTS = 16
+# the faults a group may show that the whole batch hides; catastrophic tokens are never hidden (the whole batch reads
+# every token, and a temperature it found re-reads their tail off its line)
+HIDEABLE = ("token_misalignment", "temperature_mismatch", "sampler_truncation", "raw_logprobs", "policy_lag")
+_NORMAL = NormalDist()
 
 
 @dataclass(frozen=True)
@@ -150,22 +166,34 @@ class _Pairs:
 
 @torch.no_grad()
 def diagnose(batch: Batch, by: str | None = None) -> list[Finding]:
-    """Findings about why the batch's trainer and sampler log-probs disagree, worst first. With `by` (a
-    metadata column: environment, turn, rank), the whole batch's findings are followed by each value's.
-    A batch without a loss token gets one finding, `no_loss_tokens` (bad), and nothing else."""
+    """Findings about why the batch's trainer and sampler log-probs disagree, worst first.
+
+    With `by` (a metadata column: environment, turn, rank), the whole batch's findings are followed by each
+    value's, each group tested at the whole batch's level. With `by=None`, every column `scanned_columns` names
+    (2 to MAX_GROUPS distinct values) is tried, in it each group of MIN_GROUP_ROLLOUTS rollouts or more: a fault
+    one group shows and the whole batch does not (its kind is not among the whole batch's findings) comes first,
+    `group` its value and `evidence["by"]` its column. The scan tests each of its m groups at level alpha / m
+    (alpha the whole batch's one-sided level at Z_DETECT, Bonferroni), so over all groups and columns a clean
+    batch raises a false alarm no more often than the whole batch's own test does. A batch without a loss token
+    gets one finding, `no_loss_tokens` (bad), and nothing else."""
     if not bool(batch.loss_mask.any()):  # nothing was measured: no finding may read as "healthy"
         B = batch.shape[0]
         return [Finding("no_loss_tokens", "bad", f"No loss tokens: the loss mask is 0 on every token of the batch's "
                         f"{B} rollouts, so nothing could be diagnosed. Check which column is the loss mask "
                         f"(response_mask, loss_mask; --columns / columns= map another name).",
                         {"n_tokens": 0, "n_rollouts": B})]
-    findings = _diagnose(batch, None)
-    if by is not None:
-        if by not in batch.metadata:
-            raise ValueError(f"diagnose: by={by!r} is not a metadata column; the batch has "
-                             f"{', '.join(sorted(batch.metadata)) or 'none'}")
-        for value, rows in groups(batch.metadata[by]).items():
-            findings += _diagnose(batch.select(rows), value)
+    whole = _diagnose(batch, None)
+    if by is None:
+        hidden = hidden_faults(batch, whole)
+        if any(f.severity != "ok" for f in hidden):  # a group's fault: the batch is not "healthy", whatever its mean
+            whole = [f for f in whole if f.kind != "healthy"]
+        return hidden + sorted(whole, key=lambda f: SEVERITY_RANK[f.severity])
+    if by not in batch.metadata:
+        raise ValueError(f"diagnose: by={by!r} is not a metadata column; the batch has "
+                         f"{', '.join(sorted(batch.metadata)) or 'none'}")
+    findings = whole
+    for value, rows in groups(batch.metadata[by]).items():
+        findings += [_in_group(f, by) for f in _diagnose(batch.select(rows), value)]
     return sorted(findings, key=lambda f: (SEVERITY_RANK[f.severity], f.group is not None))
 
 
@@ -177,7 +205,87 @@ def groups(column: list) -> dict[Any, list[int]]:
     return out
 
 
-def _diagnose(batch: Batch, group) -> list[Finding]:
+def scanned_columns(batch: Batch) -> dict[str, dict[Any, list[int]]]:
+    """The metadata columns `diagnose(batch)` tries, each as its groups (value -> rollouts): 2 to MAX_GROUPS
+    distinct values, and a value that two rollouts share (a column that tells every rollout apart, a reward or a
+    length in a small batch, names rollouts, not groups). A column of unhashable values is not tried."""
+    out = {}
+    for name, column in batch.metadata.items():
+        try:
+            g = groups(column)
+        except TypeError:  # a list or a dict per rollout: not a grouping
+            continue
+        if 2 <= len(g) <= MAX_GROUPS and len(g) < len(column):
+            out[name] = g
+    return out
+
+
+def scanned_groups(batch: Batch) -> dict[str, dict[Any, list[int]]]:
+    """The groups the scan tests: those of `scanned_columns` with at least MIN_GROUP_ROLLOUTS rollouts (a column
+    left with none is left out)."""
+    out = {}
+    for name, g in scanned_columns(batch).items():
+        big = {v: rows for v, rows in g.items() if len(rows) >= MIN_GROUP_ROLLOUTS}
+        if big:
+            out[name] = big
+    return out
+
+
+def scan_z(comparisons: int) -> float:
+    """The z a scan of `comparisons` groups tests each at: the one-sided level of Z_DETECT divided among them
+    (Bonferroni), so the scan's chance of any false alarm stays at the whole batch's (5.39 at 8 groups, 5.63 at
+    32, 5.82 at 100)."""
+    alpha = _NORMAL.cdf(-Z_DETECT)  # ~2.9e-7
+    return -_NORMAL.inv_cdf(alpha / max(comparisons, 1))
+
+
+def hidden_faults(batch: Batch, whole: list[Finding]) -> list[Finding]:
+    """The faults a group of a scanned column shows and the whole batch does not (a kind of HIDEABLE absent from
+    `whole`), each group of `scanned_groups` tested at scan_z(their count); worst first, then the strongest
+    evidence.
+
+    One fault shows in every group that holds enough of its rollouts, often as another kind (a group of a few
+    rollouts at temperature 0.7 can look like a truncation; mixed with others, like a lag). So the groups are read
+    strongest first (z), and a group that shares rollouts with one already named is named only if its rollouts
+    outside it still show the fault: env = math explains its prompts, a length or a reward group that holds some of
+    its rollouts, and a second column that splits the batch the same way."""
+    columns = scanned_groups(batch)
+    m = sum(len(g) for g in columns.values())
+    z = scan_z(m)
+    seen = {f.kind for f in whole}
+    found: list[tuple[Finding, list[int]]] = []
+    for name, g in columns.items():
+        for value, rows in g.items():
+            for f in _diagnose(batch.select(rows), value, z):
+                if f.kind in HIDEABLE and f.kind not in seen:
+                    found.append((_in_group(f, name, len(rows), batch.shape[0], m, z), rows))
+    named: list[Finding] = []
+    covered: set[int] = set()
+    for f, rows in sorted(found, key=lambda fr: -fr[0].evidence.get("z", math.inf)):
+        rest = [i for i in rows if i not in covered]
+        if len(rest) < len(rows) and (len(rest) < MIN_GROUP_ROLLOUTS or not any(
+                g.kind == f.kind for g in _diagnose(batch.select(rest), f.group, z))):
+            continue  # explained by a group already named (too few rollouts left to test is explained too)
+        named.append(f)
+        covered.update(rows)
+    return sorted(named, key=lambda f: SEVERITY_RANK[f.severity])  # stable: the strongest first within a severity
+
+
+def _in_group(f: Finding, by: str, n_rows: int | None = None, n_batch: int | None = None,
+              comparisons: int | None = None, z: float | None = None) -> Finding:
+    """Finding f of a group of column `by`: evidence["by"] names the column; from the scan (n_rows given), the
+    message says the whole batch does not show it and the evidence holds the scan's comparisons and level."""
+    evidence = {**f.evidence, "by": by}
+    message = f.message
+    if n_rows is not None:
+        evidence.update(group_rollouts=n_rows, comparisons=comparisons, z_detect=z)
+        message = (f"Only in {by} = {f.group} ({n_rows} of {n_batch} rollouts; the whole batch does not show it, "
+                   f"tested at {z:.2f} standard errors for the {comparisons} groups of the metadata columns): "
+                   + message)
+    return Finding(f.kind, f.severity, message, evidence, f.group)
+
+
+def _diagnose(batch: Batch, group, z_detect: float = Z_DETECT) -> list[Finding]:
     findings: list[Finding] = []
     shift, agreement = find_shift(batch.trainer_logprobs.detach(), batch.inference_logprobs.detach(),
                                   batch.loss_mask)
@@ -186,7 +294,7 @@ def _diagnose(batch: Batch, group) -> list[Finding]:
     pairs = aligned_pairs(batch, shift)
     if pairs.l.numel() == 0:
         return [Finding("healthy", "ok", "No loss tokens to diagnose.", {"n_tokens": 0}, group)]
-    t = run_tests(pairs)
+    t = run_tests(pairs, z_detect)
     stats = mismatch_stats(kept(pairs.l, t["keep"]))  # what the systematic causes do, without the outliers
     stats["n_left_out"] = int((~t["keep"]).sum())  # a few such tokens would swamp every mean: said apart
     if _fired(t["truncation"]):
@@ -397,7 +505,7 @@ def cluster_sums(x: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
 # the tests behind each finding
 
 
-def run_tests(p: _Pairs) -> dict[str, Any]:
+def run_tests(p: _Pairs, z_detect: float = Z_DETECT) -> dict[str, Any]:
     """Every test on a batch's pairs, each result's "detected" settled against the others; "keep": the tokens
     that are not catastrophic.
 
@@ -412,8 +520,8 @@ def run_tests(p: _Pairs) -> dict[str, Any]:
       the advantages decide."""
     catastrophic = p.l.abs() > CATASTROPHIC_LOG_RATIO  # (N,)
     keep = ~catastrophic
-    trunc = truncation_test(p, keep)
-    temp = temperature_fit(p, keep)
+    trunc = truncation_test(p, keep, z_detect)
+    temp = temperature_fit(p, keep, z_detect)
     if _fired(temp):
         if temp["uses_entropy"]:
             trunc = {**trunc, "detected": False}
@@ -421,8 +529,8 @@ def run_tests(p: _Pairs) -> dict[str, Any]:
             temp = {**temp, "detected": False}
     if _fired(temp):
         keep = ~((p.l - temp["line"]).abs() > CATASTROPHIC_LOG_RATIO)
-    raw = None if trunc["detected"] or _fired(temp) else raw_logprobs_test(p, keep)
-    lag = policy_lag_test(p, keep)
+    raw = None if trunc["detected"] or _fired(temp) else raw_logprobs_test(p, keep, z_detect)
+    lag = policy_lag_test(p, keep, z_detect)
     if _fired(temp) and not temp["uses_entropy"] and _fired(lag):
         temp = {**temp, "detected": False}
     return {"truncation": trunc, "temperature": temp, "raw": raw, "lag": lag, "keep": keep}
@@ -470,7 +578,7 @@ def one_sided(l: torch.Tensor) -> bool:
     return total > 0 and float(l.clamp(min=0).sum(dtype=torch.float64)) / total < 0.05
 
 
-def truncation_test(p: _Pairs, keep: torch.Tensor) -> dict[str, Any]:
+def truncation_test(p: _Pairs, keep: torch.Tensor, z_detect: float = Z_DETECT) -> dict[str, Any]:
     """Null E_mu[rho] = 1 (any full-support sampler); against E_mu[rho] = pi(K) < 1 (a sampler keeping K).
     The increments rho_t - 1 have mean zero given the past under the null, so z = -score_z(rho - 1); detected
     when z > Z_DETECT, the deficit 1 - mean rho is above MIN_DEFICIT and the mean log offset is negative.
@@ -484,12 +592,12 @@ def truncation_test(p: _Pairs, keep: torch.Tensor) -> dict[str, Any]:
     mass, mass_se = clustered_mean(rho, rows)
     offset, offset_se = clustered_mean(kept(p.l64, keep), rows)
     z = -score_z(rho - 1)
-    detected = z > Z_DETECT and 1 - mass > MIN_DEFICIT and offset < 0
+    detected = z > z_detect and 1 - mass > MIN_DEFICIT and offset < 0
     return {"detected": detected, "log_offset": offset, "ci": _ci(offset, offset_se), "kept_mass": mass,
             "kept_mass_ci": _ci(mass, mass_se), "z": z, "n_tokens": n}
 
 
-def temperature_fit(p: _Pairs, keep: torch.Tensor) -> dict[str, Any] | None:
+def temperature_fit(p: _Pairs, keep: torch.Tensor, z_detect: float = Z_DETECT) -> dict[str, Any] | None:
     """The sampler's temperature relative to the trainer's, tau = 1 / (1 - s), from l = s a + c(context).
 
     With the trainer's entropy: s = sum (l - f) g / sum (a + H) g over the kept tokens, g = rho (a + H), f a
@@ -544,13 +652,13 @@ def temperature_fit(p: _Pairs, keep: torch.Tensor) -> dict[str, Any] | None:
         r2 = r2 if math.isfinite(r2) else 0.0
     z = abs(s) / se if se > 0 else math.inf
     explains = r2 >= (TEMPERATURE_R2 if uses_entropy else TEMPERATURE_R2_BARE)
-    detected = (z > Z_DETECT and abs(tau - 1) > MIN_TEMPERATURE_SHIFT and explains
+    detected = (z > z_detect and abs(tau - 1) > MIN_TEMPERATURE_SHIFT and explains
                 and (share is None or share > 0) and not one_sided(l))
     return {"slope": s, "temperature": tau, "ci": tau_ci, "slope_ci": _ci(s, se), "z": z, "share": share, "r2": r2,
             "n_fit": n, "line": line, "uses_entropy": uses_entropy, "detected": detected}
 
 
-def raw_logprobs_test(p: _Pairs, keep: torch.Tensor) -> dict[str, Any] | None:
+def raw_logprobs_test(p: _Pairs, keep: torch.Tensor, z_detect: float = Z_DETECT) -> dict[str, Any] | None:
     """Null E_mu[rho (a + H) | context] = 0: the tokens came from the distribution the sampler reported. Needs
     the trainer's entropy (None without it). z = |score_z(rho (a + H))|; detected when z > Z_DETECT,
     |entropy_gap| > MIN_ENTROPY_GAP and the log-probs agree (|mean l| under a tenth of the gap: a truncation
@@ -564,11 +672,11 @@ def raw_logprobs_test(p: _Pairs, keep: torch.Tensor) -> dict[str, Any] | None:
     gap, gap_se = clustered_mean(-a - h, rows)
     offset = float(kept(p.l64, keep).mean())
     agree = abs(offset) < 0.1 * abs(gap)
-    return {"detected": z > Z_DETECT and abs(gap) > MIN_ENTROPY_GAP and agree, "entropy_gap": gap,
+    return {"detected": z > z_detect and abs(gap) > MIN_ENTROPY_GAP and agree, "entropy_gap": gap,
             "ci": _ci(gap, gap_se), "z": z, "log_offset": offset, "n_tokens": n}
 
 
-def policy_lag_test(p: _Pairs, keep: torch.Tensor) -> dict[str, Any] | None:
+def policy_lag_test(p: _Pairs, keep: torch.Tensor, z_detect: float = Z_DETECT) -> dict[str, Any] | None:
     """Null: the trainer's policy scores no higher than the sampler's on this batch's rewards. gain = mean over
     rollouts of G_j = sum_t A_t (rho_t - 1) (the per-decision IS estimate of E_pi[A] - E_mu[A]), its se from
     the rollouts' G_j (independent across rollouts). Detected when gain / se > Z_DETECT (one-sided: ahead).
@@ -582,7 +690,7 @@ def policy_lag_test(p: _Pairs, keep: torch.Tensor) -> dict[str, Any] | None:
     gain = float(per.mean())
     se = float(per.std()) / math.sqrt(per.numel()) if per.numel() > 1 else math.inf
     z = gain / se if se > 0 else 0.0
-    return {"detected": z > Z_DETECT, "gain": gain, "ci": _ci(gain, se), "z": z, "n_rollouts": per.numel()}
+    return {"detected": z > z_detect, "gain": gain, "ci": _ci(gain, se), "z": z, "n_rollouts": per.numel()}
 
 
 def noise_floor(p: _Pairs, keep: torch.Tensor) -> float:

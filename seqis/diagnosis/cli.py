@@ -4,9 +4,11 @@ PATH is anything `seqis.io.load_batch` reads (a dump, or a prime-rl token export
 `--columns` names the file's column for a role when it is not one the loader knows (the mapping the
 explorer's upload offers): `--columns trainer_logprobs=logp_fsdp,loss_mask=mask`. `--max-bytes SIZE` raises
 the loader's size limit (200MB; `400MB`, `2G`, or `none`). Prints the findings worst first: severity, kind,
-group, the headline evidence and what to do; `--by COLUMN` also diagnoses each value of a metadata column;
-`--json` prints them as a JSON list instead. `--strict` exits with status 1 when a finding is bad (for a check in
-CI or a trainer's launch script).
+group, the headline evidence and what to do; `--json` prints them as a JSON list instead. Without `--by`, each
+metadata column of 2 to 32 values is scanned, and a fault one of its groups shows while the whole batch does not is
+printed first, its line naming the group (`[env = math]`; docs/diagnose.md, "The scan of the metadata columns").
+`--by COLUMN` diagnoses each value of that column instead. `--strict` exits with status 1 when a finding is bad
+(for a check in CI or a trainer's launch script).
 
 A file the loader refuses prints one line, `seqis: PATH: why`, and exits with status 1 (`--debug`: the
 traceback too); so does a batch without a loss token (its one finding, `no_loss_tokens`, is bad).
@@ -68,7 +70,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--columns", type=parse_columns, metavar="ROLE=NAME,...",
                     help=f"the file's column for a role the loader does not find by name (roles: {', '.join(ROLES)})")
     ap.add_argument("--by", metavar="COLUMN",
-                    help="also diagnose each value of this metadata column (env_name, rank, ...)")
+                    help="also diagnose each value of this metadata column (env_name, rank, ...); without it, a "
+                         "fault that only a group of a metadata column shows is printed first")
     ap.add_argument("--max-bytes", type=parse_max_bytes, default=MAX_BYTES, metavar="SIZE",
                     help=f"refuse a larger file: bytes, or with K, M, G (KB, MB, GB; 1 MB = 2**20 bytes), or none "
                          f"(default {size_text(MAX_BYTES)})")
@@ -94,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
         for f in findings:
             head = ", ".join(f"{k} {f.evidence[k]:.4g}" if isinstance(f.evidence[k], float) else f"{k} {f.evidence[k]}"
                              for k in HEADLINE if k in f.evidence)
-            group = "" if f.group is None else f" [{args.by} = {f.group}]"
+            group = "" if f.group is None else f" [{f.evidence.get('by', args.by)} = {f.group}]"
             print(f"{f.severity.upper():4s} {f.kind}{group}{': ' + head if head else ''}\n     {f.message}")
     if any(f.kind == "no_loss_tokens" for f in findings):
         return 1  # nothing was diagnosed: never a pass

@@ -113,7 +113,7 @@ def measure(generators: tuple[str, ...] | None = None, seeds: int = 3, clean_see
                         truth = _truth(part, fault, value)
                         rows.append({"fault": name, "value": value, "generator": gen, "size": size,
                                      "tokens": int(part.loss_mask.sum()), "truth": truth,
-                                     "detected": any(f.kind == fault.kind for f in found),
+                                     "detected": any(f.kind == fault.kind and f.group is None for f in found),
                                      "estimate": _estimate(found, fault)})
             if log:
                 log(f"{name} {value}: {time.perf_counter() - t0:.0f} s")
