@@ -115,6 +115,9 @@ MIN_GROUP_ROLLOUTS = 16
 # the faults a group may show that the whole batch hides; catastrophic tokens are never hidden (the whole batch reads
 # every token, and a temperature it found re-reads their tail off its line)
 HIDEABLE = ("token_misalignment", "temperature_mismatch", "sampler_truncation", "raw_logprobs", "policy_lag")
+# one sampler-side fault reads as another in a subset of its rollouts (a temperature of 0.9 over the rollouts of one
+# reward looks like a truncation): a whole batch that shows one of them hides none of the others
+SAMPLER_SIDE = frozenset({"temperature_mismatch", "sampler_truncation", "raw_logprobs"})
 _NORMAL = NormalDist()
 
 
@@ -253,6 +256,8 @@ def hidden_faults(batch: Batch, whole: list[Finding]) -> list[Finding]:
     m = sum(len(g) for g in columns.values())
     z = scan_z(m)
     seen = {f.kind for f in whole}
+    if seen & SAMPLER_SIDE:
+        seen |= SAMPLER_SIDE
     found: list[tuple[Finding, list[int]]] = []
     for name, g in columns.items():
         for value, rows in g.items():
