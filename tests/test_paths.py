@@ -71,6 +71,7 @@ def test_a_nonexistent_path_inside_and_outside_get_the_same_message(tree):
     inside, outside = message_of("data/not_here", roots, "folder"), message_of("secret/not_here", roots, "folder")
     assert inside.replace("data/not_here", "PATH") == outside.replace("secret/not_here", "PATH")
     assert inside.startswith("data/not_here: no run folder by that name in the folders this server reads (")
+    assert inside.endswith("start the server with `python -m app --data-root FOLDER` or set SEQIS_DATA_ROOTS")
 
 
 @pytest.fixture

@@ -149,7 +149,9 @@ WHAT = {"folder": "run folder", "file": "scan file", "path": "file or folder"}
 
 def refusal(text: str, roots: Roots, kind: str = "path") -> Refused:
     """The one refusal of a path the page may not read, whatever the reason."""
-    return Refused(f"{{}}: no {WHAT[kind]} by that name in the folders this server reads ({{}})", text, roots.shown())
+    hint = f"to read another folder, start the server with `python -m app --data-root FOLDER` or set {ENV}"
+    return Refused(f"{{}}: no {WHAT[kind]} by that name in the folders this server reads ({{}}); {hint}", text,
+                   roots.shown())
 
 
 def confine(text: str, roots: Roots, kind: str = "path") -> Path:
