@@ -312,7 +312,7 @@ def estimator_view(src: Source, c: Shown, _payload: bytes | None = None) -> Esti
                 for k, v in rollouts.items()}
     s = noise_scale(src)
     return EstimatorView(
-        name=c.name, config=c.config, metrics=out.scalars(), rollouts=rollouts, effective=effective_batch(out),
+        name=c.name, config=c.config, metrics=out.scalars(), rollouts=rollouts, effective=effective_batch(out, kept),
         theory=theory_rollouts(c.composition, None, s, rollouts["length"]) if s else {},
         hist={"counts": hist["counts"].numpy(), "dropped": hist["dropped"], "underflow": hist["underflow"]},
         dropped=dropped.cpu().numpy(), coefficients=coefficients.float().cpu().numpy(),

@@ -37,11 +37,10 @@ NEGLIGIBLE = 1e-6
 @torch.no_grad()
 def effectively_kept(out: EstimatorOutput) -> torch.Tensor:
     """(B, T) bool: the kept tokens whose weight is at least NEGLIGIBLE x the median weight of the kept tokens."""
-    kept, w = out.masks["kept"], out.weights.abs()
+    kept, w = out.masks["kept"], out.weights  # (B, T); weights are never negative
     if not bool(kept.any()):
         return kept
-    median = w[kept].double().median()
-    return kept & (w.double() >= NEGLIGIBLE * median)
+    return kept & (w >= NEGLIGIBLE * float(w[kept].double().median()))  # one compare, no (B, T) copies
 
 
 # log10 weight bins shared by every estimator so histograms overlay: 1e-3 .. 1e3, plus two overflow bins
@@ -135,7 +134,7 @@ def weight_histogram(out: EstimatorOutput, kept_weights: torch.Tensor | None = N
 
 
 @torch.no_grad()
-def effective_batch(out: EstimatorOutput) -> dict[str, float]:
+def effective_batch(out: EstimatorOutput, kept: torch.Tensor | None = None) -> dict[str, float]:
     """What survives of the batch under one estimator.
 
     rollouts                            valid rollouts (T_j > 0)
@@ -148,12 +147,13 @@ def effective_batch(out: EstimatorOutput) -> dict[str, float]:
     ess / ess_frac                      (sum w)^2 / sum w^2 of the applied rollout weights (a dropped
                                         rollout weighs 0), and that over the number of valid rollouts
     clipped_frac                        valid rollouts whose weight was truncated
+    kept: effectively_kept(out), when the caller has it already (Explore's column does: not made twice).
     """
     ro = out.rollouts
     valid = ro["length"] > 0  # (B,)
     n_valid = int(valid.sum())
     n_tok = float(ro["length"].sum())
-    kept = effectively_kept(out)  # (B, T)
+    kept = effectively_kept(out) if kept is None else kept  # (B, T); a caller holding it passes it
     tokens_kept = float(kept.sum())
     rules_kept = float(out.masks["kept"].sum())
     accepted = ro["accepted"] & valid  # (B,) by the rules
