@@ -81,6 +81,36 @@ def test_both_log_probs_bad_on_one_token_are_named_together_and_a_clean_batch_dr
     assert clean.n_dropped_nonfinite == 0 and clean.loss_mask.all()
 
 
+@pytest.mark.parametrize("drop", [False, True])
+def test_the_finite_check_over_blocks_of_rows_finds_a_bad_loss_token_behind_inf_padding(drop):
+    """A batch larger than one block of rows, -inf on every row's padding (as frameworks dump it): the whole
+    tensors' sums are not finite, so the blocked masked pass decides; a NaN on a loss token in a late block is
+    named by its row and token, and padding alone is accepted."""
+    B, T = 300, 2048  # 600k positions: several blocks of rows
+    tl, il = torch.full((B, T), -0.5), torch.full((B, T), -0.6)
+    mask = torch.ones(B, T, dtype=torch.bool)
+    mask[:, -7:] = False
+    tl[:, -7:], il[:, -3:] = -math.inf, math.nan  # padding may hold anything
+    assert Batch(tl, il, torch.ones(B), mask).n_dropped_nonfinite == 0
+    tl[257, 100] = math.nan
+    il[299, 0] = math.inf
+    if drop:
+        b = Batch(tl, il, torch.ones(B), mask, drop_nonfinite=True)
+        assert b.n_dropped_nonfinite == 2 and not b.loss_mask[257, 100] and not b.loss_mask[299, 0]
+        assert int(b.loss_mask.sum()) == int(mask.sum()) - 2 and mask[257, 100]  # the caller's mask is kept
+        return
+    with pytest.raises(ValueError, match=r"^Batch: row 257, token 100: trainer_logprobs is nan on a loss token \(2 "):
+        Batch(tl, il, torch.ones(B), mask)
+
+
+def test_finite_log_probs_whose_sums_overflow_are_accepted():
+    x = torch.full((2, 3), -3e38)  # each finite; their sums overflow float32
+    assert Batch(x, x, torch.zeros(2)).n_dropped_nonfinite == 0
+    x[1, 2] = -math.inf
+    with pytest.raises(ValueError, match="row 1, token 2: trainer_logprobs is -inf and inference_logprobs is -inf"):
+        Batch(x, x, torch.zeros(2))
+
+
 def test_large_finite_half_precision_log_probs_are_not_taken_for_infinities():
     x = torch.full((1, 2), -40000.0, dtype=torch.float16)  # their sum overflows float16; each is finite
     assert Batch(x, x, torch.zeros(1, dtype=torch.float16)).n_dropped_nonfinite == 0

@@ -15,7 +15,7 @@ from functools import partial
 import numpy as np
 import torch
 
-from .types import Batch
+from .types import Batch, row_blocks
 
 MAX_LOG_WEIGHT = 40.0  # every weight is at most e^40 (finite in float32, and so is its square)
 
@@ -55,22 +55,6 @@ def row_extremes(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         empty = x.new_zeros(x.shape[:-1])
         return empty, empty
     return x.amax(-1), x.amin(-1)
-
-
-# Elements of a (B, T) pass made at once on the CPU. glibc's malloc hands a large block back to the OS when it is
-# freed at the top of the heap (past its trim threshold: twice the largest block it has seen mmapped), and the
-# next one of that size page-faults in fresh memory: a 4 MiB (B, T) temporary then costs ~1,000 page faults,
-# more than the arithmetic on it. A pass over blocks of rows of this size keeps its temporaries small enough to
-# be reused, and in cache.
-BLOCK = 1 << 18  # 1 MiB in float32
-
-def row_blocks(B: int, T: int, device: torch.device) -> list[slice]:
-    """Slices of rows that cover B rows of T positions, about BLOCK elements each on the CPU; one on a GPU
-    (its caching allocator reuses memory: blocks would only add launches)."""
-    if device.type != "cpu":
-        return [slice(0, B)]
-    rows = max(1, BLOCK // max(1, T))
-    return [slice(a, min(a + rows, B)) for a in range(0, B, rows)] or [slice(0, 0)]
 
 
 def dot(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:

@@ -110,6 +110,61 @@ class Config(Knobs):
 
 
 # ---------------------------------------------------------------------------------------------------------
+# the finite check's passes (Batch._check_finite)
+
+# Elements of a (B, T) pass made at once on the CPU. glibc's malloc hands a large block back to the OS when it is
+# freed at the top of the heap (past its trim threshold: twice the largest block it has seen mmapped), and the
+# next one of that size page-faults in fresh memory: a 4 MiB (B, T) temporary then costs ~1,000 page faults,
+# more than the arithmetic on it. A pass over blocks of rows of this size keeps its temporaries small enough to
+# be reused, and in cache.
+BLOCK = 1 << 18  # 1 MiB in float32
+
+
+def row_blocks(B: int, T: int, device: torch.device) -> list[slice]:
+    """Slices of rows that cover B rows of T positions, about BLOCK elements each on the CPU; one on a GPU
+    (its caching allocator reuses memory: blocks would only add launches)."""
+    if device.type != "cpu":
+        return [slice(0, B)]
+    rows = max(1, BLOCK // max(1, T))
+    return [slice(a, min(a + rows, B)) for a in range(0, B, rows)] or [slice(0, 0)]
+
+
+def _wide(dtype: torch.dtype) -> bool:
+    """Whether the sum of two values of this dtype is taken in it (32 or 64 bits); in 16-bit floats a sum of two
+    large finite log-probs could overflow, so each is tested on its own."""
+    return dtype.itemsize >= 4
+
+
+def all_finite(tl: torch.Tensor, il: torch.Tensor) -> bool:
+    """Whether every value of both tensors is finite, from their sums (NaN or inf in a sum means one is in it;
+    a sum that overflows reads as not finite, and the masked pass then decides)."""
+    acc = torch.promote_types(torch.promote_types(tl.dtype, il.dtype), torch.float32)
+    return bool(torch.isfinite(tl.sum(dtype=acc) + il.sum(dtype=acc)))
+
+
+def finite_pairs(tl: torch.Tensor, il: torch.Tensor) -> torch.Tensor:
+    """(same shape) bool: both log-probs finite, each tested on its own (the rows bad_rows flags: their sum may
+    overflow where both are finite)."""
+    return torch.isfinite(tl).logical_and_(torch.isfinite(il))
+
+
+def bad_rows(tl: torch.Tensor, il: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
+    """(B,) bool: the rows whose loss tokens' tl + il do not sum to a finite value (a non-finite log-prob on a loss
+    token, or a sum that overflows: finite_pairs decides those), in one pass over blocks of rows into one reused
+    buffer."""
+    B, T = tl.shape
+    dtype = torch.promote_types(tl.dtype, il.dtype)
+    if not _wide(dtype):  # 16-bit floats: the sum of two large finite values could overflow
+        return ~(finite_pairs(tl, il) | ~m).all(-1)
+    blocks = row_blocks(B, T, tl.device)
+    buf = torch.empty((max(b.stop - b.start for b in blocks), T), dtype=dtype, device=tl.device)
+    zero = torch.zeros((), dtype=dtype, device=tl.device)
+    sums = [torch.where(m[b], torch.add(tl[b], il[b], out=buf[:b.stop - b.start]), zero,
+                        out=buf[:b.stop - b.start]).sum(-1) for b in blocks]
+    return ~torch.isfinite(torch.cat(sums))
+
+
+# ---------------------------------------------------------------------------------------------------------
 # Batch
 
 
@@ -253,23 +308,25 @@ class Batch:
         return self.topk_ids, self.topk_inference_logprobs, self.topk_trainer_logprobs, self.topk_support
 
     def _check_finite(self, drop: bool) -> None:
-        """One vectorised pass: NaN or +-inf in either log-prob makes their sum non-finite (inf - inf is NaN).
-        In 16-bit floats a sum of two large finite log-probs could overflow: each is tested on its own there."""
+        """NaN or +-inf in either log-prob on a loss token is refused (or dropped). Two sums over the whole tensors
+        answer for a batch with nothing non-finite anywhere (a finite sum has no NaN or inf in it); a batch whose
+        padding holds -inf (as a framework's dumps often do) takes one masked pass over blocks of rows
+        (`bad_rows`), and only the rows it flags are looked at token by token."""
         tl, il, m = self.trainer_logprobs, self.inference_logprobs, self.loss_mask
         with torch.no_grad():
-            if torch.promote_types(tl.dtype, il.dtype).itemsize >= 4:
-                finite = torch.isfinite(tl + il)  # (B, T)
-            else:
-                finite = torch.isfinite(tl).logical_and_(torch.isfinite(il))
-            bad = finite.logical_not_().logical_and_(m)  # (B, T) loss tokens to refuse
-            if not bool(bad.any()):  # one read back (a sync on a GPU)
+            if all_finite(tl, il):  # one read back (a sync on a GPU)
                 return
+            rows = bad_rows(tl, il, m).nonzero().squeeze(1)  # (R,) rows that may hold a non-finite loss token
+            bad = ~finite_pairs(tl.index_select(0, rows), il.index_select(0, rows)) & m.index_select(0, rows)  # (R, T)
             n = int(bad.sum())
+            if n == 0:  # none, or sums that overflowed
+                return
             if drop:
-                self.loss_mask = m & ~bad  # a new tensor: the caller's mask is not written to
+                self.loss_mask = m.index_copy(0, rows, m.index_select(0, rows) & ~bad)  # the caller's mask is kept
                 self.n_dropped_nonfinite = n
                 return
-            row, tok = divmod(int(bad.view(-1).byte().argmax()), tl.shape[1])  # the first, in row-major order
+            first, tok = divmod(int(bad.view(-1).byte().argmax()), tl.shape[1])  # the first, in row-major order
+            row = int(rows[first])
         named = (("trainer_logprobs", tl), ("inference_logprobs", il))
         values = [f"{name} is {float(x[row, tok])}" for name, x in named if not math.isfinite(float(x[row, tok]))]
         raise ValueError(f"Batch: row {row}, token {tok}: {' and '.join(values)} on a loss token ({n} loss token"
