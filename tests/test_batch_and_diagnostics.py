@@ -281,6 +281,26 @@ def test_the_blocked_pass_sums_rho_squared_as_the_definition(dtype, shortcuts):
     torch.testing.assert_close(r.rows(rows).rho2_rowsum.double(), want[rows], **tol)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("shortcuts", [True, False])
+def test_a_record_made_without_its_log_ratios_makes_the_same_ones_when_read(dtype, shortcuts):
+    # Ratios.of(tokens=False) keeps only the per-rollout sums; l (B, T), read afterwards (the record, its rows, a
+    # clamped copy), is made then, to the bit what the pass keeps, on a batch with NaN and -inf padding
+    from seqis.core.ratios import Ratios
+
+    batch, mask = _drawn(dtype=dtype)
+    full, lean = Ratios.of(batch, shortcuts=shortcuts), Ratios.of(batch, shortcuts=shortcuts, tokens=False)
+    assert lean.l_tokens is None and lean.l_unclamped is None
+    for name in ("seq_log_ratio", "logp_rowsum", "k3_rollout", "length"):
+        assert torch.equal(getattr(lean, name), getattr(full, name)), name
+    rows = torch.tensor([5, 0, 7])
+    assert torch.equal(lean.rows(rows).log_ratio, full.rows(rows).log_ratio)
+    assert torch.equal(lean.clamped(1.0).log_ratio, full.clamped(1.0).log_ratio)
+    assert torch.equal(lean.log_ratio, full.log_ratio) and lean.unclamped_log_ratio is lean.log_ratio
+    l = torch.where(mask, batch.trainer_logprobs - batch.inference_logprobs, 0.0)  # the definition
+    assert torch.equal(full.log_ratio, l)
+
+
 def test_the_max_comes_from_the_rows_extremes_when_the_pass_made_them():
     from seqis.core.ratios import Ratios
 

@@ -109,6 +109,31 @@ def k3_of(log_ratio: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return k3, k3.sum(-1)
 
 
+def _l_block(tl: torch.Tensor, il: torch.Tensor, m: torch.Tensor, dtype: torch.dtype,
+             bufs: tuple[torch.Tensor, torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, ...]:
+    """(mask as 0/1, log pi, l) of one block of rows (R, T), written into bufs: log pi cleaned (padding may hold
+    -inf or NaN), then masked (0 * inf is NaN, so never masked first); l = log pi - log mu * mask, not finite
+    where log mu is not on padding (the caller cleans those rows)."""
+    mf = bufs[0].copy_(m.view(torch.uint8))
+    logp = torch.nan_to_num(as_dtype(tl, dtype), 0.0, 0.0, 0.0, out=bufs[1]).mul_(mf)
+    return mf, logp, torch.addcmul(logp, as_dtype(il, dtype), mf, value=-1, out=bufs[2])
+
+
+def log_ratios(tl: torch.Tensor, il: torch.Tensor, m: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """(B, T) l = log pi - log mu on the loss tokens, 0 elsewhere: the values Ratios.of makes, block by block
+    (for a record made without its (B, T) l, when a reader asks for it)."""
+    B, T = m.shape
+    l = torch.empty((B, T), dtype=dtype, device=m.device)
+    blocks = row_blocks(B, T, m.device)
+    R = max((b.stop - b.start for b in blocks), default=0)
+    mf_, logp_ = (torch.empty((R, T), dtype=dtype, device=m.device) for _ in range(2))
+    for rows in blocks:
+        n = rows.stop - rows.start
+        mf, _, lr = _l_block(tl[rows], il[rows], m[rows], dtype, (mf_[:n], logp_[:n], l[rows]))
+        lr.nan_to_num_(nan=0.0, posinf=0.0, neginf=0.0).mul_(mf)  # log mu not finite on padding: cleaned
+    return l
+
+
 # ---------------------------------------------------------------------------------------------------------
 # the record
 
@@ -123,8 +148,11 @@ class Ratios:
     (`Cache.mask_f`, `Cache.logp`): the rows form does not."""
 
     mask: torch.Tensor  # (B, T) bool, loss tokens
-    log_ratio: torch.Tensor  # (B, T) l_t (clamped to [-clamp, clamp] in a clamped copy)
-    unclamped_log_ratio: torch.Tensor  # (B, T) l_t before any clamp (probabilities come from it)
+    # (B, T) l_t (clamped to [-clamp, clamp] in a clamped copy) and l_t before any clamp (probabilities come from
+    # it); None when the record was made without them (Ratios.of(..., tokens=False)): `log_ratio` and
+    # `unclamped_log_ratio` make them when first read
+    l_tokens: torch.Tensor | None
+    l_unclamped: torch.Tensor | None
     trainer_logprobs: torch.Tensor  # (B, T) log pi as given (detached; padding may hold anything)
     inference_logprobs: torch.Tensor  # (B, T) log mu as given
     advantages: torch.Tensor  # (B,) or (B, T) the batch's advantages, as given (for sign conditions)
@@ -169,37 +197,56 @@ class Ratios:
                               "seq_log_ratio": self.valid_mean(self.seq_log_ratio),
                               "geo_log_ratio": self.valid_mean(self.geo_log_ratio)})
 
+    @property
+    def log_ratio(self) -> torch.Tensor:
+        """(B, T) l_t, 0 off the loss mask (clamped in a clamped copy), made now if the record was made without it."""
+        if self.l_tokens is None:
+            l = self.unclamped_log_ratio
+            object.__setattr__(self, "l_tokens", l if self.clamp is None else l.clamp(-self.clamp, self.clamp))
+        return self.l_tokens
+
+    @property
+    def unclamped_log_ratio(self) -> torch.Tensor:
+        """(B, T) l_t before any clamp, 0 off the loss mask, made now if the record was made without it."""
+        if self.l_unclamped is None:
+            l = log_ratios(self.trainer_logprobs, self.inference_logprobs, self.mask, self.dtype)
+            object.__setattr__(self, "l_unclamped", l)
+            if self.l_tokens is None and self.clamp is None:
+                object.__setattr__(self, "l_tokens", l)
+        return self.l_unclamped
+
     def valid_mean(self, x: torch.Tensor) -> torch.Tensor:
         """() the mean of a finite (B,) x over valid rollouts (0.0 when there are none)."""
         return dot(x, self.valid_f) / self.n_valid
 
     @classmethod
     def of(cls, batch: Batch, *, shortcuts: bool | None = None, sparse_share: float = SPARSE_ROW_SHARE,
-           k3: bool = False, extremes: bool = False, chi2: bool = False) -> Ratios:
+           k3: bool = False, extremes: bool = False, chi2: bool = False, tokens: bool = True) -> Ratios:
         """The batch's ratios, in one pass over the batch: torch operations in blocks of rows (row_blocks). Only l
         (B, T) (and k3 (B, T) with k3=True: run_many asks for it when a token-level composition will need its kept
-        share) is made at full size; extremes=True: each row's max and min of l too (run_many asks when a token rule
-        on the ratio will read them); chi2=True: each row's sum of rho^2 - 1 (seqis.runs.monitor asks). shortcuts
-        None: on for a CPU batch, off on a GPU (where asking a value costs a sync); the forms agree either way (tests
-        run both)."""
+        share) is made at full size; tokens=False: not even l (every reader of the record takes only per-rollout
+        sums: a fresh (B, T) tensor's page faults saved; `log_ratio` makes it if read after all); extremes=True:
+        each row's max and min of l too (run_many asks when a token rule on the ratio will read them); chi2=True:
+        each row's sum of rho^2 - 1 (seqis.runs.monitor asks). shortcuts None: on for a CPU batch, off on a GPU
+        (where asking a value costs a sync); the forms agree either way (tests run both)."""
         tl, il, m = batch.trainer_logprobs.detach(), batch.inference_logprobs, batch.loss_mask
         dtype = compute_dtype(tl)
         shortcuts = shortcuts_for(tl) if shortcuts is None else shortcuts
         B, T = m.shape
-        l = torch.empty((B, T), dtype=dtype, device=m.device)
-        k3_tokens = torch.empty_like(l) if k3 else None
+        tokens = tokens or k3
+        l = torch.empty((B, T), dtype=dtype, device=m.device) if tokens else None
+        k3_tokens = torch.empty((B, T), dtype=dtype, device=m.device) if k3 else None
         length, S, logp_sum, k3_sum = (torch.empty(B, dtype=dtype, device=m.device) for _ in range(4))
         row_max, row_min = (torch.empty(B, dtype=dtype, device=m.device) if extremes else None for _ in range(2))
         rho2_sum = torch.empty(B, dtype=dtype, device=m.device) if chi2 else None
         blocks = row_blocks(B, T, m.device)
         R = max((b.stop - b.start for b in blocks), default=0)
-        mf_, logp_, k3_ = (torch.empty((R, T), dtype=dtype, device=m.device) for _ in range(3))  # reused per block
+        mf_, logp_, k3_, l_ = (torch.empty((R, T), dtype=dtype, device=m.device) if i < 3 or not tokens else None
+                               for i in range(4))  # reused per block
         for rows in blocks:
             n = rows.stop - rows.start
-            mf = mf_[:n].copy_(m[rows].view(torch.uint8))  # (R, T) the mask as 0/1
-            # padding may hold -inf or NaN: cleaned, then masked (0 * inf is NaN, so never masked first)
-            logp = torch.nan_to_num(as_dtype(tl[rows], dtype), 0.0, 0.0, 0.0, out=logp_[:n]).mul_(mf)  # (R, T) log pi
-            lr = torch.addcmul(logp, as_dtype(il[rows], dtype), mf, value=-1, out=l[rows])  # (R, T) logp - il * mask
+            mf, logp, lr = _l_block(tl[rows], il[rows], m[rows], dtype,
+                                    (mf_[:n], logp_[:n], l[rows] if tokens else l_[:n]))  # (R, T) each
             S[rows], logp_sum[rows], length[rows] = lr.sum(-1), logp.sum(-1), mf.sum(-1)
             if not shortcuts:  # inference log-probs not finite on padding leave inf or NaN behind: cleaned
                 lr.nan_to_num_(nan=0.0, posinf=0.0, neginf=0.0).mul_(mf)
@@ -213,8 +260,9 @@ class Ratios:
             k3_sum[rows] = torch.sub(e, lr, out=k3_rows).sum(-1)
         if shortcuts and not bool(torch.isfinite(S).all()):  # the sums, needed anyway, say whether any is there
             bad = (~torch.isfinite(S)).nonzero().squeeze(1)  # (R,) the rows to clean, and their sums and k3 again
-            lr = l.index_select(0, bad).nan_to_num_(nan=0.0, posinf=0.0, neginf=0.0).mul_(as_float(m[bad], dtype))
-            l.index_copy_(0, bad, lr)
+            lr = log_ratios(tl.index_select(0, bad), il.index_select(0, bad), m.index_select(0, bad), dtype)
+            if l is not None:
+                l.index_copy_(0, bad, lr)
             k3_rows = k3_of(lr)
             S.index_copy_(0, bad, lr.sum(-1))
             k3_sum.index_copy_(0, bad, k3_rows[1])
@@ -232,16 +280,15 @@ class Ratios:
     def clamped(self, c: float) -> Ratios:
         """The same batch with l clamped to [-c, c] (verl's SAFETY_BOUND), for a composition's criteria: this
         record itself when no loss token is outside (asked with shortcuts), else a clamped copy."""
-        l = self.log_ratio
         if self.row_max is not None:  # the rows' extremes answer without a pass
             if self.shortcuts and bool(self.row_max.max() <= c) and bool(self.row_min.min() >= -c):
                 return self
-        elif self.shortcuts and bool(l.amax() <= c) and bool(l.amin() >= -c):
+        elif self.shortcuts and bool(self.log_ratio.amax() <= c) and bool(self.log_ratio.amin() >= -c):
             return self
-        lc = l.clamp(-c, c)
+        lc = self.log_ratio.clamp(-c, c)
         extremes = {} if self.row_max is None else {"row_max": self.row_max.clamp(-c, c),  # clamp is monotone
                                                     "row_min": self.row_min.clamp(-c, c)}
-        return replace(self, log_ratio=lc, seq_log_ratio=lc.sum(-1), k3=None, k3_rollout=k3_row_sums(lc), clamp=c,
+        return replace(self, l_tokens=lc, seq_log_ratio=lc.sum(-1), k3=None, k3_rollout=k3_row_sums(lc), clamp=c,
                        rho2_rowsum=None, **extremes)
 
     def aggregate_view(self, raw: Ratios, c: float) -> Ratios:
@@ -253,9 +300,8 @@ class Ratios:
         a sparse correction's token rules touch)."""
         take = lambda x: None if x is None else x.index_select(0, rows)
         adv = self.advantages if self.advantages.dim() == 0 else take(self.advantages)
-        l = take(self.log_ratio)
-        return Ratios(take(self.mask), l, l if self.unclamped_log_ratio is self.log_ratio else
-                      take(self.unclamped_log_ratio),
+        l = take(self.l_tokens)  # a record made without l: theirs made when read
+        return Ratios(take(self.mask), l, l if self.l_unclamped is self.l_tokens else take(self.l_unclamped),
                       take(self.trainer_logprobs), take(self.inference_logprobs), adv, take(self.length),
                       take(self.seq_log_ratio), take(self.logp_rowsum), take(self.k3_rollout), take(self.k3),
                       self.clamp, False, self.sparse_share, row_max=take(self.row_max), row_min=take(self.row_min),
@@ -263,7 +309,7 @@ class Ratios:
 
     @property
     def dtype(self) -> torch.dtype:
-        return self.log_ratio.dtype
+        return self.length.dtype
 
     @property
     def edge_tolerance(self) -> torch.Tensor:

@@ -1010,7 +1010,19 @@ def ratios_for(batch: Batch, comps: Iterable[Composition], *, k3: bool | None = 
     makes them here and passes them on."""
     comps = [comp for comp in comps if supports(comp)]  # the plain evaluator reads none of it
     return Ratios.of(batch, k3=len(comps) > 1 if k3 is None else k3,
-                     extremes=any(reads_extremes(comp) for comp in comps), chi2=chi2)
+                     extremes=any(reads_extremes(comp) for comp in comps), chi2=chi2,
+                     tokens=chi2 or not all(reads_row_sums_only(comp) for comp in comps))
+
+
+def reads_row_sums_only(comp: Composition) -> bool:
+    """Whether the composition reads only the per-rollout sums of l (a sequence or geometric weight, rules on a
+    rollout's sum or mean of l or k3), so that Ratios.of need not keep l (B, T); a record made without it makes
+    it when read, so a wrong answer here costs time, never a value."""
+    w = comp.weight
+    return (w.level in ("none", "sequence", "geometric") and w.token_clip in (None, math.inf) and w.band is None
+            and comp.penalty is None and comp.log_ratio_clamp is None and comp.batch_rule is None
+            and all(c.agg in ("sum", "mean") and c.statistic in ("ratio", "k1", "k3") and c.advantage is None
+                    for c in comp.criteria))
 
 
 def reads_extremes(comp: Composition) -> bool:
