@@ -24,6 +24,7 @@ from seqis import AGGREGATIONS, ESTIMATORS, PRESETS, Batch, run
 from seqis.core.compose import BatchRule, Composition, Criterion, Weight
 from seqis.core.ratios import Ratios
 from seqis.evaluators import fast as fast_module
+from seqis.evaluators import rules
 from seqis.evaluators.plain import evaluate
 from seqis.registry import resolve
 
@@ -224,7 +225,7 @@ def test_statistics_made_in_blocks_of_rows_equal_one_pass(T, dtype):
     logp, logq = cache.logp(r), cache.logq(r)
     for name in ("exp_abs_log_ratio", "abs_ratio_minus_one", "binary_kl", "binary_kl_mu"):
         want = plain_statistic(name, r.log_ratio, logp, logq).masked_fill(~mask, 0.0)
-        torch.testing.assert_close(fast_module.statistic(r, cache, name), want, rtol=0, atol=0, equal_nan=True,
+        torch.testing.assert_close(rules.statistic(r, cache, name), want, rtol=0, atol=0, equal_nan=True,
                                    msg=name)
 
 
@@ -272,8 +273,8 @@ def test_a_wrong_normaliser_fails(monkeypatch):
     comp = ACTING["rollout rule leaving N"]
     batch = _acting_batch(torch.float64, per_token=False)
     same_output(fast(comp, batch, "token-mean", {}), evaluate(comp, batch), batch, "right")
-    real = fast_module._left_out
-    monkeypatch.setattr(fast_module, "_left_out", lambda *a: (lambda n: None if n is None else n + 1)(real(*a)))
+    real = fast_module.left_out
+    monkeypatch.setattr(fast_module, "left_out", lambda *a: (lambda n: None if n is None else n + 1)(real(*a)))
     with pytest.raises(AssertionError):
         same_output(fast(comp, batch, "token-mean", {}), evaluate(comp, batch), batch, "wrong")
 

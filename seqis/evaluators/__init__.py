@@ -1,5 +1,6 @@
 """Evaluators: a `Composition` on a `Batch` -> an `EstimatorOutput`.
 
 `plain` is the definition (every composition, read top to bottom); `fast` computes the same outputs once per batch and
-shares them between compositions (`Ratios`, `Cache`), with its primitives in `kernels`.
+shares them between compositions (`Ratios`, `Cache`): its rejection rules in `rules`, its rows form in `rows`, its
+outputs (loss, metrics, per-rollout values) in `outputs`, its primitives in `kernels`.
 """

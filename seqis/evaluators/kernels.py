@@ -1,7 +1,8 @@
-"""The fast evaluator's primitives (seqis/evaluators/fast.py): exp2 for exp, 0/1 float masks through uint8 (bool ops are
-slow paths on the CPU), row maxima instead of (B, T) masks, products summed in blocks of rows, and the surrogate
-loss as one autograd node. Each function states the plain formula it computes; every k3 the evaluator reads comes
-from one formula (k3_of: expm1(l) - l), so a row's pieces add up to its whole.
+"""The fast evaluator's primitives (seqis/evaluators/fast.py and its rules.py, rows.py, outputs.py): exp2 for exp,
+0/1 float masks through uint8 (bool ops are slow paths on the CPU), row maxima instead of (B, T) masks, products
+summed in blocks of rows, and the surrogate loss as one autograd node. Each function states the plain formula it
+computes; every k3 the evaluator reads comes from one formula (k3_of: expm1(l) - l), so a row's pieces add up to
+its whole.
 
 `shortcuts` (an argument, held by Ratios): whether reading a value back into Python is free (the CPU) so a
 data-dependent question may skip a whole pass; on a GPU that question costs a sync and the pass runs instead.
@@ -31,17 +32,6 @@ def capped_exp(x: torch.Tensor, clip: float = math.inf, exact: bool = False) -> 
     most 40 * 2^-24 (2.4e-6, at the cap) in float32, 40 * 2^-53 in float64."""
     capped = x.clamp(max=min(log_of(clip), MAX_LOG_WEIGHT))  # clamp makes a copy
     return capped.exp_() if exact else capped.mul_(LOG2_E).exp2_()
-
-
-def exp_of(x: torch.Tensor) -> torch.Tensor:
-    """exp(x) as 2^(log2(e) x), a new tensor: exp2's SIMD kernel, not MKL's VML exp (slow on some CPUs); a
-    relative error of at most |x| 2^-24 in float32."""
-    return x.mul(LOG2_E).exp2_()
-
-
-def exp_(x: torch.Tensor) -> torch.Tensor:
-    """exp(x) in place, as exp_of does it, for a tensor of one's own (no second allocation)."""
-    return x.mul_(LOG2_E).exp2_()
 
 
 def in_band(x: torch.Tensor, low: float, high: float, tol: torch.Tensor | float = 0.0) -> torch.Tensor:
