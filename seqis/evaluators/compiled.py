@@ -26,6 +26,8 @@ from __future__ import annotations
 import math
 import os
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -266,6 +268,19 @@ def compiled_status() -> str:
     SEQIS_COMPILE=0", "eager: compile failed: <reason>"). The first call makes the choice (compiling, when it
     compiles, on a small batch); later ones return it."""
     return _chosen().status
+
+
+@contextmanager
+def chosen(setting: str) -> Iterator[str]:
+    """For the duration, the choice SEQIS_COMPILE=setting makes ("1" compiles, "0" is eager), yielding its status;
+    the process's own afterwards. For whoever times or compares both paths in one process (the bench)."""
+    global _choice, _graph
+    saved = _choice, _graph
+    _choice = _decide(setting)
+    try:
+        yield _choice.status
+    finally:
+        _choice, _graph = saved
 
 
 def _chosen() -> Choice:
