@@ -166,32 +166,37 @@ def normaliser(T, valid, N, n_kept, k):
 
 def forward(t, q, m, adv, k):
     """The graph: (loss value, metrics vector in METRICS' order, (5, B) rows: T, S, G, applied weight, kept count,
-    (B,) gate, (B,) clipped rollouts, (B,) the gradient's factor -s_j adv_tau, (B, T) weights)."""
+    (B,) gate, (B,) clipped rollouts, (B,) the gradient's factor -s_j adv_tau, (B, T) weights). Every (B, T)
+    reduction is a row sum first (then a sum of B values), so that inductor fuses them all into the one loop over
+    the batch that writes the weights: two passes in all, the first for the rows' sums that the rules and a
+    rollout's weight read."""
     p = pieces(t, q, m, k)
     l, T, S, kept, weights, gate = p["l"], p["T"], p["S"], p["kept"], p["weights"], p["gate"]
     zero = t.new_zeros(())
     Tc, valid, N = T.clamp(min=1), T > 0, T.sum()
     k3 = torch.where(m, torch.expm1(l) - l, zero)
-    n_kept = kept.sum().to(t.dtype)
-    kept_len = kept.sum(-1).to(t.dtype)
+    kept_len = kept.sum(-1).to(t.dtype)  # (B,)
+    n_kept = kept_len.sum()
     applied, G = weights.sum(-1) / Tc, S / Tc
     clipped_rows = p["clipped"].any(-1)
     mean_over = lambda x, select: torch.where(select, x, zero).sum() / select.sum().clamp(min=1)
     metrics = torch.stack([
-        k3.sum() / N.clamp(min=1),
-        torch.where(kept, zero, k3).sum() / (N - n_kept).clamp(min=1),
-        torch.where(kept, k3, zero).sum() / n_kept.clamp(min=1),
+        k3.sum(-1).sum() / N.clamp(min=1),
+        torch.where(kept, zero, k3).sum(-1).sum() / (N - n_kept).clamp(min=1),
+        torch.where(kept, k3, zero).sum(-1).sum() / n_kept.clamp(min=1),
         (N - n_kept) / N.clamp(min=1),
         mean_over(S, valid),
         mean_over(G, valid),
         mean_over(clipped_rows.to(t.dtype), valid),
-        (N - p["keep"].sum()) / N.clamp(min=1),
+        (N - p["keep"].sum(-1).sum()) / N.clamp(min=1),
         torch.where(gate, zero, T).sum() / N.clamp(min=1),
         mean_over(applied, valid & (kept_len > 0)),
     ])
     factor = -normaliser(T, valid, N, n_kept, k) * k[K["adv_tau"]]  # (B,)
-    A = torch.where(m, adv if adv.dim() == 2 else adv[:, None], zero)
-    loss = ((factor[:, None] * weights) * A * p["logp"]).sum()
+    if adv.dim() == 1:  # sum_j factor_j A_j sum_t w_t log pi_t
+        loss = (factor * adv * (weights * p["logp"]).sum(-1)).sum()
+    else:
+        loss = (factor * (weights * torch.where(m, adv, zero) * p["logp"]).sum(-1)).sum()
     return loss, metrics, torch.stack([T, S, G, applied, kept_len]), gate, clipped_rows, factor, weights
 
 
