@@ -39,7 +39,7 @@ def graph(inductor_cache):
         mp.setenv("SEQIS_COMPILE", "1")
         mp.setattr(compiled, "PROBE", (3, 5))
         mp.setattr(compiled, "_choice", None)
-        mp.setattr(compiled, "_graph", None)
+        mp.setattr(compiled, "_graphs", None)
         assert compiled_status() == "compiled (inductor, cpu, float32 and float64)" or torch.cuda.is_available()
         yield
 
@@ -128,7 +128,7 @@ def _batch(dtype, B=6, T=9, seed=0) -> Batch:
 def fresh(monkeypatch):
     """No choice made yet in this process; returns a counter of the choices made."""
     monkeypatch.setattr(compiled, "_choice", None)
-    monkeypatch.setattr(compiled, "_graph", None)
+    monkeypatch.setattr(compiled, "_graphs", None)
     made = []
     decide = compiled._decide
     monkeypatch.setattr(compiled, "_decide", lambda s: made.append(s) or decide(s))
@@ -189,7 +189,7 @@ def test_a_later_compile_that_raises_falls_back_once(monkeypatch):
 
     def fails(*args):
         raise RuntimeError("a new graph for float64 failed")
-    monkeypatch.setattr(compiled, "_graph", fails)
+    monkeypatch.setattr(compiled, "_graphs", {"rows": fails, "tokens": fails})
     batch = _batch(torch.float64)
     with pytest.warns(RuntimeWarning, match="compile failed: RuntimeError: a new graph for float64 failed"):
         out = run("seq_tis", batch)

@@ -200,12 +200,55 @@ def forward(t, q, m, adv, k):
     return loss, metrics, torch.stack([T, S, G, applied, kept_len]), gate, clipped_rows, factor, weights
 
 
+def forward_rows(t, q, m, adv, k):
+    """The graph of a composition whose every part is per rollout (no token rule, a weight that is not per token),
+    with advantages per rollout: one pass over the batch, the rest on (B,) values (plain's kept tokens of a rollout
+    are all or none of its loss tokens). The same results as `forward`, with the (B,) applied weight w_j (0 for a
+    rejected rollout) in place of the (B, T) weights."""
+    logp, logq, l, T, S = ratios(t, q, m)
+    _, _, gate, _ = verdicts(logp, l, T, m, k)  # its (B, T) parts unused: not computed
+    zero = t.new_zeros(())
+    Tc, valid, N = T.clamp(min=1), T > 0, T.sum()
+    c, level = k[K["clamp"]], k[K["level"]]
+    x = torch.where(level == 0, zero, torch.where(level == 2, S, S / Tc).clamp(-c, c))  # (B,)
+    w, beyond = weight(x, k)
+    w = torch.where(gate, w, zero)
+    k3 = torch.where(m, torch.expm1(l) - l, zero).sum(-1)  # (B,)
+    kept_len = torch.where(gate, T, zero)
+    n_kept = kept_len.sum()
+    applied, G = w * kept_len / Tc, S / Tc
+    clipped_rows = valid & beyond & gate
+    mean_over = lambda x, select: torch.where(select, x, zero).sum() / select.sum().clamp(min=1)
+    metrics = torch.stack([
+        k3.sum() / N.clamp(min=1),
+        torch.where(gate, zero, k3).sum() / (N - n_kept).clamp(min=1),
+        torch.where(gate, k3, zero).sum() / n_kept.clamp(min=1),
+        (N - n_kept) / N.clamp(min=1),
+        mean_over(S, valid),
+        mean_over(G, valid),
+        mean_over(clipped_rows.to(t.dtype), valid),
+        zero,  # no token rule
+        torch.where(gate, zero, T).sum() / N.clamp(min=1),
+        mean_over(applied, valid & (kept_len > 0)),
+    ])
+    factor = -normaliser(T, valid, N, n_kept, k) * k[K["adv_tau"]]  # (B,)
+    loss = (factor * adv * w * logp.sum(-1)).sum()
+    return loss, metrics, torch.stack([T, S, G, applied, kept_len]), gate, clipped_rows, factor, w
+
+
+def rowwise(comp: Composition, batch: Batch) -> bool:
+    """Whether `forward_rows` computes the composition on this batch."""
+    return (batch.advantages.dim() == 1 and comp.weight.level != "token"
+            and all(c.agg != "token" for c in comp.criteria))
+
+
 # ---------------------------------------------------------------------------------------------------------
 # the loss node, and the outputs
 
 
 class _Loss(torch.autograd.Function):
-    """The loss's value, whose backward writes d loss / d log pi = weights * factor_j * A (one pass)."""
+    """The loss's value, whose backward writes d loss / d log pi = w_t factor_j A (one pass): weights (B, T), or (B,)
+    a rollout's weight on each of its loss tokens."""
 
     @staticmethod
     def forward(ctx, trainer, value, weights, factor, adv, mask):
@@ -216,7 +259,9 @@ class _Loss(torch.autograd.Function):
     @staticmethod
     def backward(ctx, g):
         weights, factor, adv, mask = ctx.saved_tensors
-        if adv.dim() == 1:
+        if weights.dim() == 1:
+            grad = torch.where(mask, (weights * factor * adv * g)[:, None], 0.0)
+        elif adv.dim() == 1:
             grad = weights * (factor * adv * g)[:, None]
         else:
             grad = torch.where(mask, adv, 0).mul_(weights).mul_((factor * g)[:, None])
@@ -246,8 +291,9 @@ def _outputs(batch: Batch, t, q, adv, kv, shape: Shape, result, n: int) -> list[
                     accepted=gate if shape.has_gate else kept_len > 0,
                     clipped=clipped_rows if shape.truncated else torch.zeros_like(gate),
                     kept_fraction=kept_len / T.clamp(min=1))
+    spread = (lambda: torch.where(m, weights[:, None], 0.0)) if weights.dim() == 1 else weights
     return [EstimatorOutput(loss=_Loss.apply(batch.trainer_logprobs, value, weights, factor, adv, m),
-                            weights=weights, masks={name: mask(name) for name in names}, metrics=dict(metric),
+                            weights=spread, masks={name: mask(name) for name in names}, metrics=dict(metric),
                             rollouts=dict(rollouts)) for _ in range(n)]
 
 
@@ -265,7 +311,7 @@ class Choice:
 
 _choice: Choice | None = None
 PROBE = (16, 300)  # the probe batch's shape (B, T)
-_graph = None  # the compiled `forward`, made with the choice
+_graphs: dict | None = None  # "tokens": the compiled `forward`, "rows": `forward_rows`; made with the choice
 
 
 def compiled_status() -> str:
@@ -279,13 +325,13 @@ def compiled_status() -> str:
 def chosen(setting: str) -> Iterator[str]:
     """For the duration, the choice SEQIS_COMPILE=setting makes ("1" compiles, "0" is eager), yielding its status;
     the process's own afterwards. For whoever times or compares both paths in one process (the bench)."""
-    global _choice, _graph
-    saved = _choice, _graph
+    global _choice, _graphs
+    saved = _choice, _graphs
     _choice = _decide(setting)
     try:
         yield _choice.status
     finally:
-        _choice, _graph = saved
+        _choice, _graphs = saved
 
 
 def _chosen() -> Choice:
@@ -309,12 +355,12 @@ def _decide(setting: str) -> Choice:
     if not callable(getattr(torch, "compile", None)):
         return Choice((), "eager: this torch has no torch.compile")
     devices = ("cuda",) if setting == "" else ("cpu", "cuda") if cuda else ("cpu",)
-    global _graph
+    global _graphs
     try:
-        _graph = torch.compile(forward, dynamic=True)
+        _graphs = {"tokens": torch.compile(forward, dynamic=True), "rows": torch.compile(forward_rows, dynamic=True)}
         _probe("cuda" if cuda else "cpu")
     except Exception as e:  # noqa: BLE001 - any failure of the compiler means the eager path
-        _graph = None
+        _graphs = None
         return Choice((), f"eager: compile failed: {_reason(e)}")
     rest = "" if "cpu" in devices else "; cpu batches eager"
     return Choice(devices, f"compiled (inductor, {', '.join(devices)}, float32 and float64{rest})")
@@ -326,12 +372,13 @@ def _reason(e: Exception) -> str:
 
 
 def _probe(device: str) -> None:
-    """The graph run once on a 16 x 300 float32 batch, so that its symbolic shapes serve a trainer's batches: sizes
+    """Each graph run once on a 16 x 300 float32 batch, so that its symbolic shapes serve a trainer's batches: sizes
     other than 0 and 1, unequal, and over 4,096 tokens (inductor compiles smaller batches' loops apart)."""
     t = -torch.rand(PROBE, device=device)
     m = torch.ones(PROBE, dtype=torch.bool, device=device)
     values, _ = knobs_of(Composition(), "token-mean")
-    _graph(t, t - 0.01, m, torch.ones(PROBE[0], device=device), _knob_tensor(values, t.dtype, t.device))
+    for graph in _graphs.values():
+        graph(t, t - 0.01, m, torch.ones(PROBE[0], device=device), _knob_tensor(values, t.dtype, t.device))
 
 
 def accepts(batch: Batch) -> bool:
@@ -344,8 +391,8 @@ def accepts(batch: Batch) -> bool:
 
 def _fell_back(e: Exception) -> None:
     """A compile that raised on a later dtype or rank: the eager path from now on, said once."""
-    global _choice, _graph
-    _choice, _graph = Choice((), f"eager: compile failed: {_reason(e)}"), None
+    global _choice, _graphs
+    _choice, _graphs = Choice((), f"eager: compile failed: {_reason(e)}"), None
     warnings.warn(f"seqis: {_choice.status}; the eager evaluators run instead", RuntimeWarning, stacklevel=3)
 
 
@@ -363,7 +410,7 @@ def evaluate_many(named: dict[Composition, int], batch: Batch, agg: str = "token
         values, shape = knobs_of(comp, agg)
         kv = _knob_tensor(values, t.dtype, t.device)
         try:
-            result = _graph(t, q, m, adv, kv)
+            result = _graphs["rows" if rowwise(comp, batch) else "tokens"](t, q, m, adv, kv)
         except Exception as e:  # noqa: BLE001 - a compile for a new dtype or rank that fails: eager from now on
             _fell_back(e)
             return {}
