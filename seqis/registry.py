@@ -3,9 +3,11 @@
     name or key --entry--> (EstimatorSpec, its default config) --resolve--> Composition --> output
 
 `ESTIMATORS` (seqis/estimators/) and `PRESETS` (seqis/presets/) are tables of records (seqis/core/spec.py); this module
-sits above both, so neither imports the other. Every composition is evaluated by the fast evaluator
-(evaluators/fast.py), which is held to the plain one (evaluators/plain.py) by the tests; a composition whose parts the
-fast evaluator does not know (`fast.supports`) is evaluated by the plain one.
+sits above both, so neither imports the other. The evaluators' seam is `run_many`: a composition goes to the compiled
+graph (evaluators/compiled.py) when this process chose it for the batch's device and dtype (`compiled_status()`) and
+the graph knows its parts (`compiled.supports`); else to the fast evaluator (evaluators/fast.py); a composition whose
+parts the fast evaluator does not know either (`fast.supports`) is evaluated by the plain one (evaluators/plain.py,
+the definition the other two are held to by the tests).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from .core.ratios import Ratios
 from .core.spec import EstimatorSpec
 from .core.types import Batch, Config, EstimatorOutput
 from .estimators import ESTIMATORS
-from .evaluators import fast
+from .evaluators import compiled, fast
 from .evaluators.plain import AGGREGATIONS, evaluate
 from .presets import PRESETS
 
@@ -117,8 +119,9 @@ def run_many(
             raise ValueError(f"{x if isinstance(x, str) else 'this composition'} needs the sampler's top-k head "
                              f"(score centering): Batch({', '.join(f'{n}=...' for n in Batch.HEAD)}); this batch "
                              "has none")
-    known = {comp: len(xs) for comp, xs in named.items() if fast.supports(comp)}
-    outputs = fast.evaluate_many(known, batch, agg, ratios) if known else {}
+    outputs = compiled.evaluate_many({comp: len(xs) for comp, xs in named.items()}, batch, agg)
+    known = {comp: len(xs) for comp, xs in named.items() if comp not in outputs and fast.supports(comp)}
+    outputs.update(fast.evaluate_many(known, batch, agg, ratios) if known else {})
     out = {}
     for comp, xs in named.items():
         outs = outputs[comp] if comp in outputs else [evaluate(comp, batch, agg) for _ in xs]

@@ -49,3 +49,13 @@ def local_ray():
     ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     yield ray
     ray.shutdown()
+
+
+@pytest.fixture(scope="session")
+def inductor_cache(tmp_path_factory) -> str:
+    """One inductor cache for the run's compiles (tests/test_compiled.py), kept beside pytest's temporary folders so
+    that the next run finds its graphs too (a cold compile is 15-25 s a graph on a 2-core host); a cache the caller
+    set (TORCHINDUCTOR_CACHE_DIR) is used instead."""
+    if "TORCHINDUCTOR_CACHE_DIR" not in os.environ:
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(tmp_path_factory.getbasetemp().parent / "inductor-cache")
+    return os.environ["TORCHINDUCTOR_CACHE_DIR"]

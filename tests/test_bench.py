@@ -38,13 +38,18 @@ def test_repeated_estimators_section_ends_with_a_median_and_range_per_row(capsys
     assert out.count(f"all {n} through run_many / the {n} single calls one after another") == 2
 
 
-def test_the_trainer_step_rows_time_each_seed_estimator_against_the_floor(capsys):
+def test_the_trainer_step_rows_time_each_seed_estimator_compiled_and_eager_against_the_floor(capsys, inductor_cache):
+    from seqis.evaluators import compiled_status
+
     main(["--only", "estimators", "--quick"])
     out = capsys.readouterr().out
+    assert out.splitlines()[0].startswith("# seqis benchmark") and f"evaluators: {compiled_status()};" in out.splitlines()[0]
     table = out.split("## Trainer step")[1]
-    rows = dict(re.findall(r"^\| (\w+) trainer step \| [\d.]+ \| [\d.]+ \| ([\d.]+) \|$", table, re.M))
-    assert set(rows) == set(SEED_ESTIMATORS) and all(float(x) > 0 for x in rows.values())
-    assert re.search(r"^\| a new Batch alone \(its validation\) \| [\d.]+ \| [\d.]+ \| [\d.]+ \|$", table, re.M)
+    rows = {(name, path): x for name, path, x in
+            re.findall(r"^\| (\w+) trainer step \| (compiled|eager) \| [\d.]+ \| [\d.]+ \| ([\d.]+) \|$", table, re.M)}
+    assert set(rows) == {(n, p) for n in SEED_ESTIMATORS for p in ("compiled", "eager")}, table
+    assert all(float(x) > 0 for x in rows.values())
+    assert re.search(r"^\| a new Batch alone \(its validation\) \| either \| [\d.]+ \| [\d.]+ \| [\d.]+ \|$", table, re.M)
 
 
 def test_a_trainer_step_builds_a_new_batch_and_writes_the_gradient_the_estimator_gives():

@@ -13,6 +13,7 @@ import pkgutil
 
 import torch
 
+from ..evaluators import compiled_status
 from ._host import host_line
 
 SHARED = {"timing"}  # modules of this package that are not sections
@@ -37,7 +38,7 @@ def main(argv=None) -> None:
     ap.add_argument("--pause", type=float, default=20.0)
     args = ap.parse_args(argv)
     print(f"# seqis benchmark: torch {torch.__version__}, {torch.get_num_threads()} CPU threads, device {args.device}; "
-          f"eager torch evaluators; {host_line()}")
+          f"evaluators: {compiled_status()}; {host_line()}")
     for name, section in found.items():
         if args.only and name not in args.only:
             continue

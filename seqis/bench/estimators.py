@@ -12,6 +12,7 @@ from .. import registry
 from ..core.types import Batch
 from ..diagnosis.statistics import diagnostics
 from ..estimators import ESTIMATORS, SEED_ESTIMATORS
+from ..evaluators import compiled
 from ..presets import PRESETS
 from ..registry import run_many
 from .timing import (
@@ -141,22 +142,30 @@ def trainer_step(name: str, batch: Batch) -> Callable[[], object]:
     return one
 
 
-def trainer_steps(device: str, quick: bool) -> dict[str, tuple[float, float, float]]:
-    """Each seed estimator's trainer step against the floor, in the same run: prints the table, returns its rows."""
+def trainer_steps(device: str, quick: bool) -> dict[tuple[str, str], tuple[float, float, float]]:
+    """Each seed estimator's trainer step on the compiled path and on the eager one (whatever this process chose:
+    `compiled.chosen` sets each for its rows), each against the floor in the same run: prints the table, returns its
+    rows, (name, path) -> (median s, floor s, x floor)."""
     B, T = (64, 1024) if quick else (256, 4096)
     batch = ragged_batch(B, T, device=device)
     floor_fn = lambda: floor_pass(batch)
     print(f"\n## Trainer step: fresh tensors, a new Batch, run, backward, metrics; {B} x {T} fp32, ragged, {device}")
-    print("the path: eager torch (seqis/evaluators/fast.py); floor as above, measured alternately with each row\n")
-    print("| estimator | median ms | floor ms | x floor |")
-    print("|---|---:|---:|---:|")
+    print("compiled: seqis/evaluators/compiled.py (SEQIS_COMPILE=1); eager: evaluators/fast.py (SEQIS_COMPILE=0); "
+          "floor as above, measured alternately with each row (targets: compiled at most 3x, eager at most 6x)\n")
+    print("| estimator | path | median ms | floor ms | x floor |")
+    print("|---|---|---:|---:|---:|")
     rows = {}
     for name in SEED_ESTIMATORS:
-        rows[name] = t, f, x = paired(trainer_step(name, batch), floor_fn, device=device)
-        print(f"| {name} trainer step | {t * 1e3:.2f} | {f * 1e3:.2f} | {x:.1f} |")
+        for path, setting in (("compiled", "1"), ("eager", "0")):
+            with compiled.chosen(setting) as status:
+                if not status.startswith(path):  # the compiler failed: the row says why
+                    print(f"| {name} trainer step | {path}: not run ({status}) | | | |")
+                    continue
+                rows[name, path] = t, f, x = paired(trainer_step(name, batch), floor_fn, device=device)
+            print(f"| {name} trainer step | {path} | {t * 1e3:.2f} | {f * 1e3:.2f} | {x:.1f} |")
     validation = paired(lambda: Batch(batch.trainer_logprobs.detach(), batch.inference_logprobs, batch.advantages,
                                       batch.loss_mask), floor_fn, device=device)
-    print(f"| a new Batch alone (its validation) | {validation[0] * 1e3:.2f} | {validation[1] * 1e3:.2f} | "
+    print(f"| a new Batch alone (its validation) | either | {validation[0] * 1e3:.2f} | {validation[1] * 1e3:.2f} | "
           f"{validation[2]:.1f} |")
     return rows
 
