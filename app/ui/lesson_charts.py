@@ -130,8 +130,7 @@ def token_bias(rows: pd.DataFrame, batches: dict, *, revealed: bool, reward: str
     (dots), the first one's (token IS's) only once revealed, with the exact expectations. The axis holds every
     mean and exact value (naive PG's -6.3x under the additive reward); dots beyond it are counted."""
     fig = go.Figure()
-    names = {"token_tis": "token IS (ρ_t per token)", "seq_is": "sequence IS (w per rollout)",
-             "pg": "no correction (naive PG)"}
+    names = {"token_tis": "token IS", "seq_is": "sequence IS", "pg": "naive PG"}
     x = [names.get(e, e) for e in rows["estimator"]]
     shown = [revealed or i > 0 for i in range(len(rows))]  # the question's bar waits for the reveal
     y = rows["ratio"].where(shown, None)
@@ -139,7 +138,9 @@ def token_bias(rows: pd.DataFrame, batches: dict, *, revealed: bool, reward: str
                          error_y=dict(type="data", array=2 * rows["ratio_se"].where(shown, 0), visible=True,
                                       thickness=2.5, width=10, color="#1d3f8a"),
                          hovertemplate="%{x}<br>mean %{y:.3f} of the truth<extra></extra>"))
-    values = [v for v in rows["ratio"]] + [v for v in rows["exact"] if np.isfinite(v)] + [0.0, 1.0]
+    spread = [q for name, ok in zip(rows["estimator"], shown, strict=True) if ok
+              for q in np.quantile(batches[name], [0.02, 0.98])]  # most batches' values, not the far tails
+    values = [*rows["ratio"], *(v for v in rows["exact"] if np.isfinite(v)), 0.0, 1.0, *spread]
     lo, hi = min(values), max(values)
     pad = 0.15 * (hi - lo)
     lo, hi = lo - pad, hi + pad
@@ -162,14 +163,14 @@ def token_bias(rows: pd.DataFrame, batches: dict, *, revealed: bool, reward: str
     fig.add_hline(y=1.0, line=dict(color="#555", dash="dot", width=1.2), annotation_text="unbiased",
                   annotation_position="top right")
     if beyond:
-        fig.add_annotation(x=1, xref="paper", y=0, yref="paper", xanchor="right", yanchor="bottom", showarrow=False,
+        fig.add_annotation(x=0, xref="paper", y=1, yref="paper", xanchor="left", yanchor="bottom", showarrow=False,
                            text=f"{beyond} batch values beyond the axis", font=dict(size=12, color="#555"))
     if not revealed:
         fig.add_annotation(x=x[0], y=0.5 * (lo + hi), text="?", showarrow=False, font=dict(size=40, color="#8a8f9c"))
     fig.update_yaxes(title="mean gradient / true gradient", range=[lo, hi])
     fig.update_layout(barmode="overlay")
-    what = "reward 1[sum of bits ≥ 40]" if reward == "threshold" else "reward = the sum of the bits"
-    return titled(fig, f"Huang's chain, H = 64, p = 0.6, q = 0.55, {what}", height=height)
+    what = "reward 1[sum ≥ 40]" if reward == "threshold" else "reward: the sum of the bits"
+    return titled(fig, f"Huang's chain, {what}", height=height)
 
 
 def clip(data: dict, *, revealed: bool, batch_size: int, height: int = 460) -> go.Figure:
@@ -178,7 +179,7 @@ def clip(data: dict, *, revealed: bool, batch_size: int, height: int = 460) -> g
     shaded."""
     fig = mse_vs_clip(data["df"], knob="seq_clip", estimator="seq_tis", theory=data["theory"], revealed=revealed,
                       quantities=None if revealed else ("bias2", "variance"),
-                      title=f"seq_tis on a 16-bit chain, {batch_size} rollouts a batch: error vs clip C",
+                      title=f"seq_tis, B = {batch_size}: error against the clip C",
                       height=height)
     if revealed:
         lo, hi = data["valley"]
@@ -249,7 +250,8 @@ def mismatch(engines: pd.DataFrame, levels: pd.DataFrame, measured: dict | None,
                                                "<extra></extra>"))
     fig.add_trace(go.Scatter(x=levels["kl"], y=[rows[-2]] * len(levels), mode="markers+text", name="the lessons' s",
                              marker=dict(symbol="line-ns-open", size=22, line=dict(width=3, color=GEO)),
-                             text=[f"s = {s:g}" for s in levels["s"]], textposition="top center",
+                             text=[f"{s:g}" for s in levels["s"]],
+                             textposition=["bottom center" if i % 2 else "top center" for i in range(len(levels))],
                              hovertemplate="s = %{text}: KL %{x:.3g}<extra></extra>"))
     if measured is not None:
         fig.add_trace(go.Scatter(x=[measured["kl"]], y=[rows[-1]], mode="markers+text",
@@ -262,8 +264,8 @@ def mismatch(engines: pd.DataFrame, levels: pd.DataFrame, measured: dict | None,
                            font=dict(size=20, color="#8a8f9c"))
     fig.add_vline(x=float(theory_cutoff()), line=dict(color=DROPPED, dash="dash", width=1.5))
     fig.add_annotation(x=math.log10(theory_cutoff()), xref="x", y=1.0, yref="paper", showarrow=False,
-                       xanchor="left", yanchor="top", text=" MIS-PO's cutoff 0.004", font=dict(color=DROPPED, size=12))
-    fig.update_xaxes(type="log", title="per-token KL(μ || π) = s²/2 (nats, log scale)", range=[-7.5, 0.3],
+                       xanchor="right", yanchor="bottom", text="MIS-PO's cutoff ", font=dict(color=DROPPED, size=12))
+    fig.update_xaxes(type="log", title="per-token KL(μ || π) = s²/2, nats", range=[-7.5, 0.3],
                      tickvals=[10.0**k for k in range(-7, 1)], ticktext=[f"1e{k}" for k in range(-7, 0)] + ["1"])
     fig.update_yaxes(categoryorder="array", categoryarray=rows[::-1], range=[-0.6, len(rows) - 0.4])
     return titled(fig, "How far the sampler is from the trainer, per token", height=height)
@@ -279,29 +281,30 @@ CAST_COLORS = {"dropped": DROPPED, "as is": KEPT, "scaled": PRODUCT, "odd": "#F2
 
 
 def cast(cells: pd.DataFrame, *, revealed: bool, height: int = 460) -> go.Figure:
-    """The estimators' cast as a card: one row per estimator (its formula in its label), one column per rollout,
-    each cell what the estimator's weights amount to there (seqis.run's weights, in words). Before the reveal
+    """The estimators' cast as a card: one row per estimator, one column per rollout, each cell the weight it
+    gives there (seqis.run's weights: one number when every token gets it, "odd | others" when the odd token is
+    treated apart, a range when it varies by token); the formula and the words in the hover. Before the reveal
     GeoMean IS's cell on the low rollout is a question mark."""
     d = cells.copy()
     hide = (d["estimator"] == "GeoMean IS") & (d["row"] == 1) & (not revealed)
-    d.loc[hide, "text"], d.loc[hide, "kind"] = "?", "?"
+    d.loc[hide, ["text", "short", "kind"]] = "?"
     order = list(dict.fromkeys(d["estimator"]))
-    labels = {e: f"<b>{e}</b>: {w}" for e, w in zip(d["estimator"], d["what"], strict=True)}
     fig = go.Figure()
     for kind, c in CAST_COLORS.items():
         k = d[d["kind"] == kind]
         if not len(k):
             continue
-        fig.add_trace(go.Scatter(x=k["rollout"], y=k["estimator"].map(labels), mode="markers+text", text=k["text"],
+        fig.add_trace(go.Scatter(x=k["rollout"], y=k["estimator"], mode="markers+text", text=k["short"],
+                                 customdata=np.stack([k["what"], k["text"]], axis=-1),
                                  marker=dict(symbol="square", size=12, color=c), textposition="middle right",
-                                 name={"as is": "kept as is", "odd": "the odd token apart"}.get(kind, kind),
-                                 hovertemplate="%{y}<br>%{x}: %{text}<extra></extra>"))
+                                 name={"as is": "kept as is (1)", "odd": "odd token | others"}.get(kind, kind),
+                                 hovertemplate="%{y}: %{customdata[0]}<br>%{x}: %{customdata[1]}<extra></extra>"))
     columns = list(dict.fromkeys(d["rollout"]))
-    fig.update_xaxes(categoryorder="array", categoryarray=columns, side="top", range=[-0.15, len(columns) - 0.2],
+    fig.update_xaxes(categoryorder="array", categoryarray=columns, side="top", range=[-0.1, len(columns) - 0.1],
                      showgrid=False)
-    fig.update_yaxes(categoryorder="array", categoryarray=[labels[e] for e in order][::-1], showgrid=True)
-    fig = titled(fig, "The estimators' cast: each one's weight on three 200-token rollouts", height=height)
-    fig.update_layout(margin=dict(l=10, r=10, t=90, b=10))
+    fig.update_yaxes(categoryorder="array", categoryarray=order[::-1], showgrid=True)
+    fig = titled(fig, "Each correction's weight on three 200-token rollouts", height=height)
+    fig.update_layout(margin_t=84)  # the column names sit on top, under the title
     return fig
 
 

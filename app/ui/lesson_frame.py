@@ -99,9 +99,9 @@ def head(n: int, title: str, body: str, *, names_estimators: bool = False) -> No
     words fold into an expander (the lecturer says them), so the chart, the controls and Back / Next fit 720 px;
     the keys (arrows, PageDown / PageUp, R) and the scroll to the top on a new screen come with every mode."""
     _keys(data=f"{n + 1}", key="ls.keys", height=0)
-    left, right = st.columns([4, 1], vertical_alignment="center")
-    left.caption(f"Lesson {n + 1} of {len(SCREENS)} · {SCREENS[n]}")
-    with right.popover("Screens", icon=":material/list:", width="stretch"):
+    row = st.container(horizontal=True, vertical_alignment="center", horizontal_alignment="distribute")
+    row.caption(f"Lesson {n + 1} of {len(SCREENS)} · {SCREENS[n]}")
+    with row.popover("Screens", icon=":material/list:", width="content"):
         for i, name in enumerate(SCREENS, 1):
             st.button(f"{i}. {name}", key=f"ls.goto.{i}", on_click=go, args=(i,), type="tertiary",
                       disabled=i == n + 1)
@@ -183,7 +183,8 @@ def nav(n: int, deeper: Preset | None, deeper_label: str) -> None:
     settings. In presenter mode they sit above the answer (predict_row keeps their place)."""
     slot = st.session_state.pop(NAV_SLOT, None)
     with slot if slot is not None else nullcontext():
-        back, nxt, deep = st.columns([1, 1, 2]) if not present() else (*st.columns(2), st.container())
+        row = st.container(horizontal=True)
+        back, nxt, deep = (row, row, row) if present() else st.columns([1, 1, 2])
         back.button("Back", key=f"ls.back.{n + 1}", on_click=go, args=(n,), disabled=n == 0, width="stretch",
                     icon=":material/arrow_back:", help="Key: ← or PageUp")
         nxt.button("Next", key=f"ls.next.{n + 1}", on_click=go, args=(n + 2,), disabled=n == len(SCREENS) - 1,

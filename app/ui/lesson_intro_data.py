@@ -84,7 +84,7 @@ CAST = (  # label, what it is in one line, (registry name, config)
     ("veto", "dropped if any ρ_t < 1e-4 (verl)",
      ("max_mask", ESTIMATORS["max_mask"].config(token_mask_low=1e-4, token_mask_high=math.inf))),
 )
-CAST_ROLLOUTS = ("noise, s = 0.05", "one token L nats low", "one token L nats high")
+CAST_ROLLOUTS = ("noise s = 0.05", "one l = −L", "one l = +L")
 GEO_CHOICES = ("0: the rollout is dropped", "e^(−L/T) on every token", "e^(−L) on the odd token, 1 on the others",
                "1 on every token")
 
@@ -101,35 +101,37 @@ def cast_batch(L: float) -> Batch:
                  advantages=torch.ones(3, dtype=torch.float64))
 
 
-def describe(weights: np.ndarray, odd: int | None) -> tuple[str, str]:
-    """What one rollout's per-token weights amount to, in words, and its kind: "dropped" (all 0), "as is" (all
-    1), "scaled" (one value on every token), "odd" (the odd token differs from the others, which share a value),
-    "per token" (anything else)."""
+def describe(weights: np.ndarray, odd: int | None) -> tuple[str, str, str]:
+    """What one rollout's per-token weights amount to, in words and in a card's few characters, and its kind:
+    "dropped" (all 0), "as is" (all 1), "scaled" (one value on every token), "odd" (the odd token differs from the
+    others, which share a value), "per token" (anything else)."""
     w = np.asarray(weights, dtype=float)
     if np.all(w == 0):
-        return "dropped", "dropped"
+        return "dropped", "0", "dropped"
     if np.allclose(w, w[0], rtol=1e-9, atol=0):
-        return ("1 on every token", "as is") if abs(w[0] - 1) < 1e-9 else (f"{w[0]:.3g} on every token", "scaled")
+        if abs(w[0] - 1) < 1e-9:
+            return "1 on every token", "1", "as is"
+        return f"{w[0]:.3g} on every token", f"{w[0]:.3g}", "scaled"
     if odd is not None:
         rest = np.delete(w, odd)
         if np.allclose(rest, rest[0], rtol=1e-9, atol=0):
-            return f"odd token {w[odd]:.2g}, others {rest[0]:.3g}", "odd"
-    return f"{w.min():.2f} to {w.max():.2f} by token", "per token"
+            return f"odd token {w[odd]:.2g}, others {rest[0]:.3g}", f"{w[odd]:.2g} | {rest[0]:.3g}", "odd"
+    return f"{w.min():.2f} to {w.max():.2f} by token", f"{w.min():.2f}–{w.max():.2f}", "per token"
 
 
 @st.cache_data(max_entries=8, show_spinner=False)
 def cast(L: float) -> dict:
-    """Every cast member on cast_batch(L): {"cells": rows estimator, what, rollout, text, kind; "geo": the GeoMean
-    IS weight on the low rollout in GEO_CHOICES' words (classified from the weights), "geo_weight", "mask": the
-    geometric mask's on it, "ratio": the low rollout's exp(S/T)}."""
+    """Every cast member on cast_batch(L): {"cells": rows estimator, what, rollout, text, short, kind; "geo": the
+    GeoMean IS weight on the low rollout in GEO_CHOICES' words (classified from the weights), "geo_text" and
+    "mask_text": GeoMean IS's and the geometric mask's on it in words, "ratio": the low rollout's exp(S/T)}."""
     batch = cast_batch(float(L))
     rows = []
     for label, what, (name, cfg) in CAST:
         weights = run(name, batch, cfg).weights.detach().numpy()  # (3, T)
         for r, rollout in enumerate(CAST_ROLLOUTS):
-            text, kind = describe(weights[r], None if r == 0 else CAST_BAD)
+            text, short, kind = describe(weights[r], None if r == 0 else CAST_BAD)
             rows.append(dict(estimator=label, what=what, rollout=rollout.replace("L", f"{L:g}"), text=text,
-                             kind=kind, row=r))
+                             short=short, kind=kind, row=r))
     cells = pd.DataFrame(rows)
     low = cells[cells["row"] == 1].set_index("estimator")
     kind = {"dropped": 0, "scaled": 1, "odd": 2, "as is": 3}.get(low.loc["GeoMean IS", "kind"])
