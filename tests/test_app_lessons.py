@@ -28,7 +28,9 @@ sys.path.insert(0, APP.rsplit("/", 1)[0])
 from ui import lab_data, lessons_data  # noqa: E402
 
 LESSONS = "views/lessons.py"
-N_SCREENS = 7
+N_SCREENS = 10
+MEASURED = (1, 2)  # the screens whose answer is a measurement by the library, not a closed form
+NO_DEEPER = (1, 2, 10)  # the screens with no full page behind them
 
 
 def lesson(step: int, **params) -> AppTest:
@@ -48,7 +50,7 @@ def full_page(view: str, **params) -> AppTest:
 
 
 def reveal(at: AppTest) -> AppTest:
-    next(b for b in at.button if b.label == "Reveal").click().run()
+    next(b for b in at.button if b.label in ("Reveal", "Grade")).click().run()
     assert not at.exception, [e.value for e in at.exception]
     return at
 
@@ -111,19 +113,24 @@ def test_every_screen_asks_a_question_in_60_to_120_words_and_reveals_the_closed_
                     if w.key.startswith(f"ls.{n}.")]
         assert len(controls) <= 2, (n, [w.key for w in controls])
         after = traces(at)
-        if n < N_SCREENS:  # the reveal draws what theory says beside the simulation
+        if n in MEASURED:  # the reveal shows the library's measurement the chart withheld
+            (fig,) = charts(at)
+            shown = json.dumps(fig["data"], ensure_ascii=False)
+            assert ("measured here" in shown if n == 1 else '"?"' not in shown), n
+            assert "**Why.**" in answer(at)
+        elif n < N_SCREENS:  # the reveal draws what theory says beside the simulation
             added = [t for t in after if t not in before]  # (the simulation may gain points or colours too)
             assert added, (n, before, after)
             # a closed form's line (the simulations are points and bands), or its named markers
             assert any("lines" in mode or re.search(r"closed form|exact", name) for name, mode in added), (n, added)
             assert "**Why.**" in answer(at)
         assert [b.label for b in at.button if b.label in ("Back", "Next")] == ["Back", "Next"] or n == N_SCREENS
-        assert any(b.label.startswith("Go deeper") for b in at.button), n
+        assert any(b.label.startswith("Go deeper") for b in at.button) == (n not in NO_DEEPER), n
 
 
 @pytest.mark.slow
 def test_opening_share_of_small_weights(screens):
-    text = answer(screens[1][0])
+    text = answer(screens[3][0])
     share = theory.product_band_acceptance(4096, 0.05, 0.0, 1.0)  # P(w < 1) = Phi(s sqrt(T) / 2)
     assert f"**{share:.1%}**" in text
     assert f"{theory.seq_weight_quantile(4096, 0.05, 0.0):.3g}" in text  # the median, e^(-T s^2 / 2)
@@ -133,20 +140,20 @@ def test_opening_share_of_small_weights(screens):
 
 @pytest.mark.slow
 def test_bands_fact_a(screens):
-    text = answer(screens[2][0])
+    text = answer(screens[4][0])
     assert f"keeps **{theory.geo_band_acceptance(4096, 0.05, 0.5, 2.0):.1%}**" in text  # 100.0%
     assert f"the product band **{theory.product_band_acceptance(4096, 0.05, 0.5, 2.0):.1%}**" in text  # 4.9%
     # past the cutoff -log 0.5 = 0.69 nats (s = 1.2: KL 0.72) the geometric band rejects long rollouts too
-    at = reveal(lesson(2, **{"ls.2.s": "1.2"}))
+    at = reveal(lesson(4, **{"ls.4.s": "1.2"}))
     geo = theory.geo_band_acceptance(4096, 1.2, 0.5, 2.0)
     assert geo < 0.2 and f"keeps **{geo:.1%}**" in answer(at)
 
 
 @pytest.mark.slow
 def test_catastrophes_fact_b(screens):
-    text = answer(screens[3][0])
+    text = answer(screens[6][0])
     t_star = theory.catastrophic_min_length(10.0, 0.5)  # 14.4
-    assert f"T* = L / −log a = {t_star:.3g}" in text
+    assert f"T\\* = L / −log a = {t_star:.3g}" in text  # (escaped: "T* ... T*" is no markdown emphasis)
     dropped, kept = number_after(text, "dropped at T ="), number_after(text, "kept at T =")
     assert dropped < t_star <= kept  # the estimator's own gate, at the lengths simulated
     assert "token band drops it at every length" in text
@@ -154,17 +161,17 @@ def test_catastrophes_fact_b(screens):
 
 @pytest.mark.slow
 def test_token_is_fact_c(screens):
-    text = answer(screens[4][0])
+    text = answer(screens[7][0])
     exact = theory.bitchain_token_is_mean(64, 40, 0.6, 0.55) / theory.bitchain_true_gradient(64, 40, 0.6)
     assert f"Token IS gets **{exact:.1%}**" in text  # 56.7%
     assert "token IS gets 100.0%" in text  # with the additive reward: unbiased
-    at = reveal(lesson(4, **{"ls.4.reward": "additive"}))
+    at = reveal(lesson(7, **{"ls.7.reward": "additive"}))
     assert "Token IS gets **100.0%**" in answer(at)
 
 
 @pytest.mark.slow
 def test_best_clip_fact_d(screens):
-    text = answer(screens[5][0])
+    text = answer(screens[8][0])
     C = np.asarray(lab_data.CLIP_LINE)
     bias2, var = theory.bitchain_seq_tis_error(16, 11, 0.55, 0.45, C, batch_size=128)
     best = C[np.argmin(bias2 + var)]
@@ -176,7 +183,7 @@ def test_best_clip_fact_d(screens):
 
 @pytest.mark.slow
 def test_lag_fact_e_matches_the_lab(screens):
-    text = answer(screens[6][0])
+    text = answer(screens[9][0])
     spec = lessons_data.lag_spec(100, "cpu")
     ests = [ESTIMATOR_OF[label] for label in spec.estimators]
     (expected,) = lab.train_expected(spec.chain(), ests, steps=spec.steps, lr=spec.lr, lags=[100])
@@ -193,37 +200,55 @@ def test_lag_fact_e_matches_the_lab(screens):
 
 
 @pytest.mark.slow
-def test_self_check_answers_come_from_the_library(screens):
-    at = screens[7][0]
+@pytest.mark.slow  # the quiz's lag question reads the lag screen's infinite-batch runs: minutes on a cold process
+def test_the_quiz_grades_once_at_the_end_with_the_librarys_numbers_and_links_back():
+    at = lesson(10)
+    questions = [r for r in at.radio if r.key.startswith("ls.quiz.")]
+    assert len(questions) == N_SCREENS - 2 and all("why" in r.label.lower() for r in questions)
+    assert not [m for m in at.markdown if "✓" in m.value or "✗" in m.value]  # nothing graded before the end
+    bands = next(r for r in questions if "Li's band" in r.label)
+    right = "log w spreads like s√T, while exp(S/T) settles at e^(−s²/2)"
+    assert right in bands.options and bands.options.index(right) != 0  # the right answer is not always first
+    wrong = next(o for o in bands.options if o != right)
+    bands.set_value(wrong).run()
+    lag = next(r for r in questions if "infinite batches" in r.label)
+    lag.set_value(next(o for o in lag.options if "expected gradient is the true one" in o)).run()
+    assert not [m for m in at.markdown if "✓" in m.value or "✗" in m.value]  # still not graded: one grading
+    reveal(at)
     text = " ".join(m.value for m in at.markdown)
+    assert text.count("✓ right") == 1 and text.count("✗ not quite") == 1 and text.count("not answered") == 6
     geo, product = theory.geo_band_acceptance(4096, 0.05, 0.5, 2.0), theory.product_band_acceptance(4096, 0.05, 0.5, 2)
-    assert f"geometric {geo:.1%} against product {product:.1%}" in text
-    assert f"T = 20 / log 2 = {theory.catastrophic_min_length(20.0, 0.5):.1f}" in text
-    # one click on a wrong answer links back to the screen that teaches it
-    at.segmented_control(key="ls.check.a").set_value("[0.5, 2] on the product w").run()
-    back = next(b for b in at.button if b.label.startswith("See screen 2"))
+    assert f"geometric {geo:.1%}, product {product:.1%}" in text
+    C, toy = np.asarray(lab_data.CLIP_LINE), lab_data.INTERIOR_TOY
+    for B in lessons_data.CLIP_B:
+        bias2, var = theory.bitchain_seq_tis_error(toy.horizon, toy.threshold, toy.p, toy.q, C, B)
+        assert f"{C[np.argmin(bias2 + var)]:.3g} at B = {B}" in text
+    assert all(r.disabled for r in at.radio if r.key.startswith("ls.quiz."))  # answered once: locked
+    assert any("1 of 8 right" in i.value for i in at.info)
+    # the summary links back to the screen that teaches each question
+    back = next(b for b in at.button if b.label.startswith("See screen 4"))
     back.click().run()
-    assert at.title[0].value.startswith("A band on w") and at.query_params["step"] == "2"
+    assert at.title[0].value.startswith("A band on w") and at.query_params["step"] == "4"
 
 
 @pytest.mark.slow  # make test runs it; the fast suite stays under two minutes
 def test_navigation_and_the_step_in_the_url():
-    at = lesson(3)
+    at = lesson(6)
     assert at.title[0].value.startswith("One token 10 nats off")
     next(b for b in at.button if b.label == "Next").click().run()
-    assert at.query_params["step"] == "4" and at.title[0].value.startswith("Token IS corrects")
+    assert at.query_params["step"] == "7" and at.title[0].value.startswith("Token IS corrects")
     next(b for b in at.button if b.label == "Back").click().run()
-    assert at.query_params["step"] == "3"
-    assert lesson(99).title[0].value.startswith("Five questions")  # clamped to the last screen
-    assert open_view(LESSONS, step="banana").title[0].value.startswith("One rollout")
+    assert at.query_params["step"] == "6"
+    assert lesson(99).title[0].value.startswith("Quiz")  # clamped to the last screen
+    assert open_view(LESSONS, step="banana").title[0].value.startswith("Why do the trainer")
 
 
 def test_a_prediction_gets_a_verdict():
-    at = lesson(3)
-    at.select_slider(key="ls.pred.3").set_value(15).run()
+    at = lesson(6)
+    at.select_slider(key="ls.pred.6").set_value(15).run()
     assert "Your prediction was right." in answer(reveal(at))
-    at = lesson(3)
-    at.select_slider(key="ls.pred.3").set_value(500).run()
+    at = lesson(6)
+    at.select_slider(key="ls.pred.6").set_value(500).run()
     assert "Not what you predicted." in answer(reveal(at))
 
 
@@ -248,34 +273,38 @@ def locked(at: AppTest, step: int, kind: str = "select_slider") -> bool:
 
 
 def test_step_counts_from_1_as_the_page_does_and_an_old_step_0_opens_screen_1():
-    at = lesson(1)
-    assert at.title[0].value.startswith("One rollout") and at.query_params["step"] == "1"
-    assert at.caption[0].value.startswith("Lesson 1 of 7")
-    sidebar = " ".join(c.value for c in at.sidebar.caption)
-    assert "1. Opening" in sidebar and "7. Self-check" in sidebar and "?step=N (from 1)" in sidebar
+    at = lesson(3)
+    assert at.title[0].value.startswith("One rollout") and at.query_params["step"] == "3"
+    assert at.caption[0].value.startswith("Lesson 3 of 10")
+    # one numbering: the list of screens (a click opens one) counts as the URL and the caption do
+    listed = [b.label for b in at.button if b.key and b.key.startswith("ls.goto.")]
+    assert listed[:3] == ["1. Why they differ", "2. The cast", "3. Opening"] and listed[-1] == "10. Quiz"
+    next(b for b in at.button if b.key == "ls.goto.7").click().run()
+    assert at.query_params["step"] == "7" and at.caption[0].value.startswith("Lesson 7 of 10")
+    assert "?step=N (from 1)" in " ".join(c.value for c in at.sidebar.caption)
     old = lesson(0)  # an old 0-based link to the first screen
-    assert old.title[0].value.startswith("One rollout") and old.query_params["step"] == "1"
-    assert lesson(2).caption[0].value.startswith("Lesson 2 of 7")  # ?step=2 is "Lesson 2", the bands
+    assert old.title[0].value.startswith("Why do the trainer") and old.query_params["step"] == "1"
+    assert lesson(4).caption[0].value.startswith("Lesson 4 of 10")  # ?step=4 is "Lesson 4", the bands
 
 
 def test_reveal_in_the_link_opens_the_screen_revealed_and_next_does_not_carry_it():
-    at = lesson(1, reveal="1")
+    at = lesson(3, reveal="1")
     assert "You made no prediction." in answer(at)
-    assert locked(at, 1) and at.query_params["reveal"] == "1"
+    assert locked(at, 3) and at.query_params["reveal"] == "1"
     next(b for b in at.button if b.label == "Next").click().run()
-    assert at.query_params["step"] == "2" and "reveal" not in at.query_params
+    assert at.query_params["step"] == "4" and "reveal" not in at.query_params
     assert not [b for kind in (at.success, at.warning, at.info) for b in kind if "**Answer" in b.value]
-    plain = lesson(1)
-    assert not locked(plain, 1) and "reveal" not in plain.query_params
+    plain = lesson(3)
+    assert not locked(plain, 3) and "reveal" not in plain.query_params
 
 
 def test_opening_verdict_stays_with_the_setting_it_was_made_at():
-    at = predict(lesson(1), 1, 70)  # at s = 0.05 the answer is 94.5%: 70% is wrong there
+    at = predict(lesson(3), 3, 70)  # at s = 0.05 the answer is 94.5%: 70% is wrong there
     text = answer(reveal(at))
-    assert "You said 70% at s = 0.05. Not what you predicted." in text and locked(at, 1)
-    at.select_slider(key="ls.1.rollout").set_value(3).run()
+    assert "You said 70% at s = 0.05. Not what you predicted." in text and locked(at, 3)
+    at.select_slider(key="ls.3.rollout").set_value(3).run()
     assert "You said 70% at s = 0.05. Not what you predicted." in answer(at)
-    move(at, "ls.1.s", 0.02)  # at s = 0.02 the answer is 73.9%: 70% would be right here, the verdict stays
+    move(at, "ls.3.s", 0.02)  # at s = 0.02 the answer is 73.9%: 70% would be right here, the verdict stays
     share = theory.product_band_acceptance(4096, 0.02, 0.0, 1.0)
     there = theory.product_band_acceptance(4096, 0.05, 0.0, 1.0)
     assert abs(share - 0.70) <= 0.1 < abs(there - 0.70)  # (the move would flip a re-grade)
@@ -283,16 +312,16 @@ def test_opening_verdict_stays_with_the_setting_it_was_made_at():
     assert f"**{share:.1%}** of rollouts" in text  # the numbers follow the setting
     assert (f"You said 70% at s = 0.05 (the answer there: {there:.1%}; the numbers above are at s = 0.02). "
             "Not what you predicted.") in text
-    assert at.select_slider(key="ls.pred.1").value == 70 and locked(at, 1)
+    assert at.select_slider(key="ls.pred.3").value == 70 and locked(at, 3)
     # the why follows the setting: at s = 0.02 a quarter of the rollouts have w > 1, not "a rare few"
     assert "a rare few" not in text and f"the {1 - share:.0%} of rollouts with w > 1" in text
-    assert "a rare few huge weights" in answer(reveal(lesson(1)))  # s = 0.05: 5.5% above 1
+    assert "a rare few huge weights" in answer(reveal(lesson(3)))  # s = 0.05: 5.5% above 1
 
 
 def test_bands_verdict_stays_with_the_setting_it_was_made_at():
-    at = predict(lesson(2), 2, "almost none (under 20%)", "segmented_control")  # s = 0.05: it keeps 100%
-    assert "Not what you predicted." in answer(reveal(at)) and locked(at, 2, "segmented_control")
-    move(at, "ls.2.s", 1.2)  # here it keeps 7.6%: the guess would be right at this setting
+    at = predict(lesson(4), 4, "almost none (under 20%)", "segmented_control")  # s = 0.05: it keeps 100%
+    assert "Not what you predicted." in answer(reveal(at)) and locked(at, 4, "segmented_control")
+    move(at, "ls.4.s", 1.2)  # here it keeps 7.6%: the guess would be right at this setting
     text = answer(at)
     assert theory.geo_band_acceptance(4096, 1.2, 0.5, 2.0) < 0.2
     assert "You said “almost none (under 20%)” at s = 0.05 (the answer there: “most of them (over 80%)”" in text
@@ -300,28 +329,28 @@ def test_bands_verdict_stays_with_the_setting_it_was_made_at():
 
 
 def test_catastrophes_verdict_stays_with_the_setting_it_was_made_at():
-    at = predict(lesson(3), 3, 15)  # T* = 14.4 at L = 10, a = 0.5
+    at = predict(lesson(6), 6, 15)  # T* = 14.4 at L = 10, a = 0.5
     assert "You said T = 15 at L = 10, a = 0.5. Your prediction was right." in answer(reveal(at))
-    move(at, "ls.3.a", 0.9)  # T* = 94.9 here: 15 would be wrong
+    move(at, "ls.6.a", 0.9)  # T* = 94.9 here: 15 would be wrong
     text = answer(at)
-    assert f"T* = L / −log a = {theory.catastrophic_min_length(10.0, 0.9):.3g}" in text
-    assert "You said T = 15 at L = 10, a = 0.5 (the answer there: T* = 14.4, nearest 15;" in text
+    assert f"T\\* = L / −log a = {theory.catastrophic_min_length(10.0, 0.9):.3g}" in text
+    assert "You said T = 15 at L = 10, a = 0.5 (the answer there: T\\* = 14.4, nearest 15;" in text
     assert "Your prediction was right." in text
-    move(at, "ls.3.L", 20)
-    assert "Your prediction was right." in answer(at) and locked(at, 3)
+    move(at, "ls.6.L", 20)
+    assert "Your prediction was right." in answer(at) and locked(at, 6)
 
 
 def test_why_follows_every_setting_the_cheap_screens_offer():
     """Opened revealed by the link at each setting: the opening's "a rare few huge weights" only where under 10% of
     rollouts have w > 1; the bands screen's s below or past the cutoff s = sqrt(-2 log 0.5) = 1.18."""
     for s in lessons_data.OPEN_S:
-        text = answer(lesson(1, reveal="1", **{"ls.1.s": str(s)}))
+        text = answer(lesson(3, reveal="1", **{"ls.3.s": str(s)}))
         above = 1 - theory.product_band_acceptance(4096, s, 0.0, 1.0)
         assert ("a rare few huge weights" in text) == (above < 0.1), (s, above)
         assert "a rare few" in text or f"the {above:.0%} of rollouts with w > 1" in text, s
     cutoff = math.sqrt(-2 * math.log(0.5))
     for s in lessons_data.BAND_S:
-        text = answer(lesson(2, reveal="1", **{"ls.2.s": str(s)}))
+        text = answer(lesson(4, reveal="1", **{"ls.4.s": str(s)}))
         assert f"s = {s:g} (KL {s * s / 2:.3g}) is {'below' if s < cutoff else 'past'} it" in text, s
         geo = theory.geo_band_acceptance(4096, s, 0.5, 2.0)
         truth = "most of them" if geo > 0.8 else "almost none" if geo < 0.2 else "about half"
@@ -341,7 +370,7 @@ def test_every_pick_at_every_setting_is_graded_against_that_settings_answer():
             near = {g for g in guesses if gap[g] - min(gap.values()) <= 1e-9}
             assert len(near) == 1  # no ties at the settings offered (the closest call: L = 20, a = 0.5)
             for g in guesses:
-                at = predict(lesson(3, **{"ls.3.L": str(L), "ls.3.a": str(a)}), 3, g)
+                at = predict(lesson(6, **{"ls.6.L": str(L), "ls.6.a": str(a)}), 6, g)
                 text = answer(reveal(at))
                 assert f"You said T = {g} at L = {L}, a = {a:g}." in text
                 assert ("Your prediction was right." in text) == (g in near), (L, a, g, t_star)
@@ -350,7 +379,7 @@ def test_every_pick_at_every_setting_is_graded_against_that_settings_answer():
         geo = theory.geo_band_acceptance(4096, s, 0.5, 2.0)
         truth = bins[0] if geo > 0.8 else bins[2] if geo < 0.2 else bins[1]
         for pick in bins:
-            at = predict(lesson(2, **{"ls.2.s": str(s)}), 2, pick, "segmented_control")
+            at = predict(lesson(4, **{"ls.4.s": str(s)}), 4, pick, "segmented_control")
             text = answer(reveal(at))
             assert ("Your prediction was right." in text) == (pick == truth), (s, pick, geo)
 
@@ -362,7 +391,7 @@ def test_li_c_star_is_called_a_good_first_guess_only_where_it_is():
     for B in lessons_data.CLIP_B:
         bias2, var = theory.bitchain_seq_tis_error(16, 11, 0.55, 0.45, C, batch_size=B)
         best = C[np.argmin(bias2 + var)]
-        text = answer(lesson(5, reveal="1", **{"ls.5.B": str(B)}))
+        text = answer(lesson(8, reveal="1", **{"ls.8.B": str(B)}))
         assert f"lowest at **C = {best:.3g}**" in text, B
         good = 0.8 <= star / best <= 1.25
         assert ("a good first guess" in text) == good, (B, star, best)
@@ -373,10 +402,10 @@ def test_li_c_star_is_called_a_good_first_guess_only_where_it_is():
 
 @pytest.mark.slow
 def test_token_is_verdict_and_why_follow_the_reward():
-    at = predict(lesson(4), 4, "about 60%", "segmented_control")  # 56.7% with the threshold reward
+    at = predict(lesson(7), 7, "about 60%", "segmented_control")  # 56.7% with the threshold reward
     text = answer(reveal(at))
     assert "Your prediction was right." in text and "P_μ(others = k − 1)" in text
-    move(at, "ls.4.reward", "additive", "segmented_control")
+    move(at, "ls.7.reward", "additive", "segmented_control")
     text = answer(at)
     additive = theory.bitchain_token_is_mean(64, 40, 0.6, 0.55, reward="additive") / theory.bitchain_true_gradient(
         64, 40, 0.6, reward="additive")
@@ -397,11 +426,11 @@ def test_best_clip_verdict_and_li_follow_the_batch_size():
         bias2, var = theory.bitchain_seq_tis_error(16, 11, 0.55, 0.45, C, batch_size=B)
         return C[np.argmin(bias2 + var)]
 
-    at = predict(lesson(5), 5, 2.0)
+    at = predict(lesson(8), 8, 2.0)
     text = answer(reveal(at))
     assert "You said C = 2 at B = 128. Your prediction was right." in text
     assert abs(star / best(128) - 1) <= 0.25 and "a good first guess" in text  # 1.94 against 1.82
-    move(at, "ls.5.B", 32)
+    move(at, "ls.8.B", 32)
     text = answer(at)
     assert f"lowest at **C = {best(32):.3g}**" in text
     assert "Your prediction was right." in text and "(the answer there: C = 1.82, nearest 2;" in text
@@ -427,22 +456,22 @@ def _reach(J, level=0.5):
 @pytest.mark.slow
 def test_lag_verdict_ties_and_why_follow_the_lag(screens, token_is_expected):
     # a prediction at lag 100 stays graded there when the lag moves to 0, where all four tie
-    at = predict(lesson(6), 6, "Token IS", "segmented_control")
+    at = predict(lesson(9), 9, "Token IS", "segmented_control")
     assert "You said “Token IS” at lag 100. Not what you predicted." in answer(reveal(at))
-    move(at, "ls.6.K", 0)
+    move(at, "ls.9.K", 0)
     text = answer(at)
     assert "**A 4-way tie**" in text and "You said “Token IS” at lag 100 (the answer there: “Sequence IS”;" in text
-    assert "Not what you predicted." in text and locked(at, 6, "segmented_control")
+    assert "Not what you predicted." in text and locked(at, 9, "segmented_control")
     # at lag 0 every pick is right: the sampler is the trainer, every ratio 1, the same runs
     finals = {label: number_after(text, f"{label} ") for label in lessons_data.LAG_ESTIMATORS}
     assert len(set(finals.values())) == 1
     for pick in lessons_data.LAG_ESTIMATORS:
-        tie = predict(lesson(6, **{"ls.6.K": "0"}), 6, pick, "segmented_control")
+        tie = predict(lesson(9, **{"ls.9.K": "0"}), 9, pick, "segmented_control")
         assert "Your prediction was right." in answer(reveal(tie)) and "4-way tie" in answer(tie), pick
     # the why states what the runs show at each lag: token IS delayed, not stalled, and when it gets there
     J = token_is_expected
     for K in (50, 100):
-        text = answer(reveal(lesson(6, **{"ls.6.K": str(K)})))
+        text = answer(reveal(lesson(9, **{"ls.9.K": str(K)})))
         reach = _reach(J[K])
         assert reach is not None and reach > _reach(J[0])  # delayed ...
         end = lessons_data.LAG_EXPECTED_STEPS
@@ -457,7 +486,7 @@ def test_lag_verdict_ties_and_why_follow_the_lag(screens, token_is_expected):
 
 
 def test_go_deeper_opens_the_full_page_with_the_same_settings():
-    at = lesson(2, **{"ls.2.s": "1.2"})
+    at = lesson(4, **{"ls.4.s": "1.2"})
     next(b for b in at.button if b.label.startswith("Go deeper")).click().run()
     assert not at.exception
     assert at.title[0].value == "Length & thresholds"
@@ -469,20 +498,40 @@ def test_go_deeper_opens_the_full_page_with_the_same_settings():
     assert "**s = 1.2 is past it**" in caption and "cuts at the per-token KL −log 0.5 = 0.693" in caption
 
 
-def test_presenter_mode_scales_chart_text_and_shows_only_the_screen():
-    from ui.runtime.chart import PRESENT_SCALE
-    from ui.style import FONT
+def _font_sizes(node, inherited: float) -> list[float]:
+    """Every text size in a plotly spec: each font's own size, or the figure's where a font gives none."""
+    if isinstance(node, list):
+        return [x for v in node for x in _font_sizes(v, inherited)]
+    if not isinstance(node, dict):
+        return []
+    out = []
+    for k, v in node.items():
+        if k.endswith("font") and isinstance(v, dict):
+            out.append(v.get("size", inherited))
+        out += _font_sizes(v, inherited)
+    return out
 
-    at = lesson(3, present="1")
-    (fig,) = charts(at)
-    assert fig["layout"]["font"]["size"] == pytest.approx(FONT["size"] * PRESENT_SCALE, abs=0.1)
-    assert fig["layout"]["title"]["font"]["size"] > 20  # the title's own size, scaled
+
+def test_presenter_mode_scales_chart_text_and_shows_only_the_screen():
+    from ui.lesson_frame import PRESENT_CHART_SCALE
+    from ui.style import FONT, PRESENT_LESSON_CSS
+
+    for step in (8, 6, 2, 1):  # (ending on the first, whose Next opens a screen with nothing to train)
+        at = lesson(step, present="1", reveal="1")
+        (fig,) = charts(at)
+        assert fig["layout"]["font"]["size"] == pytest.approx(FONT["size"] * PRESENT_CHART_SCALE, abs=0.1)
+        sizes = _font_sizes(fig, fig["layout"]["font"]["size"])
+        assert sizes and min(sizes) >= 20, (step, sorted(sizes)[:5])  # chart text at least 20 px
+        assert not any(b.label.startswith("Go deeper") for b in at.button)  # the projector shows the screen only
+    assert "font-size: 22px" in PRESENT_LESSON_CSS and "stHeader" in PRESENT_LESSON_CSS  # page text >= 22 px
     assert not [t for t in at.toggle if t.label == "Advanced knobs"]
     assert "stSidebar" in " ".join(h.value for h in at.html)  # the CSS that hides the sidebar
+    assert [e.label for e in at.expander] == ["The setup"]  # the screen's words fold, the question stays
     next(b for b in at.button if b.label == "Next").click().run()
     assert at.query_params["present"] == "1"  # it stays on
-    plain = lesson(3)
+    plain = lesson(6)
     assert charts(plain)[0]["layout"].get("font", {}).get("size", FONT["size"]) == FONT["size"]
+    assert not plain.expander
 
 
 def test_advanced_knobs_are_hidden_unless_asked_and_a_link_still_sets_them():
@@ -585,3 +634,146 @@ def test_the_chi2_of_c_star_is_named_where_it_is_quoted():
     batch = synthetic.make_batch("gaussian", n_rollouts=64, max_len=256, seed=0)
     (reading,) = advice.advise(batch, ["seq_tis"]).readings
     assert any("the whole rollout's at the median length" in w for w in reading.why), reading.why
+
+
+# ---------------------------------------------------------------------------------------------------------
+# issue 44: the first screens, fact (a)'s realistic half, and what (c) and (d) add; each screen's numbers against
+# the library at every control value, each verdict kept at the setting it was made at
+
+
+def _kl_k3(path: str) -> float:
+    """Per-token KL(mu || pi) of a shipped batch by k3 = mean(rho - 1 - l) over its loss tokens, computed here."""
+    from seqis.io import load_batch
+    from seqis.io.columns import ASSETS_DIR
+
+    b = load_batch(ASSETS_DIR / path)
+    l = (b.trainer_logprobs - b.inference_logprobs)[b.loss_mask].double()
+    return float((l.exp() - 1 - l).mean())
+
+
+def test_why_they_differ_states_the_measured_mismatch_at_each_format_and_keeps_the_verdict():
+    kl = {"bf16": _kl_k3("precision_tiny_lm_bf16.parquet"), "fp16": _kl_k3("tiny_lm_fp16.parquet")}
+    assert kl["fp16"] < kl["bf16"] < 1e-4  # the tiny model: below every engine the literature measured
+    for dtype in ("bf16", "fp16"):
+        text = answer(lesson(1, reveal="1", **{"ls.1.dtype": dtype}))
+        assert f"per-token KL is **{kl[dtype]:.2g}** nats" in text, dtype
+        assert f"an s of **{theory.s_from_kl(kl[dtype]):.3g}**" in text and "Real engines measure 0.0005 to 1" in text
+    # before the reveal the chart does not show the measurement (the answer)
+    (fig,) = charts(lesson(1))
+    assert "measured here" not in json.dumps(fig["data"], ensure_ascii=False)
+    at = predict(lesson(1), 1, "1e-3 to 1e-2", "segmented_control")
+    assert "You said “1e-3 to 1e-2” at the bf16 sampler. Not what you predicted." in answer(reveal(at))
+    move(at, "ls.1.dtype", "fp16", "segmented_control")
+    text = answer(at)
+    assert f"**{kl['fp16']:.2g}**" in text and "Not what you predicted." in text
+    assert "(the answer there: 2.8e-05 (“below 1e-4”); the numbers above are at the fp16 sampler)" in text
+    assert locked(at, 1, "segmented_control")
+
+
+def test_the_cast_reads_each_weight_from_seqis_run_at_every_L():
+    import torch
+    from ui import lesson_intro_data as intro
+
+    from seqis import Batch, run
+
+    for L in intro.CAST_L:
+        at = lesson(2, reveal="1", **{"ls.2.L": str(L)})
+        text = answer(at)
+        ratio = math.exp(-L / 200)  # GeoMean IS on one token l = -L among 199 on-policy ones
+        assert f"GeoMean IS gives **{ratio:.3g} on every token**" in text and "gives 1 on every token" in text
+        # the card's cells are seqis.run's weights: here MIS-PO and the veto on the low rollout, computed again
+        lr = torch.zeros(1, 200, dtype=torch.float64)
+        lr[0, 50] = -L
+        b = Batch(trainer_logprobs=lr - 1.0, inference_logprobs=torch.full_like(lr, -1.0),
+                  advantages=torch.ones(1, dtype=torch.float64))
+        (fig,) = charts(at)
+        cells = {(x, y): t for tr in fig["data"] for x, y, t in zip(tr["x"], tr["y"], tr["text"], strict=True)}
+        veto = run("max_mask", b, ESTIMATORS["max_mask"].config(token_mask_low=1e-4, token_mask_high=math.inf))
+        assert cells[(f"one l = −{L}", "veto")] == ("0" if float(veto.weights.abs().sum()) == 0 else "1"), L
+        assert cells[(f"one l = −{L}", "GeoMean IS")] == f"{ratio:.3g}"
+    (fig,) = charts(lesson(2))
+    assert any("?" in tr["text"] for tr in fig["data"])  # before the reveal GeoMean IS's cell is withheld
+    at = predict(lesson(2), 2, intro.GEO_CHOICES[1], "segmented_control")
+    assert "Your prediction was right." in answer(reveal(at))
+    move(at, "ls.2.L", 30)
+    assert "You said “e^(−L/T) on every token” at L = 10 (the answer there" in answer(at) and locked(
+        at, 2, "segmented_control")
+
+
+def test_mis_po_at_a_real_mismatch_follows_the_closed_form_at_every_kl():
+    from ui import lesson_intro_data as intro
+
+    bins = intro.KEEP_BINS
+    for kl in intro.REAL_KL:
+        s = math.sqrt(2 * kl)
+        keep = {T: theory.geo_band_acceptance(T, s, 0.996, 1.001) for T in (16, 256, 4096)}
+        text = answer(lesson(5, reveal="1", **{"ls.5.kl": str(kl)}))
+        assert f"the band keeps **{keep[4096]:.1%}** of 4,096-token rollouts" in text, kl
+        assert f"{keep[16]:.1%} at T = 16, {keep[256]:.1%} at T = 256" in text
+        assert ("long ones too" in text) == (kl > -math.log(0.996)), kl
+    truth = {kl: bins[0] if (a := theory.geo_band_acceptance(4096, math.sqrt(2 * kl), 0.996, 1.001)) > 0.8
+             else bins[2] if a < 0.2 else bins[1] for kl in intro.REAL_KL}
+    assert len(set(truth.values())) == 3  # the settings offered reach every answer
+    at = predict(lesson(5), 5, bins[0], "segmented_control")  # KL 1e-3: 99.8% kept
+    assert "Your prediction was right." in answer(reveal(at))
+    move(at, "ls.5.kl", 0.01)
+    text = answer(at)
+    assert "You said “most of them (over 80%)” at KL = 0.001 (the answer there" in text
+    assert "Your prediction was right." in text and truth[0.01] == bins[2]
+    (fig,) = charts(lesson(5))  # before the reveal: the two short lengths only, no closed form, not T = 4096
+    assert {t.get("name") for t in fig["data"]} <= {"T = 16", "T = 256"}
+
+
+def test_before_the_reveal_the_opening_and_the_catastrophe_charts_hold_back_their_answers():
+    (fig,) = charts(lesson(3))
+    xs = [x for t in fig["data"] for x in _values(t.get("x", []))]
+    assert max(xs) <= 256  # the rollouts stop long before T = 4,096, whose count is the answer
+    (fig,) = charts(lesson(3, reveal="1"))
+    assert max(x for t in fig["data"] for x in _values(t.get("x", []))) == 4096
+    (fig,) = charts(lesson(6))
+    geo = [t for t in fig["data"] if t.get("name", "").startswith("geometric band")]
+    assert geo and max(x for t in geo for x in _values(t["x"])) <= 4  # far below T* = 14.4
+
+
+@pytest.mark.slow
+def test_best_clip_states_the_valley_and_what_c_star_costs_at_32_and_512():
+    C = np.asarray(lab_data.CLIP_LINE)  # the clip lesson's chain: lab_data.INTERIOR_TOY, H = 16, k = 11
+    star = theory.seq_tis_best_clip(theory.bitchain_chi2(16, 0.55, 0.45))
+
+    def mse(B, c):
+        return sum(theory.bitchain_seq_tis_error(16, 11, 0.55, 0.45, np.asarray(c, dtype=float), batch_size=B))
+
+    cost = {B: float(mse(B, [star])[0] / mse(B, C).min() - 1) for B in (32, 128, 512)}
+    assert cost[32] == pytest.approx(0.65, abs=0.01) and cost[512] == pytest.approx(0.47, abs=0.01)  # the issue's
+    for B in lessons_data.CLIP_B:
+        text = answer(lesson(8, reveal="1", **{"ls.8.B": str(B)}))
+        for b in sorted({32, 512, B}):
+            assert f"**{cost[b]:+.0%}** MSE at B = {b}" in text, (B, b)
+        flat = C[mse(B, C) <= 1.05 * mse(B, C).min()]
+        assert f"from C = {flat.min():.3g} to {flat.max():.3g} (shaded)" in text
+        assert "derived for one rollout" in text
+
+
+@pytest.mark.slow
+def test_token_is_error_bars_are_the_standard_error_of_the_plotted_mean():
+    from ui.lab_data import DEFAULT_ESTIMATORS, MCSpec, ToySpec
+
+    for reward in ("threshold", "additive"):
+        toy = ToySpec(bit_reward=reward)
+        mc = MCSpec(device="cpu")
+        res = lab.monte_carlo_many(toy.chain(), [(n, ESTIMATORS[n].config()) for n in DEFAULT_ESTIMATORS],
+                                   **mc.kwargs())
+        true = res[0].true.numpy()
+        at = lesson(7, reveal="1", **{"ls.7.reward": reward})
+        (fig,) = charts(at)
+        bars = next(t for t in fig["data"] if t["type"] == "bar")
+        for i, r in enumerate(r for r in res if r.estimator in ("token_tis", "seq_is", "pg")):
+            per_batch = (r.grads.numpy() / true).mean(axis=1)  # each batch's mean ratio, as the chart plots
+            se = per_batch.std(ddof=1) / math.sqrt(len(per_batch))
+            assert _values(bars["error_y"]["array"])[i] == pytest.approx(2 * se, rel=1e-6), (reward, r.estimator)
+        pg = theory.bitchain_naive_pg_mean(64, 40, 0.6, 0.55, reward) / theory.bitchain_true_gradient(64, 40, 0.6,
+                                                                                                       reward)
+        assert f"**{pg:.3g}x** the true gradient" in answer(at)
+        lo, hi = fig["layout"]["yaxis"]["range"]
+        assert lo < pg < hi, (reward, pg)  # naive PG's -6.3x with the additive reward is on the chart
+    assert pg == pytest.approx(-6.3, abs=0.05)

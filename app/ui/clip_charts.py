@@ -90,6 +90,5 @@ def mse_vs_clip(df: pd.DataFrame, *, knob: str, estimator: str, theory: dict | N
     fig.update_xaxes(type="log", title=f"{estimator} · {knob} (clip C)", tickvals=ticks,
                      ticktext=[f"{v:g}" for v in ticks])
     fig.update_yaxes(title="squared error of the gradient", rangemode="tozero")
-    fig = titled(fig, title or f"{estimator}: bias², variance and MSE vs {knob}", height=height)
-    fig.update_layout(legend=dict(orientation="h", yanchor="top", y=-0.2, xanchor="left", x=0))
-    return fig
+    # titled puts the legend at the figure's foot with room kept for its rows (under the plot at y = -0.2 it was cut)
+    return titled(fig, title or f"{estimator}: bias², variance and MSE vs {knob}", height=height)

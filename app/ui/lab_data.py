@@ -127,7 +127,8 @@ def _exact_means(toy: ToySpec, ests: Estimators) -> dict[str, list[float]]:
 
 def compare(toy: ToySpec, ests: Estimators, mc: MCSpec, progress=None) -> dict:
     """Every estimator on the same rollouts (common random numbers). Returns {"summary": one row per
-    estimator, "gradients": name -> (mean, stderr), "exact": name -> exact expectation where known}."""
+    estimator, "gradients": name -> (mean, stderr), "exact": name -> exact expectation where known, "batches":
+    name -> (n_batches, D) every batch's gradient where the lab kept them}."""
 
     def compute():
         results = lab.monte_carlo_many(toy.chain(), list(ests), progress=progress, **mc.kwargs())
@@ -135,7 +136,8 @@ def compare(toy: ToySpec, ests: Estimators, mc: MCSpec, progress=None) -> dict:
         summary = summary.rename(columns={"stderr_bias2": "bias2_se", "stderr_variance": "variance_se",
                                           "stderr_mse": "mse_se"})
         grads = {r.estimator: (r.mean.tolist(), r.stderr.tolist()) for r in results}
-        return dict(summary=summary, gradients=grads, exact=_exact_means(toy, ests),
+        batches = {r.estimator: r.grads.numpy() for r in results if r.grads is not None}  # (n_batches, D) each
+        return dict(summary=summary, gradients=grads, exact=_exact_means(toy, ests), batches=batches,
                     seconds=max(r.seconds for r in results))
 
     return memo(("compare", toy, ests, mc), compute)

@@ -114,39 +114,61 @@ SHOWN = ("token_tis", "seq_is", "pg")
 
 
 def token_bias(reward: str, device: str, progress=None) -> dict:
-    """Bias & variance's first run (its toy, estimators and Monte Carlo) with this reward: per shown estimator its
-    mean gradient over the true one, simulated (averaged over positions; +-2 s.e. bound: the mean of the
-    per-position standard errors) and exact where known. {"rows": estimator, ratio, ratio_se, exact, "toy"}."""
+    """Bias & variance's first run (its toy, estimators and Monte Carlo) with this reward: per shown estimator each
+    batch's gradient over the true one (averaged over positions), their mean and its standard error (the spread of
+    the per-batch values over √batches: the error of the plotted mean, which the per-position errors overstate),
+    and the exact expectation where known. {"rows": estimator, ratio, ratio_se, exact; "batches": estimator ->
+    (n_batches,) per-batch ratios; "toy", "contrast"}."""
     toy = lab_data.ToySpec(bit_reward=reward)
     ests = tuple((n, ESTIMATORS[n].config()) for n in lab_data.DEFAULT_ESTIMATORS)
     res = lab_data.compare(toy, ests, lab_data.MCSpec(device=device), progress=progress)
-    true = np.asarray(lab_data.chain_info(toy)["true"])
-    rows = []
+    true = np.asarray(lab_data.chain_info(toy)["true"])  # (D,)
+    rows, batches = [], {}
     for name in SHOWN:
-        mean, se = (np.asarray(x) for x in res["gradients"][name])
+        per_batch = (res["batches"][name] / true).mean(axis=1)  # (n_batches,) each batch's mean ratio
         exact = res["exact"].get(name)
-        rows.append(dict(estimator=name, ratio=float((mean / true).mean()), ratio_se=float((se / np.abs(true)).mean()),
+        batches[name] = per_batch
+        rows.append(dict(estimator=name, ratio=float(per_batch.mean()),
+                         ratio_se=float(per_batch.std(ddof=1) / math.sqrt(len(per_batch))),
                          exact=float((np.asarray(exact) / true).mean()) if exact is not None else math.nan))
-    return dict(rows=pd.DataFrame(rows), toy=repr(toy.chain()),
+    return dict(rows=pd.DataFrame(rows), batches=batches, toy=repr(toy.chain()),
                 contrast=lab_data.token_is_contrast(toy))
 
 
 # ---- screen 5 (fact d): the best clip, on the toy whose sequence-TIS MSE has an interior minimum
 CLIP_B = (32, 128, 512)
 CLIP_GUESSES = (0.5, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0, math.inf)
+CLIP_COST_B = (32, 512)  # the batch sizes at which the answer states what clipping at Li's C* costs
+VALLEY = 0.05  # the flat valley: clips whose exact MSE is within 5% of the lowest
+
+
+def clip_cost(batch_size: int) -> dict:
+    """Li's C* against the exact best clip on the clip lesson's chain at this batch size: {"best", "star",
+    "cost": MSE at C* over the lowest MSE, minus 1, "valley": (lo, hi) the clips within VALLEY of the lowest}."""
+    toy, C = lab_data.INTERIOR_TOY, np.asarray(lab_data.CLIP_LINE)
+    star = float(theory.seq_tis_best_clip(theory.bitchain_chi2(toy.horizon, toy.p, toy.q)))
+    mse = sum(theory.bitchain_seq_tis_error(toy.horizon, toy.threshold, toy.p, toy.q, C, int(batch_size)))
+    at_star = float(sum(theory.bitchain_seq_tis_error(toy.horizon, toy.threshold, toy.p, toy.q, np.asarray([star]),
+                                                      int(batch_size)))[0])
+    flat = C[mse <= (1 + VALLEY) * mse.min()]
+    return dict(best=float(C[np.argmin(mse)]), star=star, cost=at_star / float(mse.min()) - 1,
+                valley=(float(flat.min()), float(flat.max())))
 
 
 def clip_sweep(batch_size: int, device: str, progress=None) -> dict:
     """seq_tis's bias², variance and MSE against its clip on lab_data.INTERIOR_TOY, 200 batches of `batch_size`
     (the sweep Bias & variance runs on that toy), and theory's: {"df", "theory" (lab_data.clip_theory),
-    "best_sim"}."""
+    "best_sim", "cost": B -> what clipping at Li's C* costs in MSE (at CLIP_COST_B and this B), "valley": the
+    clips within VALLEY of the lowest exact MSE at this B}."""
     toy, cfg = lab_data.INTERIOR_TOY, ESTIMATORS["seq_tis"].config()
     mc = lab_data.MCSpec(batch_size=int(batch_size), device=device)
     values = lab_data.knob_values("seq_tis", "seq_clip", cfg)
     df = lab_data.knob_sweep(toy, "seq_tis", cfg, "seq_clip", values, mc, progress=progress)
     finite = df[np.isfinite(df["value"].to_numpy(float))]
+    costs = {B: clip_cost(B) for B in sorted({*CLIP_COST_B, int(batch_size)})}
     return dict(df=df, theory=lab_data.clip_theory(toy, "seq_tis", cfg, "seq_clip", mc),
-                best_sim=float(finite.loc[finite["mse"].idxmin(), "value"]))
+                best_sim=float(finite.loc[finite["mse"].idxmin(), "value"]),
+                cost={B: c["cost"] for B, c in costs.items()}, valley=costs[int(batch_size)]["valley"])
 
 
 # ---- screen 6 (fact e): training under policy lag, sampled and in the infinite-batch limit
@@ -211,46 +233,72 @@ def lag(lag: int, device: str, progress=None) -> dict:
                 expected_steps=int(exp["update"].max()))
 
 
-# ---- screen 7: the self-check, each answer computed
+# ---- the quiz: "why" questions, each answer's number computed
 
 
-def self_check(device: str) -> list[dict]:
-    """Five one-click questions, one per fact: {"fact", "question", "options", "answer" (an option), "why" (the
-    number behind it), "screen" (the step, from 1, that teaches it)}."""
-    product = theory.product_band_acceptance(4096, 0.05, 0.5, 2.0)
-    geo = theory.geo_band_acceptance(4096, 0.05, 0.5, 2.0)
-    t_star = theory.catastrophic_min_length(20.0, 0.5)
-    additive = lab_data.token_is_contrast(lab_data.ToySpec(bit_reward="additive"))["additive"]
-    C = np.asarray(lab_data.CLIP_LINE)
-    toy = lab_data.INTERIOR_TOY
+def _q(screen: str, question: str, right: str, wrong: tuple[str, ...], why: str, turn: int) -> dict:
+    """A quiz question: its options with the right one at position `turn` (so it is not always first)."""
+    options = list(wrong)
+    options.insert(turn % (len(wrong) + 1), right)
+    return dict(screen=screen, question=question, options=options, answer=right, why=why)
+
+
+def quiz(device: str) -> list[dict]:
+    """Eight "why" questions, one per screen before the quiz: {"screen" (its name on the page), "question",
+    "options", "answer" (one of them), "why" (the reason with the number behind it, computed here)}."""
+    from .lesson_intro_data import cast, mismatch
+
+    kl = mismatch("bf16")["kl"]
+    geo_w = cast(10.0)["ratio"]
+    product, geo = (f(4096, 0.05, 0.5, 2.0) for f in (theory.product_band_acceptance, theory.geo_band_acceptance))
+    s3 = float(theory.s_from_kl(1e-3))
+    short, long_ = (float(theory.geo_band_acceptance(T, s3, 0.996, 1.001)) for T in (16, 4096))
+    t_star = theory.catastrophic_min_length(10.0, 0.5)
+    contrast = lab_data.token_is_contrast(lab_data.ToySpec())
+    C, toy = np.asarray(lab_data.CLIP_LINE), lab_data.INTERIOR_TOY
     best = {B: float(C[np.argmin(sum(theory.bitchain_seq_tis_error(toy.horizon, toy.threshold, toy.p, toy.q, C, B)))])
-            for B in (128, 512)}
+            for B in CLIP_B}
     exp = lag_expected(device)
-    exp = exp[(exp["lag"] == 100) & (exp["update"] == LAG_SPEC.steps)].set_index("estimator")["J"]
-    choices = ["Sequence IS", "Token IS", "GeoMean IS"]
+    reach = {(label, K): first_reach(exp[(exp["estimator"] == label) & (exp["lag"] == K)])
+             for label in ("Sequence IS", "Token IS") for K in (0, 100)}
     return [
-        dict(fact="a", screen=2, question="At s = 0.05, which band keeps more 4,096-token rollouts?",
-             options=["[0.5, 2] on the product w", "[0.5, 2] on the geometric ratio"],
-             answer="[0.5, 2] on the geometric ratio" if geo > product else "[0.5, 2] on the product w",
-             why=f"geometric {geo:.1%} against product {product:.1%} (closed forms)"),
-        dict(fact="b", screen=3, question="One token with l = −20 among 100 on-policy tokens: does the geometric "
-             "band [0.5, 2] keep the rollout?", options=["it keeps it", "it drops it"],
-             answer="it keeps it" if 100 >= t_star else "it drops it",
-             why=f"it keeps rollouts from T = 20 / log 2 = {t_star:.1f} tokens on"),
-        dict(fact="c", screen=4, question="Huang's chain with an additive reward (the sum of the bits): token IS's "
-             "mean gradient is…", options=["unbiased", "biased"],
-             answer="unbiased" if abs(additive - 1) < 1e-9 else "biased",
-             why=f"{additive:.1%} of the true gradient (closed form)"),
-        dict(fact="d", screen=5, question=f"On the clip lesson's chain the best clip is {best[128]:.2g} at 128 "
-             "rollouts a batch. At 512 it is…", options=["smaller", "about the same", "larger"],
-             answer="larger" if best[512] > 1.1 * best[128] else "smaller" if best[512] < best[128] / 1.1
-             else "about the same",
-             why=f"exact best {best[512]:.3g} at 512 against {best[128]:.3g} at 128: variance falls like 1/B"),
-        dict(fact="e", screen=6, question="With infinite batches at lag 100, which reaches J ≈ 1 within "
-             f"{LAG_SPEC.steps} updates?",
-             options=choices, answer=max(choices, key=lambda k: exp[k]),
-             why=", ".join(f"{k} {exp[k]:.2f}" for k in choices) + f" after {LAG_SPEC.steps} updates (exact expected "
-             "gradients; the others are delayed, not stopped)"),
+        _q("Why they differ", "The tiny transformer's bf16 sampler and fp32 trainer share their weights, with no lag, "
+           "temperature or truncation. Why do they still disagree on a token's probability?",
+           "bf16 rounds the sampler's weights and activations, so its logits come out slightly different",
+           ("the sampler draws its tokens with another random seed", "the trainer has already taken an update"),
+           f"rounding alone: a per-token KL of {kl:.2g} nats", 0),
+        _q("The cast", "Why does GeoMean IS give a 200-token rollout with one token 10 nats low almost the weight "
+           "of a clean one?",
+           "its weight exp(S/T) averages the odd token's log-ratio over all 200 tokens",
+           ("it clips every token's ratio at 2", "it drops the tokens outside [0.5, 2]"),
+           f"e^(−10/200) = {geo_w:.3g} on every token", 1),
+        _q("(a) bands", "Why does Li's band [0.5, 2] keep almost every 4,096-token rollout on the geometric ratio, "
+           "and few on the product w?",
+           "log w spreads like s√T, while exp(S/T) settles at e^(−s²/2)",
+           ("long rollouts have smaller per-token log-ratios", "w is clipped at 2 before the band sees it"),
+           f"at s = 0.05: geometric {geo:.1%}, product {product:.1%} (closed forms)", 2),
+        _q("(a) at a real mismatch", "At a per-token KL of 0.001, why does MIS-PO's band [0.996, 1.001] keep "
+           "16-token rollouts less often than 4,096-token ones?",
+           "a short rollout's exp(S/T) is noisier (spread s/√T) and leaves a band this narrow by chance",
+           ("short rollouts have a larger per-token KL", "the band widens with the rollout's length"),
+           f"kept: {short:.1%} at T = 16, {long_:.1%} at T = 4,096 (closed form)", 0),
+        _q("(b) catastrophes", "Why can a geometric band miss a token 10 nats off in a long rollout?",
+           "it sees exp(−L/T): the token's log-ratio divided by the length",
+           ("the bad token is left out of the loss mask", "a band checks only a rollout's first tokens"),
+           f"with [0.5, 2] it passes from T\\* = 10 / log 2 = {t_star:.1f} tokens on", 1),
+        _q("(c) token IS", "Why is token IS biased with the reward 1[sum ≥ 40] but exact with the sum of the bits?",
+           "the threshold couples the tokens: token t's reward depends on the other bits, which still come from μ",
+           ("its ratio ρ_t is clipped under the threshold reward", "the sum of the bits has a smaller variance"),
+           f"{contrast['threshold']:.1%} of the true gradient against {contrast['additive']:.1%} (closed forms)", 2),
+        _q("(d) the best clip", "Why does the best clip C grow with the batch size B?",
+           "the batch's variance falls like 1/B, while the bias² a clip adds does not",
+           ("larger batches hold larger weights", "Li's C* = √(2(1 + χ²)) grows with B"),
+           "exact best " + ", ".join(f"{best[B]:.3g} at B = {B}" for B in CLIP_B) + "; Li's C\\* does not move", 0),
+        _q("(e) lag", "With infinite batches, why does sequence IS climb as fast at lag 100 as with no lag?",
+           "the product w corrects the whole rollout, so its expected gradient is the true one at any lag",
+           ("it clips the stale rollouts' weights", "lag only adds noise, which infinite batches remove"),
+           f"J = 0.5 at update {reach['Sequence IS', 100]} at lag 100 and {reach['Sequence IS', 0]} without; token "
+           f"IS {reach['Token IS', 100]} against {reach['Token IS', 0]}: its delay is bias, not noise", 1),
     ]
 
 
@@ -260,13 +308,18 @@ def self_check(device: str) -> list[dict]:
 def warm_steps(device: str) -> list[Callable[[], object]]:
     """Every screen at every setting it offers, one call each (the launcher's background warm-up runs them one at
     a time, pausing while a page runs)."""
-    steps: list[Callable[[], object]] = [partial(opening, s, r, device) for s in OPEN_S for r in OPEN_ROLLOUTS]
+    from . import lesson_intro_data as intro
+
+    steps: list[Callable[[], object]] = [partial(intro.mismatch, dtype) for dtype in intro.MISMATCH_ASSETS]
+    steps += [partial(intro.cast, float(L)) for L in intro.CAST_L]
+    steps += [partial(intro.realistic, kl, device) for kl in intro.REAL_KL]
+    steps += [partial(opening, s, r, device) for s in OPEN_S for r in OPEN_ROLLOUTS]
     steps += [partial(bands, s, device) for s in BAND_S]
     steps += [partial(catastrophic, float(L), low, device) for L in CAT_L for low in CAT_LOW]
     steps += [partial(token_bias, r, device) for r in REWARD_OPTIONS]
     steps += [partial(clip_sweep, B, device) for B in CLIP_B]
     steps += [partial(lag, k, device) for k in LAG_OPTIONS]
-    return steps + [partial(self_check, device)]
+    return steps + [partial(quiz, device)]
 
 
 def warm_all(device: str) -> None:

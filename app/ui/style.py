@@ -200,8 +200,15 @@ PRESENT_CSS = """<style>
 [data-testid="stToolbar"] { display: none; }
 </style>"""
 
-# ... and on Lessons nothing but the screen: no sidebar, no button to open it
+# ... and on Lessons nothing but the screen: no sidebar, no button to open it, no header over "Lesson N of M"; every
+# text at least 22 px (a projector's back row), the title larger, the page's padding small so 720 px hold a screen
 PRESENT_LESSON_CSS = """<style>
-[data-testid="stSidebar"], [data-testid="stSidebarCollapsedControl"], [data-testid="stExpandSidebarButton"] {
-  display: none; }
+[data-testid="stSidebar"], [data-testid="stSidebarCollapsedControl"], [data-testid="stExpandSidebarButton"],
+[data-testid="stHeader"] { display: none; }
+[data-testid="stMainBlockContainer"] { padding-top: 0.75rem; padding-bottom: 1rem; max-width: 100%; }
+[data-testid="stMain"] :is(p, li, label, span, button, summary, input, td, th,
+  [data-testid="stCaptionContainer"], [data-testid="stMarkdownContainer"]) { font-size: 22px !important; }
+[data-testid="stApp"] [data-testid="stMain"] :is(h1, h1 *) { font-size: 1.75rem !important; }  /* outranks the 22 px rule */
+[data-testid="stMain"] h1 { padding: 0.1rem 0 0.3rem 0; }
+[data-testid="stMain"] [data-testid="stVerticalBlock"] { gap: 0.55rem; }
 </style>"""

@@ -94,11 +94,11 @@ def prepare(*figs) -> None:
         figure_json(fig, _scale())
 
 
-def chart(fig, *, key: str, click: bool = False) -> dict | None:
+def chart(fig, *, key: str, click: bool = False, scale: float | None = None) -> dict | None:
     """Draw `fig` in the current container under `key` (stable across reruns: the node is kept and updated).
     With click=True, returns the clicked point ({"x", "y", "curve", "index", "customdata", "name"}) on the rerun
-    a click causes, else None."""
-    result = _mount(data=payload(fig, click=click, scale=_scale()), key=key, width="stretch",
+    a click causes, else None. `scale`: the font scale, if not the page's (Lessons' presenter mode asks more)."""
+    result = _mount(data=payload(fig, click=click, scale=scale or _scale()), key=key, width="stretch",
                     **({"on_click_change": lambda: None} if click else {}))
     return getattr(result, "click", None) if click else None
 
