@@ -7,35 +7,41 @@ untruncated IS, and under a constant reward the expected centered gradient is 0 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
 import torch
 
 from seqis import PRESETS, Batch, run
+from seqis.core.compose import Centering
 from seqis.presets.nemo_rl import NemoRLConfig
 from seqis.registry import head_fields, lacking, needs_head, runnable, skipped_note
 
 from test_score_centering import head_batch
+from test_score_centering import reference as formula
 
 INF = math.inf
 one = lambda x: 1.0
 trunc = lambda hi: lambda x: min(x, hi)
 clamp = lambda lo, hi: lambda x: min(max(x, lo), hi)
 band = lambda lo, hi: lambda x: x if lo <= x <= hi else 0.0
-# key -> (the sampled token's weight, the head's f, sampler floor, trainer floor), from each framework's code
+V6, N6 = dict(sampler_floor=1e-6, trainer_floor=1e-6), dict(sampler_floor=None, trainer_floor=1e-6)
+M6 = dict(sampler_floor=0.0, trainer_floor=1e-6)
+# key -> (the sampled token's weight, the head's f and tail floors), from each framework's code; the float64 loops of
+# test_score_centering.reference read the Centering written here (rule, edges, floors), never the preset's
 FORMULAS = {
-    "verl/bypass_pg_sc": (one, one, 1e-6, 1e-6),  # score_centering_weight_fn(None): torch.ones_like; eps 1e-6
-    "verl/bypass_pg_token_tis_sc": (trunc(2.0), trunc(2.0), 1e-6, 1e-6),  # ratio.clamp(max=upper)
-    "verl/bypass_pg_token_icepop_sc": (band(0.5, 5.0), band(0.5, 5.0), 1e-6, 1e-6),  # "0.5_5.0"
-    "nemo-rl/tis-score-centering": (clamp(0.0, 2.0), clamp(0.0, 2.0), None, 1e-6),  # max(1 - P_H, 1e-6) only
-    "nemo-rl/icepop-score-centering": (band(0.5, 5.0), band(0.5, 5.0), None, 1e-6),
-    "miles/score_centering": (one, one, 0.0, 1e-6),  # trainer_tail clamp_min(1e-6), sampler_tail clamp_min(0.0)
-    "miles/score_centering_tis": (clamp(0.0, 2.0), clamp(0.0, 2.0), 0.0, 1e-6),  # ratios.clamp(tis_clip_low, tis_clip)
-    "skyrl/token_tis_score_centering": (trunc(2.0), trunc(2.0), 1e-6, 1e-6),  # TAIL_MASS_FLOOR on every tail
-    "vime/score_centering": (one, one, 1e-6, 1e-6),
-    "vime/score_centering_tis": (clamp(0.0, 2.0), clamp(0.0, 2.0), 1e-6, 1e-6),
-    "vime/score_centering_icepop": (band(0.5, 2.0), band(0.5, 2.0), 1e-6, 1e-6),  # vime's band [0.5, 2]
+    "verl/bypass_pg_sc": (one, Centering("none", **V6)),  # score_centering_weight_fn(None): ones; eps 1e-6 both
+    "verl/bypass_pg_token_tis_sc": (trunc(2.0), Centering("truncate", high=2.0, **V6)),  # ratio.clamp(max=upper)
+    "verl/bypass_pg_token_icepop_sc": (band(0.5, 5.0), Centering("band", low=0.5, high=5.0, **V6)),  # "0.5_5.0"
+    "nemo-rl/tis-score-centering": (clamp(0.0, 2.0), Centering("clamp", low=0.0, high=2.0, **N6)),  # max(1 - P, 1e-6)
+    "nemo-rl/icepop-score-centering": (band(0.5, 5.0), Centering("band", low=0.5, high=5.0, **N6)),
+    "miles/score_centering": (one, Centering("none", **M6)),  # trainer tail clamp_min(1e-6), sampler's clamp_min(0)
+    "miles/score_centering_tis": (clamp(0.0, 2.0), Centering("clamp", low=0.0, high=2.0, **M6)),
+    "skyrl/token_tis_score_centering": (trunc(2.0), Centering("truncate", high=2.0, **V6)),  # TAIL_MASS_FLOOR
+    "vime/score_centering": (one, Centering("none", **V6)),
+    "vime/score_centering_tis": (clamp(0.0, 2.0), Centering("clamp", low=0.0, high=2.0, **V6)),
+    "vime/score_centering_icepop": (band(0.5, 2.0), Centering("band", low=0.5, high=2.0, **V6)),  # vime's [0.5, 2]
 }
 # key -> (the sampled token's weight and its keep rule, the head's coefficient q f(p'/q) on the support, minus p')
 EXACT = {
@@ -49,31 +55,10 @@ def test_every_score_centering_preset_is_in_a_table_here():
     assert centered == set(FORMULAS) | set(EXACT)
 
 
-def reference(batch: Batch, token_w, head_f, s_floor, t_floor):
+def reference(batch: Batch, token_w, sc: Centering):
     """(d loss / d trainer_logprobs, d loss / d topk_trainer_logprobs) of token-mean REINFORCE with weight
-    token_w(rho_t) plus A_t sum_H c_v log p_v, c_v = q_v f(p_v / q_v) - alpha p_v, alpha = rho f(1 / rho), rho the
-    floored tail masses' ratio: plain loops in float64."""
-    B, T = batch.shape
-    N = int(batch.loss_mask.sum())
-    g_tok, g_head = torch.zeros(B, T, dtype=torch.float64), torch.zeros(batch.topk_ids.shape, dtype=torch.float64)
-    for j in range(B):
-        A = float(batch.advantages[j])
-        for t in range(T):
-            if not batch.loss_mask[j, t]:
-                continue
-            lp, lq = float(batch.trainer_logprobs[j, t].detach()), float(batch.inference_logprobs[j, t])
-            g_tok[j, t] = -token_w(math.exp(lp - lq)) * A / N
-            slots = [k for k in range(batch.topk_ids.shape[-1]) if batch.topk_ids[j, t, k] >= 0]
-            p = {k: math.exp(float(batch.topk_trainer_logprobs[j, t, k].detach())) for k in slots}
-            q = {k: math.exp(float(batch.topk_inference_logprobs[j, t, k])) for k in slots}
-            tq, tp = 1 - sum(q.values()), 1 - sum(p.values())
-            tq = tq if s_floor is None else max(tq, s_floor)
-            tp = tp if t_floor is None else max(tp, t_floor)
-            rho = tq / tp
-            alpha = rho * head_f(1 / rho)
-            for k in slots:
-                g_head[j, t, k] = A * (q[k] * head_f(p[k] / q[k]) - alpha * p[k]) / N
-    return g_tok, g_head
+    token_w(rho_t) plus A_t sum_H c_v log p_v (test_score_centering.reference's float64 loops)."""
+    return formula(batch, sc, token_w)[1:]
 
 
 def grads(key, batch):
@@ -95,20 +80,19 @@ def test_a_modelled_tail_preset_is_its_frameworks_formula_slot_by_slot(key, seed
 def test_a_wrong_floor_or_f_fails_the_reference(key):
     """The table bites: the same batch against the formula with the other frameworks' floors or another f differs
     (a head covering nearly everything makes the floors matter: tails below 1e-6)."""
-    token_w, head_f, s_floor, t_floor = FORMULAS[key]
+    token_w, sc = FORMULAS[key]
     batch = _nearly_whole_head(7)
-    _, want = reference(batch, token_w, head_f, s_floor, t_floor)
     got = grads(key, batch)[1]
-    torch.testing.assert_close(got, want, rtol=1e-9, atol=1e-13)
-    same = lambda floors: (floors[0] or 0.0, floors[1])  # no sampler floor and a floor of 0 agree on a valid head
-    others = {same((s, t)) for _, _, s, t in FORMULAS.values()} - {same((s_floor, t_floor))}
+    torch.testing.assert_close(got, reference(batch, token_w, sc)[1], rtol=1e-9, atol=1e-13)
+    floors = lambda c: (c.sampler_floor or 0.0, c.trainer_floor)  # no sampler floor and 0 agree on a valid head
+    others = {floors(c) for _, c in FORMULAS.values()} - {floors(sc)}
     assert others  # every preset has a framework with other floors to be told apart from
     for s, t in others:
-        assert not torch.allclose(got, reference(batch, token_w, head_f, s, t)[1], rtol=1e-6, atol=1e-12), (s, t)
+        other = dataclasses.replace(sc, sampler_floor=s, trainer_floor=t)
+        assert not torch.allclose(got, reference(batch, token_w, other)[1], rtol=1e-6, atol=1e-12), (s, t)
     skewed, _, _ = head_batch(3, K=3, drift=1.0)
-    wrong_f = trunc(1.5)
-    assert not torch.allclose(grads(key, skewed)[1], reference(skewed, token_w, wrong_f, s_floor, t_floor)[1],
-                              rtol=1e-6, atol=1e-12)
+    wrong_f = Centering("truncate", high=1.5, sampler_floor=sc.sampler_floor, trainer_floor=sc.trainer_floor)
+    assert not torch.allclose(grads(key, skewed)[1], reference(skewed, token_w, wrong_f)[1], rtol=1e-6, atol=1e-12)
 
 
 def _nearly_whole_head(seed: int, V: int = 6) -> Batch:
