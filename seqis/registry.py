@@ -87,6 +87,47 @@ def _composed(spec: EstimatorSpec, cfg: Config) -> Composition:
     return spec.compose(cfg)
 
 
+def head_fields(x: Correctable) -> tuple[str, ...]:
+    """The Batch fields beyond the two log-probs that a correction reads, from its entry's composition: the
+    sampler's head (score centering), and topk_support too for the exact variant; () for the rest."""
+    sc = resolve(x).centering
+    if sc is None:
+        return ()
+    return (*Batch.HEAD, "topk_support") if sc.exact else Batch.HEAD
+
+
+def needs_head(x: Correctable) -> bool:
+    """Whether a correction reads the sampler's head (a batch without one cannot run it)."""
+    return bool(head_fields(x))
+
+
+def lacking(x: Correctable, batch: Batch) -> tuple[str, ...]:
+    """The fields a correction reads that this batch does not carry; () when it can run."""
+    return tuple(name for name in head_fields(x) if getattr(batch, name) is None)
+
+
+def runnable(names: Iterable[Correctable], batch: Batch) -> tuple[list[Correctable], dict[Correctable, tuple]]:
+    """The corrections this batch can run, in order, and {correction: the fields it lacks} for the others (an
+    uploaded file without the sampler's head skips score centering, and says which and why)."""
+    ok, skipped = [], {}
+    for x in names:
+        lacks = lacking(x, batch)
+        if lacks:
+            skipped[x] = lacks
+        else:
+            ok.append(x)
+    return ok, skipped
+
+
+def skipped_note(skipped: dict) -> str:
+    """One sentence naming the corrections a batch could not run and the fields they need; "" for none."""
+    if not skipped:
+        return ""
+    fields = sorted({f for lacks in skipped.values() for f in lacks})
+    names = ", ".join(str(x) for x in skipped)
+    return f"Not run (this batch has no {', '.join(fields)}: the sampler's head score centering reads): {names}."
+
+
 def run(x: Correctable, batch: Batch, cfg: Config | None = None, *, agg: str = "token-mean") -> EstimatorOutput:
     """Evaluate one correction on a batch: a registry name or preset key (cfg=None: its defaults; a cfg
     overrides them) or a Composition (cfg must be None)."""
@@ -115,10 +156,11 @@ def run_many(
     named: dict[Composition, list[Correctable]] = {}  # identical compositions are computed once
     for x, comp in keys.items():
         named.setdefault(comp, []).append(x)
-        if comp.centering is not None and not batch.has_head:
+        lacks = lacking(comp, batch)
+        if lacks:
+            need = ", ".join(f"{n}=..." for n in head_fields(comp))
             raise ValueError(f"{x if isinstance(x, str) else 'this composition'} needs the sampler's top-k head "
-                             f"(score centering): Batch({', '.join(f'{n}=...' for n in Batch.HEAD)}); this batch "
-                             "has none")
+                             f"(score centering): Batch({need}); this batch lacks {', '.join(lacks)}")
     outputs = compiled.evaluate_many({comp: len(xs) for comp, xs in named.items()}, batch, agg)
     known = {comp: len(xs) for comp, xs in named.items() if comp not in outputs and fast.supports(comp)}
     outputs.update(fast.evaluate_many(known, batch, agg, ratios) if known else {})
@@ -129,5 +171,5 @@ def run_many(
     return {x: out[x] for x in keys}
 
 
-__all__ = ["About", "Correctable", "ESTIMATORS", "PRESETS", "about", "entry", "resolve", "resolve_config", "run",
-           "run_many"]
+__all__ = ["About", "Correctable", "ESTIMATORS", "PRESETS", "about", "entry", "head_fields", "lacking", "needs_head",
+           "resolve", "resolve_config", "run", "run_many", "runnable", "skipped_note"]

@@ -101,9 +101,14 @@ def test_every_preset_runs_and_keeps_the_output_contract(key):
     B, T = 5, 7
     mu = -torch.rand(B, T, generator=g, dtype=torch.float64) - 0.1
     mask = torch.arange(T)[None] < torch.tensor([7, 3, 1, 5, 0])[:, None]
+    K = 3  # a head of 3 of 6 tokens, the replayed support every slot (score centering reads it; the rest do not)
+    log_q = torch.randn(B, T, 6, generator=g, dtype=torch.float64).log_softmax(-1)[..., :K]
+    log_p = (log_q + 0.05 * torch.randn(B, T, K, generator=g, dtype=torch.float64)).clamp(max=-1e-3)
     batch = Batch(trainer_logprobs=(mu + 0.05 * torch.randn(B, T, generator=g, dtype=torch.float64))
                   .requires_grad_(True), inference_logprobs=mu, advantages=torch.randn(B, generator=g,
-                  dtype=torch.float64), loss_mask=mask)
+                  dtype=torch.float64), loss_mask=mask, topk_ids=torch.arange(K).expand(B, T, K),
+                  topk_inference_logprobs=log_q, topk_trainer_logprobs=log_p,
+                  topk_support=torch.ones(B, T, K, dtype=torch.bool))
     out = run(key, batch)
     assert out.weights.shape == (B, T) and not out.weights.requires_grad
     assert out.masks["kept"].shape == (B, T) and not (out.masks["kept"] & ~mask).any()

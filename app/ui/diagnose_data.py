@@ -17,6 +17,7 @@ from seqis.diagnosis import power as diagnose_power
 from seqis.diagnosis.causes import groups, scanned_columns
 from seqis.diagnosis.summaries import band_shares, correction_fractions, ratio_quantiles
 from seqis.diagnosis.token_tables import rollout_gains, rollout_tokens, sample_tokens, worst_rollout, worst_tokens
+from seqis.registry import runnable, skipped_note
 from seqis.samplers.faults import TinyLMFaultConfig
 from seqis.samplers.generators import GENERATORS
 
@@ -183,12 +184,14 @@ class RatioTables:
     quantiles: pd.DataFrame  # quantiles of l and rho before any correction
     bands: pd.DataFrame  # share of tokens outside common token bands
     corrections: pd.DataFrame  # per estimator / preset: truncated and masked, token and rollout level
+    skipped: str = ""  # the corrections this batch cannot run (no sampler's head), by name; "" when none
 
 
 @st.cache_resource(max_entries=4, show_spinner="Running every correction...", hash_funcs=HASH)
 def ratio_tables(src: Source, _payload: bytes | None = None) -> RatioTables:
     batch = load_batch(src, _payload)
     r = Ratios.of(batch)
+    names, skipped = runnable(_corrections(), batch)  # a file without the sampler's head skips score centering
     with torch.no_grad():
-        outputs = run_many(_corrections(), batch)
-    return RatioTables(ratio_quantiles(r), band_shares(r), correction_fractions(outputs, r))
+        outputs = run_many(names, batch)
+    return RatioTables(ratio_quantiles(r), band_shares(r), correction_fractions(outputs, r), skipped_note(skipped))

@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from seqis import ESTIMATORS, PRESETS, lab
+from seqis.registry import needs_head
 from seqis.lab import huang2026, train_sweeps
 
 from .runtime.memo import memo, memo_has
@@ -24,8 +25,10 @@ FAULTS = ("none", "fp16", "bf16", "fp8", "top-p")
 
 
 def catalog() -> dict[str, object]:
-    """label -> what train() takes: Huang's labels, then the registry's estimators (defaults), then presets."""
-    return {**huang2026.ESTIMATOR_OF, **{name: name for name in ESTIMATORS}, **{key: key for key in PRESETS}}
+    """label -> what train() takes: Huang's labels, then the registry's estimators (defaults), then presets (those
+    that read the sampler's head left out: the toys' training batches carry none)."""
+    return {**huang2026.ESTIMATOR_OF, **{name: name for name in ESTIMATORS},
+            **{key: key for key in PRESETS if not needs_head(key)}}
 
 
 @dataclass(frozen=True)

@@ -114,6 +114,8 @@ else:
 
 st.subheader("Raw ratios, and what each correction truncates and masks")
 tables = data.ratio_tables(src, _payload=payload)
+if tables.skipped:
+    st.caption(tables.skipped)
 c1, c2 = st.columns(2)
 c1.caption("Per-token log-ratio l and ratio rho = e^l before any correction")
 c1.dataframe(tables.quantiles, column_config={"log_ratio": st.column_config.NumberColumn(format="%.4g"),

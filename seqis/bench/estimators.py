@@ -14,7 +14,7 @@ from ..diagnosis.statistics import diagnostics
 from ..estimators import ESTIMATORS, SEED_ESTIMATORS
 from ..evaluators import compiled
 from ..presets import PRESETS
-from ..registry import run_many
+from ..registry import run_many, runnable, skipped_note
 from .timing import (
     floor_pass,
     gradient_writes,
@@ -69,8 +69,11 @@ def table(device: str, quick: bool) -> tuple[dict[str, tuple[float, float, float
           f"(target: at most 4x)")
     # every preset too (issue 12): the slowest single one found by a short median each, then timed in
     # alternating blocks against all of them through one run_many
-    every = all_names + list(PRESETS)
-    single = {k: median_time(lambda k=k: step(k, batch), repeats=3, warmup=1, device=device) for k in PRESETS}
+    presets, skipped = runnable(list(PRESETS), batch)  # the bench's batch has no sampler's head
+    if skipped:
+        print(skipped_note(skipped))
+    every = all_names + presets
+    single = {k: median_time(lambda k=k: step(k, batch), repeats=3, warmup=1, device=device) for k in presets}
     single.update({n: rows[f"{n} (seed)" if n in SEED_ESTIMATORS else n][0] for n in all_names})
     # the maximum of short, noisy medians picks a light one now and then: the five slowest timed again, alternately
     top = sorted(single, key=single.get, reverse=True)[:5]
@@ -85,7 +88,7 @@ def table(device: str, quick: bool) -> tuple[dict[str, tuple[float, float, float
     # what any backward per output must do, timed the same way: one fresh (B, T) gradient per key, kept
     rows["gradient_writes"] = paired(gradient_writes(batch, len(every)), lambda: step(slowest_any, batch),
                                      device=device)
-    print(f"all {len(all_names)} + {len(PRESETS)} presets through run_many / slowest single ({slowest_any}): "
+    print(f"all {len(all_names)} + {len(presets)} presets through run_many / slowest single ({slowest_any}): "
           f"{rows['run_many_presets'][2]:.2f}x (target: at most 4x); {len(every)} fresh (B, T) gradients written "
           f"alone and kept / the same single: {rows['gradient_writes'][2]:.2f}x")
     print("slowest single calls: " + ", ".join(f"{k} {single[k] * 1e3:.1f} ms" for k in top))

@@ -274,7 +274,9 @@ class Centering:
     f is the token rule the correction uses: "none" 1, "truncate" min(x, high), "band" x 1[low <= x <= high], "clamp"
     clamp(x, low, high). exact=True: sampling was truncated and its support replayed (`Batch.topk_support`): the sum
     runs over the support with the trainer renormalised on it (p'_v = p_v / P_S), no tail model, c_v = sg(q_v
-    f(p'_v / q_v) - p'_v) (the - p'_v adds sum p' grad log p' = 0 to the gradient, and makes c = 0 for f = x)."""
+    f(p'_v / q_v) - p'_v) (the - p'_v adds sum p' grad log p' = 0 to the gradient, and makes c = 0 for f = x).
+    prob_diff (exact only; prime-rl's IPO): f is also 0 on a support token whose probability moved more than this,
+    |p'_v - q_v| > prob_diff (IPO's trust region applied to the head as to the sampled token)."""
 
     rule: str = "none"
     low: float | None = None
@@ -282,9 +284,15 @@ class Centering:
     sampler_floor: float | None = 1e-6  # verl clamps both tail masses at 1e-6
     trainer_floor: float | None = 1e-6
     exact: bool = False
+    prob_diff: float | None = None  # exact only: f zeroed where |p'_v - q_v| > prob_diff (prime-rl's IPO)
 
     def __post_init__(self):
         _choice("Centering", "rule", self.rule, CENTERING_RULES)
+        if self.prob_diff is not None:
+            _number("Centering", "prob_diff", self.prob_diff, low=0.0)
+            if not self.exact:
+                raise ValueError("Centering.prob_diff takes the exact variant (prime-rl's IPO centers over the "
+                                 "replayed support); exact must be True")
         if self.rule in ("truncate", "band", "clamp"):
             _number("Centering", "high", self.high, low=0.0, open_low=True)
         if self.rule in ("band", "clamp"):
@@ -305,12 +313,21 @@ class Centering:
             return x.where((x >= self.low) & (x <= self.high), x.new_zeros(()))
         return x.clamp(self.low, self.high)
 
+    def head_rule(self, ratio, p, q):
+        """f on the head's ratios p_v / q_v, zeroed where prob_diff's trust region drops the token (|p - q| above
+        it; p, q the head's probabilities, the trainer's renormalised on the support in the exact variant)."""
+        f = self.f(ratio)
+        if self.prob_diff is None:
+            return f
+        return f.where((p - q).abs() <= self.prob_diff, f.new_zeros(()))
+
     def describe(self) -> str:
         f = {"none": "1", "truncate": f"min(x, {_fmt(self.high or 0)})",
              "band": f"x in [{_fmt(self.low or 0)}, {_fmt(self.high or 0)}]",
              "clamp": f"clamp(x, {_fmt(self.low or 0)}, {_fmt(self.high or 0)})"}[self.rule]
         if self.exact:
-            return f"plus score centering over the replayed sampling support (f = {f})"
+            trust = "" if self.prob_diff is None else f", 0 where |p - q| > {_fmt(self.prob_diff)}"
+            return f"plus score centering over the replayed sampling support (f = {f}{trust})"
         floors = f"tail floors {self.sampler_floor} (sampler), {self.trainer_floor} (trainer)"
         return f"plus score centering over the sampler's top-k head (f = {f}; {floors})"
 

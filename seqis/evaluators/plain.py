@@ -358,7 +358,7 @@ def centered(comp: Composition, batch: Batch, p: Pieces, kept: torch.Tensor, agg
         if sc.exact:  # the trainer renormalised on the support; no tail
             pv = pv / P.clamp(min=1e-30)[..., None]
             ratio = torch.where(slots, pv / qv.clamp(min=1e-30), zero)
-            c = qv * sc.f(ratio) - pv  # (B, T, K)
+            c = qv * sc.head_rule(ratio, pv, qv) - pv  # (B, T, K)
         else:
             tail_q, tail_p = 1 - Q, 1 - P  # (B, T)
             if sc.sampler_floor is not None:
@@ -368,7 +368,7 @@ def centered(comp: Composition, batch: Batch, p: Pieces, kept: torch.Tensor, agg
             rho_tail = tail_q / tail_p  # (B, T)
             alpha = rho_tail * sc.f(1 / rho_tail)  # (B, T)
             ratio = torch.where(slots, (logp_h - logq_h).exp(), zero)  # (B, T, K) p_v / q_v
-            c = qv * sc.f(ratio) - alpha[..., None] * pv  # (B, T, K)
+            c = qv * sc.head_rule(ratio, pv, qv) - alpha[..., None] * pv  # (B, T, K)
         c = torch.where(slots, c, zero)
     log_p = logp_h - torch.logsumexp(torch.where(slots, logp_h, -math.inf), -1, keepdim=True).nan_to_num(
         0.0, 0.0, 0.0) if sc.exact else logp_h  # (B, T, K) log p'_v renormalised on the support, or log p_v

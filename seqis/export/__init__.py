@@ -103,7 +103,7 @@ def _own(key: str, framework: str, cfg: Config, filename: str) -> Snippet:
     a composition's reading of them, which can name another algorithm with the same first gradient."""
     exporter = EXPORTERS[framework]
     s: Settings = exporter.own(cfg)
-    comments = [f"seqis {describe(key, cfg)}", *exporter.OWN_HEADER, *(f"NOTE: {n}" for n in s.notes)]
+    comments = [f"seqis {describe(key, cfg)}", *exporter.OWN_HEADER, *s.comments, *(f"NOTE: {n}" for n in s.notes)]
     text = "\n".join([*(f"# {c}" for c in comments), *exporter.write(s)]) + "\n"
     return Snippet(framework, text, True, not s.notes, filename, tuple(s.notes))
 

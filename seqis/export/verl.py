@@ -28,7 +28,9 @@ TOPK = 128  # the head verl's score-centering runs read (actor_rollout_ref.rollo
 SC_FLOOR = 1e-6  # score_centering_correction's eps: both tail masses clamped at it
 SC_REFUSALS = ["score centering (verl #8010, after 0.9.1) runs with vLLM rollouts returning processed log-probs of",
                "the full support (top_p 1, top_k -1), the FSDP actor without fused kernels, no distillation;",
-               "topk_log_probs is the head size K (vLLM's max_logprobs is raised to it)"]
+               "topk_log_probs is the head size K (vLLM's max_logprobs is raised to it); verl refuses score_centering",
+               "with bypass_mode False, loss_type ppo_clip, rollout_is sequence, or a token rollout_is with",
+               "rollout_is_batch_normalize (tests/trainer/config/test_score_centering_config.py at c6236f5)"]
 
 
 def _k1_band(lo_l: float | None, hi_l: float | None) -> str:
@@ -132,6 +134,12 @@ def _centering(comp: Composition, keys: dict) -> dict:
     if not same:
         raise CannotExpress(f"verl's score centering applies the IS weight's own rule to the head ({rule}); this "
                             f"correction's centering rule is {sc.describe()}")
+    return _actor_side(keys)
+
+
+def _actor_side(keys: dict) -> dict:
+    """The actor's score-centering keys: bypass_mode's loss and the correction's keys repeated (verl's driver checks
+    that they match the algorithm's)."""
     mirror = {k: keys[k] for k in ("rollout_is", "rollout_is_threshold", "bypass_mode", "loss_type")}
     return {"policy_loss.loss_mode": "bypass_mode", "policy_loss.rollout_correction.score_centering": True,
             **{f"policy_loss.rollout_correction.{k}": v for k, v in mirror.items()}}
@@ -152,9 +160,15 @@ def own(cfg) -> Settings:
                 rollout_rs_threshold=rs_threshold, bypass_mode=cfg.bypass_mode, loss_type=cfg.loss_type)
     notes: list[str] = []
     adv_tau_note(cfg.adv_tau, notes)
-    return Settings({**{f"{BLOCK}.{k}": v for k, v in keys.items()},
-                     f"{ACTOR}.clip_ratio": cfg.clip_ratio, f"{ACTOR}.clip_ratio_c": cfg.clip_ratio_c,
-                     "actor_rollout_ref.rollout.calculate_log_probs": True}, notes)
+    sc = cfg.score_centering
+    actor = {"clip_ratio": cfg.clip_ratio, "clip_ratio_c": cfg.clip_ratio_c}
+    if sc:
+        keys["score_centering"] = True
+        actor.update(_actor_side(keys))
+    rollout = {"calculate_log_probs": True, **({"topk_log_probs": TOPK} if sc else {})}
+    return Settings({**{f"{BLOCK}.{k}": v for k, v in keys.items()}, **{f"{ACTOR}.{k}": v for k, v in actor.items()},
+                     **{f"actor_rollout_ref.rollout.{k}": v for k, v in rollout.items()}}, notes,
+                    comments=SC_REFUSALS if sc else [])
 
 
 OWN_HEADER = ["verl's own settings for this preset (algorithm.rollout_correction and the actor's PPO clip), every key",

@@ -32,6 +32,7 @@ from . import (
     trl,
     tunix,
     verl,
+    vime,
 )
 from .custom import CUSTOM
 
@@ -52,6 +53,7 @@ FRAMEWORKS = {  # framework -> its module, in the order the app lists them
     "art": art,
     "torchforge": torchforge,
     "tunix": tunix,
+    "vime": vime,
     "custom": custom,  # not a framework: one correction built from the mechanism's parts, knob by knob
 }
 

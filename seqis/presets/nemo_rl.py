@@ -19,9 +19,10 @@ Source: NVIDIA-NeMo/RL, nemo_rl/algorithms/loss/loss_functions.py (ClippedPGLoss
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
-from ..core.compose import Composition, Criterion, Weight
+from ..core.compose import Centering, Composition, Criterion, Weight
 from ..core.spec import Preset
 from ..core.types import Config, knob
 from ._preset import framework_estimator
@@ -45,11 +46,17 @@ class NemoRLConfig(Config):
     seq_logprob_error_threshold: float | None = knob(None, "grpo.seq_logprob_error_threshold: drop a rollout whose "
                                                      "mean e^|l| exceeds this (out of the loss's token count too); "
                                                      "None = off.", optional=True, gt=0.0, ui=(1.0, 10.0), log=True)
+    score_centering: bool = knob(False, "loss_fn.score_centering (nightly): subtract the sampler-expected score over "
+                                 "the sampler's top-k head, f the token IS rule; the trainer's tail floored at 1e-6.",
+                                 choices=(False, True))
 
     def __post_init__(self):
         super().__post_init__()
         kind, hi, lo = (self.truncated_importance_sampling_type, self.truncated_importance_sampling_ratio,
                         self.truncated_importance_sampling_ratio_min)
+        if self.score_centering and (self.sequence_level_importance_ratios or kind == "seq-mask-tis"):
+            raise ValueError("score_centering composes with a token-level IS rule (none, tis, icepop): its f weighs "
+                             "every head token; sequence-level weights and seq-mask-tis have no per-token f")
         if kind is None:
             return
         if not self.use_importance_sampling_correction:
@@ -82,12 +89,30 @@ def compose(cfg: NemoRLConfig) -> Composition:
     if cfg.seq_logprob_error_threshold is not None:  # grpo.py: sample_mask zeroed, so N loses the rollout too
         criteria = (*criteria, Criterion("exp_abs_log_ratio", "mean", high=cfg.seq_logprob_error_threshold,
                                          leaves_normaliser=True))
-    return Composition(weight, criteria, adv_tau=cfg.adv_tau)
+    return Composition(weight, criteria, adv_tau=cfg.adv_tau,
+                       centering=_centering(cfg) if cfg.score_centering else None)
+
+
+def _centering(cfg: NemoRLConfig) -> Centering:
+    """compute_score_centering_term's f: 1 without IS, clamp(x, lo, hi) for tis (untruncated IS: clamp(x, 0, inf),
+    the coefficient 0), the band for icepop; rho = (1 - Q_H) / max(1 - P_H, 1e-6): the trainer's tail only."""
+    floors = dict(sampler_floor=None, trainer_floor=1e-6)
+    kind, hi, lo = (cfg.truncated_importance_sampling_type, cfg.truncated_importance_sampling_ratio,
+                    cfg.truncated_importance_sampling_ratio_min)
+    if not cfg.use_importance_sampling_correction:
+        return Centering("none", **floors)
+    if kind == "icepop":
+        return Centering("band", low=lo, high=hi, **floors)
+    return Centering("clamp", low=lo or 0.0, high=math.inf if kind is None else hi, **floors)
 
 
 ESTIMATOR = framework_estimator("nemo-rl", compose, NemoRLConfig, "NeMo-RL ClippedPGLossFn's truncated IS.")
 SOURCE = "NVIDIA-NeMo/RL@7ea279a: nemo_rl/algorithms/loss/loss_functions.py (ClippedPGLossFn)"
 _SEQ_LEVEL = dict(sequence_level_importance_ratios=True)
+SC_SOURCE = ("NVIDIA-NeMo/RL@nightly: nemo_rl/algorithms/loss/score_centering.py (compute_score_centering_term), as "
+             "its API page and docs/guides/score-centering.md state it (the code itself not read)")
+SC_VERSIONS = ("in NeMo-RL's nightly, after arXiv 2609.20807 of 2026-09-17 (loss_fn.score_centering, experimental, off by "
+               "default); in no release yet")
 _TIS = dict(truncated_importance_sampling_type="tis", truncated_importance_sampling_ratio=2.0)
 _ICEPOP = dict(truncated_importance_sampling_type="icepop", truncated_importance_sampling_ratio=5.0,
                truncated_importance_sampling_ratio_min=0.5)
@@ -109,6 +134,13 @@ PRESETS = [
            "(compute_and_apply_seq_logprob_error_masking)", ESTIMATOR,
            NemoRLConfig(truncated_importance_sampling_type="tis", truncated_importance_sampling_ratio=5.0,
                         seq_logprob_error_threshold=2.0), versions="since 2026-02-13 (NeMo-RL #1838)"),
+    Preset("nemo-rl/tis-score-centering", "Token TIS clamp(rho_t, 0, 2) plus score centering over the sampler's top-k "
+           "head (loss_fn.score_centering; f = clamp(x, 0, 2), alpha = clamp(1, 0, 2 rho)), the tail modelled as rho p "
+           "with rho = (1 - Q_H) / max(1 - P_H, 1e-6): the trainer's tail floored, the sampler's not.", SC_SOURCE,
+           ESTIMATOR, NemoRLConfig(**_TIS, score_centering=True), versions=SC_VERSIONS),
+    Preset("nemo-rl/icepop-score-centering", "IcePop rho_t * 1[0.5 <= rho_t <= 5] plus score centering (f the same "
+           "band; the unit tail coefficient kept only where 1 / rho is in it), rho = (1 - Q_H) / max(1 - P_H, 1e-6).",
+           SC_SOURCE, ESTIMATOR, NemoRLConfig(**_ICEPOP, score_centering=True), versions=SC_VERSIONS),
     Preset("nemo-rl/seq-tis", "Sequence TIS clamp(exp(S), 0, 2) on every token (sequence_level_importance_ratios "
            "with tis; no code default: the token preset's 2; an exp(S) overflowing float32 weighs 0 there).",
            SOURCE, ESTIMATOR, NemoRLConfig(**_TIS, **_SEQ_LEVEL),

@@ -48,7 +48,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..core.compose import Composition, Criterion, Penalty, Weight
+from ..core.compose import Centering, Composition, Criterion, Penalty, Weight
 from ..core.spec import Preset
 from ..core.types import Batch, Config, knob
 from ..estimators import ESTIMATORS, SEED_ESTIMATORS
@@ -65,6 +65,9 @@ class IPOLossConfig(Config):
     eps: float = knob(0.3, "Drop a token whose probability moved by more than this either way.", ge=0.0,
                       ui=(0.01, 1.0))
     max_importance_ratio: float = knob(1e4, _CAP, ge=1.0, ui=(1.0, 1e4), log=True, finite=True)
+    score_centering: bool = knob(False, "Score centering over the replayed sampling support: subtract sum_S q_v "
+                                 "min(p_v / q_v, R) 1[|p_v - q_v| <= eps] grad log p_v (needs the support).",
+                                 choices=(False, True))
 
 
 @dataclass(frozen=True)
@@ -169,7 +172,9 @@ def _prob_band(low: float, high: float) -> Criterion:
 
 def compose_ipo(cfg: IPOLossConfig) -> Composition:
     cap = Weight("token", clip=cfg.max_importance_ratio)  # min(rho, R): the capped value, its gradient kept
-    return Composition(cap, (_prob_band(cfg.eps, cfg.eps),), adv_tau=cfg.adv_tau)
+    sc = (Centering("truncate", high=cfg.max_importance_ratio, exact=True, prob_diff=cfg.eps)
+          if cfg.score_centering else None)  # IPOLoss.score_centering_loss: IPO's own weight on the support
+    return Composition(cap, (_prob_band(cfg.eps, cfg.eps),), adv_tau=cfg.adv_tau, centering=sc)
 
 
 def compose_kl_ipo(cfg: KLIPOLossConfig) -> Composition:
@@ -268,6 +273,13 @@ PRESETS = [
     Preset("prime-rl/ipo", f"[trainer.loss] type = \"ipo\" at its defaults: {_IPO_SUMMARY}.",
            f"{NOW} (IPOLoss, _capped_importance_ratio; configs/trainer.py IPOLossConfig)", _IPO, IPOLossConfig(),
            versions=f"max_importance_ratio {_TODAY}; type ipo since 2026-06-14 (#2798)"),
+    Preset("prime-rl/ipo_score_centering", f"[trainer.loss] type = \"ipo\", score_centering = true: {_IPO_SUMMARY}; "
+           "plus score centering over the replayed sampling support S (the trainer renormalised on it), c_v = q_v "
+           "min(p_v / q_v, 1e4) 1[|p_v - q_v| <= 0.3] on every loss token, no tail; quirks: prime-rl adds no - p_v "
+           "(the same gradient: sum p grad log p = 0 on S; its value differs), and a rollout without the sampler's "
+           "support logprobs gets no centering (seqis refuses a batch without topk_support).",
+           f"{NOW} (IPOLoss.score_centering_loss, sampling_mask_logprobs)", _IPO,
+           IPOLossConfig(score_centering=True), versions=f"opt-in, {_TODAY}"),
     Preset("prime-rl/ipo_2026_09", "IPO as #3586 set it (the default from September 2026 until the ratio cap): "
            "rho_t uncapped, dropping tokens whose probability moved more than 0.3 either way (abs(exp(trainer) - "
            "exp(inference)) > 0.3), kl_tau 0.", f"{AT} (ipo_loss_fn); defaults per #3586, merged after the commit "

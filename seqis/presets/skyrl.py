@@ -33,7 +33,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ..core.compose import SAFETY_BOUND, Composition, Criterion, Weight
+from ..core.compose import SAFETY_BOUND, Centering, Composition, Criterion, Weight
 from ..core.spec import Preset
 from ..core.types import Config, knob
 from ._preset import framework_estimator
@@ -86,11 +86,18 @@ class SkyRLConfig(Config):
                                                       optional=True, gt=0.0, ui=(1.0, 100.0), log=True)
 
 
+    score_centering: bool = knob(False, "Score centering (SkyRL #2244): subtract the sampler-expected score over its "
+                                 "top-k head, f the token TIS cap; the regular loss with token TIS only.",
+                                 choices=(False, True))
+
     def __post_init__(self):
         super().__post_init__()
         if self.policy_loss_type in ("dppo", "cispo") and self.tis_ratio_type is not None:
             raise ValueError(f"tis_ratio_type with policy_loss_type={self.policy_loss_type}: SkyRL multiplies the "
                              "loss's own ratio by the TIS weight (cispo rollout refuses it); not expressible")
+        if self.score_centering and (self.policy_loss_type != "regular" or self.tis_ratio_type != "token"):
+            raise ValueError("score_centering is ppo_tis_score_centering_correction: the regular PPO loss with token "
+                             "TIS (tis_ratio_type token) only")
 
 
 def _loss_weight(cfg: SkyRLConfig) -> tuple[Weight, list[Criterion], float | None] | None:
@@ -136,8 +143,12 @@ def compose(cfg: SkyRLConfig) -> Composition:
     elif cfg.sequence_mask_metric == "product":
         criteria.append(Criterion("ratio", "sum", low=cfg.product_mask_low, high=cfg.product_mask_high,
                                   edge_space="ratio"))
+    # ppo_tis_score_centering_correction at the first minibatch (p = o: PPO's ratio 1, its clip inactive): head
+    # q min(p / q, cap), tail alpha = rho min(1 / rho, cap), each tail mass floored at TAIL_MASS_FLOOR 1e-6
+    sc = Centering("truncate", high=cfg.token_tis_ratio_clip_high, sampler_floor=1e-6,
+                   trainer_floor=1e-6) if cfg.score_centering else None
     return Composition(weight, tuple(criteria), log_ratio_clamp=clamp, adv_tau=cfg.adv_tau,
-                       clamp_order=_clamp_order(criteria))
+                       clamp_order=_clamp_order(criteria), centering=sc)
 
 
 def _clamp_order(criteria) -> str:
@@ -154,6 +165,13 @@ _CLAMP_NOTE = "the summed log-ratio is clamped at +-20, not each token (l = (+25
 PRESETS = [
     Preset("skyrl/token_tis", "Token TIS min(rho_t, 2) (log-ratio clamped at +-20).", f"{SOURCE} (compute_tis_ratio)",
            ESTIMATOR, SkyRLConfig(tis_ratio_type="token"), versions=_SINCE),
+    Preset("skyrl/token_tis_score_centering", "Token TIS min(rho_t, 2) (log-ratio clamped at +-20) plus score "
+           "centering over the sampler's top-k head: at the first minibatch the head's q min(p / q, 2) and the tail's "
+           "rho min(1 / rho, 2), every tail mass floored at 1e-6 (PPO's ratio p / o is 1 there; later minibatches "
+           "gate the head by PPO's clip, which seqis does not model).", "NovaSky-AI/SkyRL#2244 (open; the search "
+           "index's copy, id 70229985213, commit not recorded): skyrl_train/objective/score_centering.py "
+           "(ppo_tis_score_centering_correction)", ESTIMATOR, SkyRLConfig(tis_ratio_type="token", score_centering=True),
+           versions="open pull request (SkyRL #2244), not merged"),
     Preset("skyrl/sequence_tis", "Sequence TIS min(exp(clamp(S, +-20)), 5).", f"{SOURCE} (compute_tis_ratio)",
            ESTIMATOR, SkyRLConfig(tis_ratio_type="sequence"), versions=_SINCE),
     Preset("skyrl/geo_mask", f"Drop rollouts with exp(S/T) outside [0.99, 1.01]; weight 1; {_CLAMP_NOTE}.",

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..core.compose import SAFETY_BOUND, Composition, Criterion, Weight, ppo_clip_criteria
+from ..core.compose import SAFETY_BOUND, Centering, Composition, Criterion, Weight, ppo_clip_criteria
 from ..core.spec import Preset
 from ..core.types import Config, knob
 from ._preset import framework_estimator, log_or_none
@@ -60,6 +60,9 @@ class VerlConfig(Config):
                              inf=True)
     clip_ratio_c: float = knob(3.0, "actor.clip_ratio_c: dual-clip bound for A < 0 (bypass ppo_clip).", gt=1.0,
                                ui=(1.5, 10.0), inf=True)
+    score_centering: bool = knob(False, "Score centering (verl #8010): subtract the sampler-expected score over the "
+                                 "rollout's top-k head; bypass REINFORCE with no IS weight or a token one only.",
+                                 choices=(False, True))
 
     def __post_init__(self):
         super().__post_init__()
@@ -68,6 +71,15 @@ class VerlConfig(Config):
         lo = self.rollout_is_threshold_lower
         if lo is not None and lo > self.rollout_is_threshold:
             raise ValueError(f"rollout_is_threshold_lower must be <= rollout_is_threshold, got {lo}")
+        if self.score_centering:  # verl's own refusals (RolloutCorrectionConfig, its test_score_centering_config)
+            for bad, why in ((not self.bypass_mode, "bypass_mode False"),
+                             (self.loss_type == "ppo_clip", "loss_type ppo_clip"),
+                             (self.rollout_is == "sequence", "rollout_is sequence"),
+                             (self.rollout_is == "token" and self.rollout_is_batch_normalize,
+                              "token rollout_is with rollout_is_batch_normalize")):
+                if bad:
+                    raise ValueError(f"score_centering composes with bypass REINFORCE and no or a token IS weight; "
+                                     f"verl refuses {why}")
 
 
 def _rejection(option: str, upper: float, lower: float | None) -> Criterion:
@@ -92,7 +104,19 @@ def compose(cfg: VerlConfig) -> Composition:
         weight = Weight(cfg.rollout_is, band=band, self_normalize=cfg.rollout_is_batch_normalize)
     if cfg.rollout_rs is not None:
         criteria.append(_rejection(cfg.rollout_rs, cfg.rollout_rs_threshold, cfg.rollout_rs_threshold_lower))
-    return Composition(weight, tuple(criteria), log_ratio_clamp=SAFETY_BOUND, adv_tau=cfg.adv_tau)
+    return Composition(weight, tuple(criteria), log_ratio_clamp=SAFETY_BOUND, adv_tau=cfg.adv_tau,
+                       centering=_centering(cfg) if cfg.score_centering else None)
+
+
+def _centering(cfg: VerlConfig) -> Centering:
+    """score_centering_weight_fn: the IS weight's own rule on the head (1 without one, TIS min(x, threshold), a
+    "lower_upper" threshold's band); score_centering_correction's eps 1e-6 floors both tail masses."""
+    floors = dict(sampler_floor=SC_FLOOR, trainer_floor=SC_FLOOR)
+    if cfg.rollout_is is None:
+        return Centering("none", **floors)
+    if cfg.rollout_is_threshold_lower is None:
+        return Centering("truncate", high=cfg.rollout_is_threshold, **floors)
+    return Centering("band", low=cfg.rollout_is_threshold_lower, high=cfg.rollout_is_threshold, **floors)
 
 
 ESTIMATOR = framework_estimator("verl", compose, VerlConfig, "verl's rollout correction (RolloutCorrectionConfig).")
@@ -109,6 +133,11 @@ _BYPASS_PPO = dict(bypass_mode=True, loss_type="ppo_clip")
 _GEO_NOTE = ("geo RS '0.999_1.001' is a band on -S/T: it keeps exp(S/T) in [1/1.001, 1/0.999] = [0.999001, "
              "1.001001], not the docs' [0.999, 1.001]")
 _PPO_NOTE = "PPO-clip on pi/mu (eps 0.2, dual clip 3): A > 0 keeps r <= 1.2, A < 0 keeps 0.8 <= r <= 3"
+SC_FLOOR = 1e-6  # score_centering_correction's eps: both tail masses floored
+SC_SOURCE = "verl-project/verl@c6236f5: verl/trainer/ppo/score_centering.py (score_centering_correction)"
+SC_VERSIONS = "merged after 0.9.1 (verl #8010; read at c6236f5), in no release yet"
+_SC = ("; plus score centering over the rollout's top-k head (rollout.topk_log_probs, 128 in verl's runs), the tail "
+       "modelled as rho p with both tail masses floored at 1e-6, alpha = rho f(1 / rho)")
 _ICEPOP_NOTE = ("weights outside [0.5, 5] are zeroed (response_mask kept); verl raises ZeroDivisionError in its "
                 "ESS metric when every weight is 0, seqis returns zeros")
 
@@ -145,8 +174,19 @@ _ROWS = [  # (factory, its defaults, summary)
     ("disabled", dict(), "No correction (metrics only): weight 1."),
 ]
 
+_SC_ROWS = [  # the score-centering factories (verl #8010): bypass REINFORCE, f the IS weight's rule
+    ("bypass_pg_sc", dict(_BYPASS_PG, score_centering=True), "REINFORCE, weight 1 (f = 1)" + _SC + "."),
+    ("bypass_pg_token_tis_sc", dict(_BYPASS_PG, rollout_is="token", score_centering=True),
+     "REINFORCE with token TIS min(rho_t, 2) (f = min(x, 2))" + _SC + "."),
+    ("bypass_pg_token_icepop_sc", dict(_BYPASS_PG, rollout_is="token", rollout_is_threshold=5.0,
+                                       rollout_is_threshold_lower=0.5, score_centering=True),
+     f"REINFORCE with token IcePop (f = x 1[0.5 <= x <= 5]): {_ICEPOP_NOTE}" + _SC + "."),
+]
+
 PRESETS = [
-    Preset(f"verl/{name}", summary, f"{SOURCE} (RolloutCorrectionConfig.{name})", ESTIMATOR, VerlConfig(**values),
-           versions=f"since {_SINCE.get(name, '2026-01-14 (verl #4544)')}; read in verl 0.9.1 (2026-09)")
-    for name, values, summary in _ROWS
+    *(Preset(f"verl/{name}", summary, f"{SOURCE} (RolloutCorrectionConfig.{name})", ESTIMATOR, VerlConfig(**values),
+             versions=f"since {_SINCE.get(name, '2026-01-14 (verl #4544)')}; read in verl 0.9.1 (2026-09)")
+      for name, values, summary in _ROWS),
+    *(Preset(f"verl/{name}", summary, f"{SC_SOURCE}; RolloutCorrectionConfig.{name}", ESTIMATOR, VerlConfig(**values),
+             versions=SC_VERSIONS) for name, values, summary in _SC_ROWS),
 ]

@@ -29,6 +29,7 @@ from typing import ClassVar
 import torch
 
 from ..core.types import Batch, Knobs, knob
+from .heads import HEAD_K, shifted_head
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
@@ -53,9 +54,11 @@ class TinyLMFaultConfig(Knobs):
     bug_rate: float = knob(0.0, "Fraction of decoding steps where the kernel bug forces bug_token.", ge=0.0,
                            ui=(0.0, 0.02))
     bug_token: int = knob(7, "The token the kernel bug forces.", ge=0, ui=(0, 63))
+    head_k: int = knob(HEAD_K, "K: the sampler's top-k head each token carries (score centering reads it; 0: none).",
+                       ge=0, ui=(0, 64))
 
     def __post_init__(self):
-        for f in ("n_prompts", "group_size", "top_k", "shift", "bug_token"):  # a slider may hand over 8.0
+        for f in ("n_prompts", "group_size", "top_k", "shift", "bug_token", "head_k"):  # a slider may hand over 8.0
             v = getattr(self, f)
             if isinstance(v, float) and v.is_integer():
                 object.__setattr__(self, f, int(v))
@@ -93,10 +96,11 @@ def _rollouts(cfg: TinyLMFaultConfig, seed: int) -> Batch:
                         bug_rate=cfg.bug_rate)
     with one_thread():  # decoding's small steps: see seqis.samplers.generators.one_thread
         b = rollouts(lm, lang, n_prompts=cfg.n_prompts, group_size=cfg.group_size, seed=seed,
-                     sampler_dtype=DTYPES[cfg.sampler_dtype], sampling=sampling)
-    if cfg.shift:  # position t reports the sampler's log-prob of position t - shift
+                     sampler_dtype=DTYPES[cfg.sampler_dtype], sampling=sampling, head_k=cfg.head_k)
+    if cfg.shift:  # position t reports the sampler's log-prob of position t - shift (and its head, both sides)
         late = torch.roll(b.inference_logprobs, cfg.shift, dims=1)  # (B, T)
-        b = Batch(b.trainer_logprobs, late, b.advantages, b.loss_mask, b.metadata, b.extras)
+        b = Batch(b.trainer_logprobs, late, b.advantages, b.loss_mask, b.metadata, b.extras,
+                  **shifted_head(b, cfg.shift))
     return b
 
 

@@ -54,6 +54,7 @@ from typing import ClassVar
 import torch
 
 from ..core.types import Batch, Knobs, knob
+from .heads import HEAD_K, head_fields, shifted_head, top_k_head
 from .tiny_lm import truncate
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
@@ -97,10 +98,12 @@ class LMGenerator(Knobs):
     lag_kl: float = knob(2e-4, "Each lag step moves the policy by this KL per token (a trust-region step).",
                          gt=0.0, ui=(1e-5, 1e-2), log=True)
     model_seed: int = knob(0, "The world's weights.", ge=0, ui=(0, 16))
+    head_k: int = knob(HEAD_K, "K: the sampler's top-k head each token carries (score centering reads it; 0: none).",
+                       ge=0, ui=(0, 64))
 
     def __post_init__(self):
         for f in ("vocab", "certain_frac", "n_prompts", "group_size", "max_len", "top_k", "shift", "lag_steps",
-                  "model_seed"):
+                  "model_seed", "head_k"):
             v = getattr(self, f)
             if isinstance(v, float) and v.is_integer() and f != "certain_frac":
                 object.__setattr__(self, f, int(v))
@@ -128,7 +131,9 @@ def fresh_copy(b: Batch, device=None, dtype: torch.dtype = torch.float32) -> Bat
                  b.inference_logprobs.to(device=device, dtype=dtype, copy=True),
                  b.advantages.to(device=device, dtype=dtype, copy=True), b.loss_mask.to(device, copy=True),
                  {k: list(v) for k, v in b.metadata.items()},
-                 {k: x.to(device, copy=True) for k, x in b.extras.items()})
+                 {k: x.to(device, copy=True) for k, x in b.extras.items()},
+                 **{n: None if x is None else x.to(device=device, dtype=dtype if x.is_floating_point() else x.dtype,
+                                                   copy=True) for n, x in zip((*Batch.HEAD, "topk_support"), b.head())})
 
 
 def _preset(cls_name: str, name: str, doc: str, **defaults) -> type[LMGenerator]:
@@ -306,6 +311,7 @@ class _Rollouts:
     gap: torch.Tensor  # (B, L) E_q[-log pi] - H(pi)
     kl: torch.Tensor  # (B, L) KL(q || pi)
     bugged: torch.Tensor  # (B, L) bool
+    head: tuple | None = None  # the sampler's top-k head: ids (B, L, K), its reported log q, the trainer's log p
 
 
 def _decode(w: _World, cfg: LMGenerator, prompt: torch.Tensor, g: torch.Generator, U: torch.Tensor,
@@ -326,6 +332,8 @@ def _decode(w: _World, cfg: LMGenerator, prompt: torch.Tensor, g: torch.Generato
     finished = torch.zeros(B, dtype=torch.bool)
     length = torch.full((B,), L, dtype=torch.int64)
     bug_token = int(w.succ[1])  # a fixed, ordinary token
+    k = min(cfg.head_k, cfg.vocab) if sampler else 0
+    head = (torch.full((B, L, k), -1, dtype=torch.int64), torch.zeros(B, L, k), torch.zeros(B, L, k))
     for t in range(L):  # one decoding step for every rollout at once
         z = _logits(w, cfg, h, prev, U, b)  # (B, V) the trainer's logits (fp32)
         logpi = z.log_softmax(-1)
@@ -348,6 +356,9 @@ def _decode(w: _World, cfg: LMGenerator, prompt: torch.Tensor, g: torch.Generato
         out["trainer"][:, t] = logpi.gather(-1, y[:, None])[:, 0]
         out["entropy"][:, t] = H
         out["sampler"][:, t] = (logq if cfg.report == "processed" else raw).gather(-1, y[:, None])[:, 0]
+        if k:  # the head of the distribution the sampler reports, with the trainer's log-probs of it
+            head[0][:, t], head[1][:, t], head[2][:, t] = top_k_head(
+                logq if cfg.report == "processed" else raw, logpi, k)
         out["kept"][:, t] = kept
         out["gap"][:, t] = cross - H
         out["kl"][:, t] = (q * (logq - logpi)).nan_to_num().sum(-1)  # 0 log 0 = 0 on dropped tokens
@@ -363,7 +374,7 @@ def _decode(w: _World, cfg: LMGenerator, prompt: torch.Tensor, g: torch.Generato
             hs = _step_state(w, hs, y, As, Es, rnd)
         prev = y
     return _Rollouts(tokens, length, out["trainer"], out["entropy"], out["sampler"], out["kept"], out["gap"],
-                     out["kl"], bugged)
+                     out["kl"], bugged, head if k else None)
 
 
 def _draw(q: torch.Tensor, g: torch.Generator) -> torch.Tensor:
@@ -483,7 +494,7 @@ def _generate(cfg: LMGenerator, seed: int) -> Batch:
     def per_rollout(x):
         return torch.where(mask, x[:, :T], zero).sum(-1).tolist()
 
-    return Batch(
+    batch = Batch(
         trainer_logprobs=torch.where(mask, r.trainer[:, :T], zero),
         inference_logprobs=torch.where(mask, inference, zero),
         advantages=_grpo(reward, cfg.group_size).float(),
@@ -493,4 +504,9 @@ def _generate(cfg: LMGenerator, seed: int) -> Batch:
                   "entropy_gap": per_rollout(r.gap), "kl": per_rollout(r.kl),
                   "bug_tokens": absurd.sum(-1).tolist()},
         extras={"entropy": r.entropy[:, :T], "token_ids": r.tokens[:, 1:T + 1]},
+        **head_fields(None if r.head is None else tuple(x[:, :T] for x in r.head), mask, None, torch.float32),
     )
+    if cfg.shift and batch.has_head:  # the head arrives as late as the log-probs
+        batch = Batch(batch.trainer_logprobs, batch.inference_logprobs, batch.advantages, mask, batch.metadata,
+                      batch.extras, **shifted_head(batch, cfg.shift))
+    return batch

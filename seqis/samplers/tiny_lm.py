@@ -37,6 +37,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..core.types import Batch
+from .heads import HEAD_K, head_fields, top_k_head
 
 
 @dataclass(frozen=True)
@@ -183,7 +184,7 @@ def train(cfg: TinyLMConfig = TinyLMConfig(), seed: int = 0, log_every: int = 0)
     return model.eval(), lang
 
 
-WEIGHTS = Path(__file__).resolve().parent.parent / "assets" / "models" / "tiny_lm_seed0.safetensors"
+WEIGHTS = Path(__file__).resolve().parents[2] / "assets" / "models" / "tiny_lm_seed0.safetensors"
 
 
 def pretrained(path: Path = WEIGHTS) -> tuple[TinyLM, WordLanguage]:
@@ -246,14 +247,16 @@ def truncate(logp: torch.Tensor, top_k: int = 0, top_p: float = 1.0) -> tuple[to
 @torch.no_grad()
 def rollouts(model: TinyLM, lang: WordLanguage, *, n_prompts: int = 16, group_size: int = 8, seed: int = 0,
              max_len: int | None = None, sampler_dtype: torch.dtype = torch.bfloat16,
-             sampling: Sampling = Sampling()) -> Batch:
+             sampling: Sampling = Sampling(), head_k: int = HEAD_K) -> Batch:
     """GRPO groups sampled by a `sampler_dtype` copy of the model (KV cache, token by token, with `sampling`'s
     temperature, truncation and kernel bug) and rescored by the fp32 model in one pass. Positions: BOS, the
     prompt token, then the response; the loss mask covers the response up to and including EOS.
     Metadata: group_id, reward, length, prompt_word, finished, and the truth about the sampler per rollout:
     kept_log_mass (sum over its loss tokens of log of the mass the sampler kept: the truncation offset) and
     bug_tokens (loss tokens the kernel bug chose where the trainer gives them under 5%). Extras: the trainer's
-    entropy and the token ids at each position."""
+    entropy and the token ids at each position. The sampler's top-`head_k` head at each position (of the distribution
+    it drew from: after temperature and truncation; a truncated-away token leaves its slot empty), with the fp32
+    trainer's log-probs of those tokens (seqis.samplers.heads; head_k = 0: none)."""
     cfg = model.cfg
     L = min(max_len or cfg.max_len, cfg.max_len)
     g = torch.Generator().manual_seed(seed)
@@ -272,10 +275,14 @@ def rollouts(model: TinyLM, lang: WordLanguage, *, n_prompts: int = 16, group_si
     length = torch.full((B,), L, dtype=torch.int64)  # (B,) positions used: prompt + response
     kept_log_mass = torch.zeros(B, L)  # (B, L) log of the mass the sampler kept (truncation)
     bugged = torch.zeros(B, L, dtype=torch.bool)  # (B, L) the kernel bug fired here
+    k = min(head_k, cfg.vocab)
+    head_ids = torch.full((B, L, k), -1, dtype=torch.int64)  # (B, L, K) the sampler's top-k ids (-1: empty)
+    head_q = torch.zeros(B, L, k)  # (B, L, K) their log mu
     for t in range(2, L):  # decode one token per step for every rollout (finished ones idle on EOS)
         hit = torch.rand(B, generator=g) < sampling.bug_rate if sampling.bug_rate > 0 else None  # (B,)
         logp, kept_log_mass[:, t] = sampling.log_probs(logits[:, -1], hit)  # (B, V), (B,)
         y = torch.multinomial(logp.exp(), 1, generator=g)[:, 0]  # (B,)
+        head_ids[:, t], head_q[:, t], _ = top_k_head(logp, logp, k)
         y = torch.where(finished, cfg.eos, y)
         tokens[:, t] = y
         sampler_logprobs[:, t] = logp.gather(-1, y[:, None])[:, 0]
@@ -293,6 +300,8 @@ def rollouts(model: TinyLM, lang: WordLanguage, *, n_prompts: int = 16, group_si
     logp = model(tokens[:, :-1]).log_softmax(-1)  # (B, L - 1, V)
     trainer_logprobs[:, 1:] = logp.gather(-1, tokens[:, 1:, None])[..., 0]
     entropy[:, 1:] = -(logp.exp() * logp).sum(-1)
+    head_p = torch.zeros(B, L, k)  # (B, L, K) the trainer's log pi of the sampler's head
+    head_p[:, 1:] = logp.gather(-1, head_ids[:, 1:].clamp(min=0))
 
     T = int(length.max())
     pos = torch.arange(T)[None, :]  # (1, T)
@@ -311,6 +320,7 @@ def rollouts(model: TinyLM, lang: WordLanguage, *, n_prompts: int = 16, group_si
                   "kept_log_mass": torch.where(loss_mask, kept_log_mass[:, :T], 0.0).sum(-1).tolist(),
                   "bug_tokens": absurd.sum(-1).tolist()},
         extras={"entropy": entropy[:, :T], "token_ids": tokens[:, :T]},
+        **head_fields((head_ids[:, :T], head_q[:, :T], head_p[:, :T]) if k else None, loss_mask, None, torch.float32),
     )
 
 
