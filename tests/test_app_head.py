@@ -79,3 +79,49 @@ def test_a_batch_without_a_head_says_which_corrections_need_one(draw):
     assert "lab: SC" in offered and "lab: none" not in offered
     for key, x in offered.items():  # every one asked of the registry has a centering part
         assert resolve(x).centering is not None, key
+
+
+# ---------------------------------------------------------------------------------------------------------
+# the pages: an uploaded file with a head, and a synthetic batch without one
+
+
+def _upload(tmp_path, draw):
+    from pages import APP
+    from streamlit.testing.v1 import AppTest
+
+    from seqis.io import save_batch
+
+    path = tmp_path / "head.npz"
+    save_batch(detached(head_batch(draw, 16)[0]), path, layout="padded")
+    at = AppTest.from_file(APP, default_timeout=120)
+    at.query_params["ex.source"] = "upload"
+    at.run()
+    at.file_uploader[0].upload("head.npz", path.read_bytes()).run()
+    next(b for b in at.button if b.key == "dg.open.explore").click().run()  # Diagnose first, then Explore
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def test_explore_shows_an_uploaded_head_s_corrections_with_k_as_a_knob(tmp_path, draw):
+    at = _upload(tmp_path, draw)
+    assert any(s.value == "The sampler's head: score centering" for s in at.subheader)
+    assert at.slider(key="ex.head.k").value == 16
+    tables = [t.value for t in at.table]
+    per_token = next(t for t in tables if "C_t" in t.columns)
+    head = next(t for t in tables if "coefficient c_v" in t.columns)
+    assert len(head) == 16 and len(per_token) == 5
+    at.slider(key="ex.head.k").set_value(4).run()
+    assert not at.exception
+    head = next(t.value for t in at.table if "coefficient c_v" in t.value.columns)
+    assert len(head) == 4  # the head cut to the sampler's top 4
+    at.switch_page("views/compare.py").run()  # Compare, on the same batch: the head corrections side by side
+    assert not at.exception, [e.value for e in at.exception]
+    side = next(t.value for t in at.table if "sc_correction" in t.value.columns)
+    assert {"lab: SC", "lab: SC + TIS"} <= set(side.index) and set(side["K"]) == {"16"}
+
+
+def test_explore_without_a_head_says_which_corrections_need_one():
+    from pages import explore
+
+    at = explore()
+    assert any("has no sampler head" in i.value and "topk_ids" in i.value for i in at.info)

@@ -127,3 +127,18 @@ def slot_table(batch: Batch, correction, K: int, rollout: int, position: int) ->
         "coefficient c_v": (-out.head_weights[j, t].double())[filled].numpy(),
         "d loss / d log p_v": g_head[j, t][filled].numpy(),
     })
+
+
+def summary(batch: Batch, corrections: dict[str, object], K: int) -> pd.DataFrame:
+    """One row per correction at head size K: verl's metrics (sc_correction, the head masses), the sampler's mean
+    tail mass, and the L1 of what score centering adds to the gradient over the head, summed over the batch."""
+    rows = {}
+    for label, x in corrections.items():
+        _, out, g_head = _centered(batch, x, K)
+        s = out.scalars()
+        rows[label] = {"K": min(int(K), head_size(batch)), "sc_correction": s["sc_correction"],
+                       "sc_sampler_head_mass": s["sc_sampler_head_mass"],
+                       "sc_train_head_mass": s["sc_train_head_mass"],
+                       "sampler tail 1 - Q_H": 1 - s["sc_sampler_head_mass"],
+                       "SC's gradient (L1, whole batch)": float(g_head.abs().sum())}
+    return pd.DataFrame(rows).T
