@@ -24,15 +24,22 @@ def _k(prefix: str, batch) -> int:
                       "masses' ratio; a smaller K shows what the tail model costs.")
 
 
-def explore_section(batch, prefix: str) -> None:
-    """Explore's section: pick a score-centering correction, K and a rollout; the per-token table and one token's
-    head."""
-    st.subheader("The sampler's head: score centering")
+def _heading(title: str, batch) -> dict | None:
+    """The section's title; the corrections that need a head, or None (said on the page) when the batch has none."""
+    st.subheader(title)
     msg = head_data.needs_head_message(batch)
     if msg is not None:
         st.info(msg)
+        return None
+    return head_data.centered_corrections()
+
+
+def explore_section(batch, prefix: str) -> None:
+    """Explore's section: pick a score-centering correction, K and a rollout; the per-token table and one token's
+    head."""
+    offered = _heading("The sampler's head: score centering", batch)
+    if offered is None:
         return
-    offered = head_data.centered_corrections()
     c1, c2, c3 = st.columns([2, 2, 1], vertical_alignment="bottom")
     with c1:
         label = bound(st.selectbox, "Score-centering correction", f"{prefix}head", next(iter(offered)),
@@ -66,12 +73,9 @@ def explore_section(batch, prefix: str) -> None:
 
 def compare_section(batch, prefix: str) -> None:
     """Compare's section: the score-centering corrections side by side at head size K."""
-    st.subheader("Head corrections side by side")
-    msg = head_data.needs_head_message(batch)
-    if msg is not None:
-        st.info(msg)
+    offered = _heading("Head corrections side by side", batch)
+    if offered is None:
         return
-    offered = head_data.centered_corrections()
     c1, c2 = st.columns([3, 2], vertical_alignment="bottom")
     with c1:
         picks = bound(st.multiselect, "Score-centering corrections", f"{prefix}head.picks", list(offered),
