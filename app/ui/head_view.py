@@ -48,7 +48,7 @@ def explore_section(batch, prefix: str) -> None:
         K = _k(prefix, batch)
     B = batch.shape[0]
     with c3:
-        j = bound(st.number_input, "Rollout", f"{prefix}head.rollout", 0, min_value=0, max_value=B - 1, step=1,
+        j = bound(st.number_input, "Rollout (head)", f"{prefix}head.rollout", 0, min_value=0, max_value=B - 1, step=1,
                   valid=lambda v: isinstance(v, int) and 0 <= v < B)
     x = offered[label]
     frame = head_data.token_table(batch, x, K, j)
