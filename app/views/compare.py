@@ -13,6 +13,7 @@ import zipfile
 import pandas as pd
 import streamlit as st
 from ui import explore_data as data
+from ui import head_view
 from ui.batch_source import batch_source
 from ui.numbers import number
 from ui.presets import COMPARE_FIRST
@@ -130,6 +131,7 @@ for key in view.names:
     draw_numbers(view, key, numbers[key])
     draw_export(view, key, exports[key])
 
+head_view.compare_section(data.load_batch(src, payload), P)  # the sampler's head: score centering
 if len(view.corrections) < 2:
     st.stop()
 

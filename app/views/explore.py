@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import pandas as pd
 import streamlit as st
 from ui import explore_data as data
-from ui import framework, warm
+from ui import framework, head_view, warm
 from ui.batch_source import batch_source
 from ui.numbers import number
 from ui.png import to_png
@@ -342,6 +342,8 @@ table(right, pd.Series(bv.diagnostics, name="value").to_frame())
 for note in bv.notes:
     right.caption(note)
 downloads_slot = right.empty()
+
+head_view.explore_section(data.load_batch(src, payload), P)  # the sampler's head: score centering
 
 st.subheader("Export")
 st.caption("An estimator's current settings as trainer config. A `# NOTE` line says where a knob has no "

@@ -44,9 +44,12 @@ sweeps.py (sweep_knob, sweep_batch_size, sweep_horizon, sweep_lag); train.py (tr
 under policy lag, each estimator driving the update, exact J every step) with policies.py (the toys as many
 policies at once, sampler faults), poisson_binomial.py (exact J and gradient of a count reward) and streams.py
 (one counter-based random stream per seed); mean_field.py (train_expected: the same training along each estimator's
-exact expected gradient, summed over counts on a uniform bit chain, for any horizon).
+exact expected gradient, summed over counts on a uniform bit chain, for any horizon); centering.py (score centering on
+the bit chain: sc_drift, the drift under a constant reward; sc_training, who converges where) and head_lm.py (a
+generator with a full next-token distribution: the centered gradient's error by head size). docs/score-centering.md.
 """
 
+from .centering import sc_drift, sc_training
 from .chain import BitChain, Rollouts
 from .mean_field import train_expected
 from .montecarlo import AGG, MCResult, expected_gradient, monte_carlo, monte_carlo_many
@@ -72,4 +75,6 @@ __all__ = [
     "train_expected",
     "TrainResult",
     "SamplerFault",
+    "sc_drift",
+    "sc_training",
 ]

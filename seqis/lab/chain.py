@@ -46,6 +46,20 @@ class Rollouts:
         return Batch(logp, self.inference_logprobs, adv)
 
 
+def binary_head(logp: torch.Tensor, logq: torch.Tensor) -> dict[str, torch.Tensor]:
+    """The sampler's head of a two-token vocabulary (a bit chain's): at every position the whole vocabulary, slot 0
+    the sampled token (log-probs logp, logq as given) and slot 1 the other (log(1 - p), log(1 - q)), so score
+    centering's tail is empty and exact. A slot whose other token one policy cannot produce (probability 0) is left
+    empty (id -1). Returns Batch's head fields (ids 0 = "the sampled token", 1 = "the other", not bit values)."""
+    other_p, other_q = torch.log(-torch.expm1(logp)), torch.log(-torch.expm1(logq))  # log(1 - p), log(1 - q)
+    can = torch.isfinite(other_p) & torch.isfinite(other_q)
+    zero = logp.new_zeros(())
+    ids = torch.stack([torch.zeros_like(can, dtype=torch.long), torch.where(can, 1, -1)], -1)  # (..., T, 2)
+    return {"topk_ids": ids,
+            "topk_inference_logprobs": torch.stack([logq, torch.where(can, other_q, zero)], -1),
+            "topk_trainer_logprobs": torch.stack([logp, torch.where(can, other_p, zero)], -1)}
+
+
 def _probs(x, H: int, name: str) -> torch.Tensor:
     """A probability (scalar or per position) as a float64 (H,) tensor, strictly inside (0, 1)."""
     t = torch.as_tensor(x, dtype=torch.float64).detach().cpu()

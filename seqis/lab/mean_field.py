@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 
 from .chain import BitChain
-from .policies import policy_of
+from .policies import SamplerFault, policy_of
 from .train import TrainResult, _coefficient, _pairs
 
 
@@ -43,10 +43,16 @@ def _check_exchangeable(est) -> None:
     g = torch.Generator().manual_seed(0)
     logq = -torch.rand(1, 3, 6, generator=g, dtype=torch.float64)  # (1, n, T)
     logp = logq + 0.3 * torch.randn(1, 3, 6, generator=g, dtype=torch.float64)
+    if est.centered:  # the two-token head needs log-probs of a bit (below 0)
+        logp = -(logp.abs() + 1e-3)
     reward = torch.rand(1, 3, generator=g, dtype=torch.float64) + 0.5
-    ahead, _ = _coefficient(est, logp, logq, reward)
-    behind, _ = _coefficient(est, logp.flip(-1), logq.flip(-1), reward)
-    if not torch.allclose(ahead, behind.flip(-1), rtol=1e-9, atol=1e-12):
+    ahead, _, head_ahead = _coefficient(est, logp, logq, reward)
+    behind, _, head_behind = _coefficient(est, logp.flip(-1), logq.flip(-1), reward)
+    if est.centered:
+        ahead, behind = torch.cat([ahead, head_ahead], -1), torch.cat([behind.flip(-1), head_behind.flip(-1)], -1)
+    else:
+        behind = behind.flip(-1)
+    if not torch.allclose(ahead, behind, rtol=1e-9, atol=1e-12):
         raise ValueError(f"{est.label}: its token weights depend on the token's position (prefix ratios, say), "
                          "so its expected gradient is not a sum over counts; use train(..., batch_size=None) "
                          "on a chain with horizon <= 16")
@@ -60,14 +66,49 @@ def _log_binom(H: int, prob: torch.Tensor) -> torch.Tensor:
     return log_choose + torch.special.xlogy(c, q) + torch.special.xlogy(H - c, 1 - q)
 
 
-def train_expected(chain: BitChain, estimators, *, steps: int, lr: float, lags: Sequence[int]) -> list[TrainResult]:
+def expected_gradient_counts(pairs, theta: torch.Tensor, theta_mu: torch.Tensor, count_reward: torch.Tensor,
+                             runs_per_estimator: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(R,) the exact expected gradient of every position (all equal) and (R,) the expected kept fraction, for R =
+    E * runs_per_estimator runs (estimator-major) of a uniform bit chain of horizon H = len(count_reward) - 1:
+    theta (R,) the trainer's logit, theta_mu (R,) the sampler's. A sum over the H + 1 counts (module docstring);
+    score centering's term on the bit not sampled (seqis.lab.chain.binary_head) joins it."""
+    H, R, L = count_reward.shape[0] - 1, theta.shape[0], runs_per_estimator
+    ones = (torch.arange(H)[None, :] < torch.arange(H + 1)[:, None]).double()  # (H + 1, H): x_c, c ones first
+    reward = count_reward.expand(R, H + 1)  # (R, H + 1) f(c)
+    logp = torch.where(ones.bool(), F.logsigmoid(theta)[:, None, None], F.logsigmoid(-theta)[:, None, None])
+    logq = torch.where(ones.bool(), F.logsigmoid(theta_mu)[:, None, None], F.logsigmoid(-theta_mu)[:, None, None])
+    prob = _log_binom(H, torch.sigmoid(theta_mu)).exp()  # (R, H + 1) P_mu(count = c)
+    coef = torch.empty(R, H + 1, H, dtype=torch.float64)  # (R, H + 1, H) on the sampled bit
+    other = torch.zeros(R, H + 1, H, dtype=torch.float64)  # on the other bit (score centering)
+    kept = torch.empty(R, dtype=torch.float64)
+    for i, est in enumerate(pairs):
+        sl = slice(i * L, (i + 1) * L)
+        c, frac, o = _coefficient(est, logp[sl], logq[sl], reward[sl])  # (L, H + 1, H), (L, H + 1), ...
+        coef[sl] = c
+        if o is not None:
+            other[sl] = o
+        kept[sl] = (frac * prob[sl]).sum(-1)
+    p = torch.sigmoid(theta)[:, None, None]
+    score = ones - p  # (R, H + 1, H) a_t - p
+    per_count = (coef * score).sum(-1) + (other * (1 - ones - p)).sum(-1)  # (R, H + 1)
+    return (per_count * prob).sum(-1) / H, kept
+
+
+def train_expected(chain: BitChain, estimators, *, steps: int, lr: float, lags: Sequence[int],
+                   fault: SamplerFault | None = None) -> list[TrainResult]:
     """`train_lags(chain, estimators, lags, steps=steps, lr=lr, batch_size=None)` on a uniform bit chain, for
     any horizon: plain SGD from theta0 = logit(p) along each estimator's exact expected gradient under a sampler
-    `lag` updates stale, A = reward. One TrainResult per lag (one "seed", 0; batch_size None)."""
+    `lag` updates stale, A = reward. One TrainResult per lag (one "seed", 0; batch_size None). fault: a
+    SamplerFault with a logit_bias only (the sampler's logit is the stale policy's plus b: a biased engine;
+    precision noise and top-p have no form here). Score-centered compositions run with the bit's two-token
+    head (seqis.lab.centering)."""
     if not isinstance(chain, BitChain):
         raise ValueError(f"train_expected needs a BitChain, got {type(chain).__name__}")
     if not _uniform(chain.p):
         raise ValueError("train_expected needs a chain whose bits share one p (theta stays one number per run)")
+    fault = fault or SamplerFault()
+    if fault.precision is not None or fault.top_p < 1.0:
+        raise ValueError(f"train_expected takes a SamplerFault with logit_bias only, got {fault}")
     lags = [int(k) for k in lags]
     if int(steps) < 0 or not lags or min(lags) < 0 or not (lr >= 0 and math.isfinite(lr)):
         raise ValueError(f"need steps >= 0, lags >= 0 and a finite lr >= 0; got steps={steps}, lags={lags}, lr={lr}")
@@ -82,8 +123,6 @@ def train_expected(chain: BitChain, estimators, *, steps: int, lr: float, lags: 
     E, L = len(pairs), len(lags)
     R = E * L  # run r = (estimator e, lag l), l fastest
     policy = policy_of(chain)
-    ones = (torch.arange(H)[None, :] < torch.arange(H + 1)[:, None]).double()  # (H + 1, H): x_c, c ones first
-    reward = chain.count_reward.expand(R, H + 1)  # (R, H + 1) f(c)
     theta = torch.full((R,), float(torch.logit(chain.p[0])), dtype=torch.float64)  # (R,) one logit per run
     lag_of = torch.tensor(lags).repeat(E)  # (R,)
     depth = max(lags) + 1
@@ -97,19 +136,8 @@ def train_expected(chain: BitChain, estimators, *, steps: int, lr: float, lags: 
         if s == steps:
             break
         history[s % depth] = theta
-        theta_mu = history[(s - lag_of).clamp(min=0) % depth, rows]  # (R,) each run's sampler
-        logp = torch.where(ones.bool(), F.logsigmoid(theta)[:, None, None], F.logsigmoid(-theta)[:, None, None])
-        logq = torch.where(ones.bool(), F.logsigmoid(theta_mu)[:, None, None], F.logsigmoid(-theta_mu)[:, None, None])
-        prob = _log_binom(H, torch.sigmoid(theta_mu)).exp()  # (R, H + 1) P_mu(count = c)
-        coef = torch.empty(R, H + 1, H, dtype=torch.float64)  # (R, H + 1, H)
-        kept = torch.empty(R, dtype=torch.float64)
-        for i, est in enumerate(pairs):
-            sl = slice(i * L, (i + 1) * L)
-            c, frac = _coefficient(est, logp[sl], logq[sl], reward[sl])  # (L, H + 1, H), (L, H + 1)
-            coef[sl] = c
-            kept[sl] = (frac * prob[sl]).sum(-1)
-        score = ones - torch.sigmoid(theta)[:, None, None]  # (R, H + 1, H) a_t - p
-        g = ((coef * score).sum(-1) * prob).sum(-1) / H  # (R,) the expected gradient of every position
+        theta_mu = history[(s - lag_of).clamp(min=0) % depth, rows] + fault.logit_bias  # (R,) each run's sampler
+        g, kept = expected_gradient_counts(pairs, theta, theta_mu, chain.count_reward, L)
         stats[0, :, s] = g.abs() * math.sqrt(H)
         stats[1, :, s] = true.norm(dim=-1)
         stats[2, :, s] = torch.sign(g) * torch.sign(true[:, 0])  # both are uniform over positions
@@ -120,7 +148,8 @@ def train_expected(chain: BitChain, estimators, *, steps: int, lr: float, lags: 
     for k, name in enumerate(("grad_norm", "true_norm", "cosine", "kept")):
         out[name] = stats[k, :, :steps].view(E, L, 1, -1).numpy()
     settings = {"chain": repr(chain), "steps": steps, "lr": lr, "batch_size": None, "dtype": "torch.float64",
-                "theta0": "logit(p)", "advantage": "reward", "optimizer": "sgd", "gradient": "expected (counts)"}
+                "theta0": "logit(p)", "advantage": "reward", "optimizer": "sgd", "gradient": "expected (counts)",
+                "fault": fault if fault.active else None}
     return [TrainResult(estimators=[p.label for p in pairs], seeds=[0], steps=steps, lr=lr, lag=k, batch_size=None,
                         seconds=seconds, settings={**settings, "lag": k},
                         **{name: np.ascontiguousarray(arr[:, i]) for name, arr in out.items()})

@@ -15,7 +15,9 @@ deviation eps (seqis.samplers.scenarios.PRECISION_EPS: fp16 0.0125, bf16 0.1, fp
 logit, a fresh draw per token, and reports the noisy log-probability (a valid IS model: mu is what the
 noisy engine samples); `top_p` < 1 renormalises each sampling step over its nucleus (the smallest set of
 tokens whose probability reaches top_p), so tokens outside it are never sampled (sequence IS then loses
-the gradient they would carry). BitChain takes both; TabularAR takes top_p.
+the gradient they would carry); `logit_bias` b samples every bit from sigmoid(theta + b), a systematically
+miscalibrated engine (the setting where score centering's drift shows, seqis.lab.centering). BitChain takes all
+three; TabularAR takes top_p.
 """
 
 from __future__ import annotations
@@ -39,16 +41,19 @@ class SamplerFault:
 
     precision: str | None = None  # "fp16" | "bf16" | "fp8": uniform logit noise of sd eps per sampled token
     top_p: float = 1.0  # nucleus sampling: tokens outside the top-p set are never sampled
+    logit_bias: float = 0.0  # BitChain: the sampler's logit of a one is the policy's plus this (a biased engine)
 
     def __post_init__(self):
         if self.precision is not None and self.precision not in PRECISION_EPS:
             raise ValueError(f"precision must be None or one of {', '.join(PRECISION_EPS)}, got {self.precision!r}")
         if not 0.0 < self.top_p <= 1.0:
             raise ValueError(f"top_p must lie in (0, 1], got {self.top_p}")
+        if not math.isfinite(self.logit_bias):
+            raise ValueError(f"logit_bias must be finite, got {self.logit_bias}")
 
     @property
     def active(self) -> bool:
-        return self.precision is not None or self.top_p < 1.0
+        return self.precision is not None or self.top_p < 1.0 or self.logit_bias != 0.0
 
 
 def _nucleus(probs: torch.Tensor, top_p: float) -> torch.Tensor:
@@ -81,7 +86,7 @@ class ChainPolicy:
 
     def _sampler(self, theta_mu: torch.Tensor, draw, n: int, dtype) -> tuple[torch.Tensor, torch.Tensor]:
         """(R, n, H) or (R, 1, H) float64 probabilities of a one under the faulty sampler."""
-        logits = theta_mu[:, None, :]  # (R, 1, H)
+        logits = theta_mu[:, None, :] + self.fault.logit_bias  # (R, 1, H)
         if self.fault.precision is not None:  # uniform noise of sd eps: eps sqrt(3) (2u - 1)
             eps = PRECISION_EPS[self.fault.precision]
             u = draw("precision", (n, self.horizon)).to(torch.float64)  # (R, n, H)
@@ -139,8 +144,9 @@ class TabularPolicy:
 
     def __init__(self, toy: TabularAR, fault: SamplerFault | None = None):
         self.toy, self.fault = toy, fault or SamplerFault()
-        if self.fault.precision is not None:
-            raise ValueError("TabularAR takes a top_p fault only (its precision noise would be per rollout state)")
+        if self.fault.precision is not None or self.fault.logit_bias != 0.0:
+            raise ValueError("TabularAR takes a top_p fault only (its precision noise would be per rollout state; "
+                             "logit_bias is a bit's)")
         T, V = toy.horizon, toy.vocab
         self.horizon, self.dim, self.vocab, self.n_sequences = T, T * V * V, V, V**T
         seqs = toy.sequences  # (N, T)

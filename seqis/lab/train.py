@@ -42,8 +42,9 @@ import torch
 from ..core.compose import Composition
 from ..core.types import Batch, Config
 from ..registry import entry, resolve, run
+from .chain import binary_head
 from .fixed import row_blocks
-from .policies import SamplerFault, policy_of
+from .policies import ChainPolicy, SamplerFault, policy_of
 from .streams import Streams
 
 AGG = "seq-mean-token-sum"
@@ -147,6 +148,7 @@ class _Estimator:
     adv_tau: float  # read off its own loss on one on-policy token: d loss / d log pi = -adv_tau there
     coupled: bool  # its weights depend on the whole batch (self-normalised): evaluated run by run
     penalised: bool  # its loss has a penalty: the gradient by autograd, through the loss's 1 / (rollouts)
+    centered: bool = False  # score centering: its batches carry the bit's two-token head (seqis.lab.chain)
 
     @property
     def label(self) -> str:
@@ -162,13 +164,22 @@ def _pairs(estimators) -> list[_Estimator]:
         raise ValueError("estimators is empty: give at least one name, preset key or (name, cfg) pair")
     out = []
     for x, cfg in pairs:  # an unknown name or a config of the wrong class fails here, before any work
-        leaf = torch.zeros(1, 1, dtype=torch.float64, requires_grad=True)
-        res = run(x, Batch(leaf, torch.zeros(1, 1, dtype=torch.float64), torch.ones(1, dtype=torch.float64)), cfg,
-                  agg=AGG)
-        (dlogp,) = torch.autograd.grad(res.loss, leaf)
         comp = resolve(x, cfg)
-        out.append(_Estimator(x, cfg, -float(dlogp), comp.weight.self_normalize, comp.penalty is not None))
+        leaf = torch.zeros(1, 1, dtype=torch.float64, requires_grad=True)
+        res = run(x, _batch(leaf, torch.zeros(1, 1, dtype=torch.float64), torch.ones(1, dtype=torch.float64),
+                            comp.centering is not None), cfg, agg=AGG)
+        (dlogp,) = torch.autograd.grad(res.loss, leaf)
+        out.append(_Estimator(x, cfg, -float(dlogp), comp.weight.self_normalize, comp.penalty is not None,
+                              comp.centering is not None))
     return out
+
+
+def _check_centered(pairs: list[_Estimator], policy) -> None:
+    """Score centering needs the sampler's head: the lab builds it where the vocabulary is two tokens (a bit)."""
+    centered = [p.label for p in pairs if p.centered]
+    if centered and not isinstance(policy, ChainPolicy):
+        raise ValueError(f"{', '.join(centered)}: score centering needs the sampler's head, which the lab builds on "
+                         "a BitChain only (two tokens a position: the head is the whole vocabulary)")
 
 
 def _seeds(seeds) -> list[int]:
@@ -221,6 +232,7 @@ def train_lags(chain, estimators, lags: Sequence[int], *, steps: int, lr: float,
     device = torch.device(device) if device is not None else torch.device("cpu")
     dtype = dtype or (torch.float64 if batch_size is None else torch.float32)
     policy = policy_of(chain, fault)
+    _check_centered(pairs, policy)
     E, L, S, steps = len(pairs), len(lags), len(seeds), int(steps)
     shape = (E, L, S)
     out = {k: np.full(shape + (steps + (k == "J"),), np.nan) for k in ("J", "grad_norm", "true_norm", "cosine", "kept")}
@@ -316,6 +328,7 @@ def _estimate(policy, pairs, theta, theta_mu, draw, batch_size, dtype, runs_per_
             reward = reward - reward.mean(-1, keepdim=True)
     R, n, T = logp.shape
     coef = torch.empty_like(logp)  # (R, n, T) d (a run's mean surrogate over its own rollouts) / d log pi
+    other = torch.zeros_like(logp) if any(p.centered for p in pairs) else None  # ... / d log pi(the other bit)
     kept = torch.empty(R, dtype=torch.float64, device=logp.device)
     k = runs_per_estimator
     for i, est in enumerate(pairs):
@@ -323,20 +336,33 @@ def _estimate(policy, pairs, theta, theta_mu, draw, batch_size, dtype, runs_per_
         if est.coupled or est.penalised:  # each run's batch alone (see _coefficient)
             parts = [_coefficient(est, logp[r : r + 1], logq[r : r + 1], reward[r : r + 1])
                      for r in range(*sl.indices(R))]
-            c, frac = (torch.cat(x) for x in zip(*parts, strict=True))
+            c, frac, o = (x[0] if x[0] is None else torch.cat(x) for x in zip(*parts, strict=True))
         else:  # per-rollout weights: every run of this estimator in one Batch
-            c, frac = _coefficient(est, logp[sl], logq[sl], reward[sl])
+            c, frac, o = _coefficient(est, logp[sl], logq[sl], reward[sl])
         coef[sl] = c / n if weight is None else c * weight[sl][..., None]  # a run's mean, or its expectation
+        if o is not None:
+            other[sl] = o / n if weight is None else o * weight[sl][..., None]
         kept[sl] = frac.mean(-1) if weight is None else (frac * weight[sl].double()).sum(-1)
     with torch.no_grad():
         g = policy.score(tokens, coef.detach(), theta)
+        if other is not None:  # score centering's term on the bit not sampled
+            g = g + policy.score(1 - tokens, other.detach(), theta)
     return g, kept
+
+
+def _batch(logp, logq, reward, centered: bool) -> Batch:
+    """The rollouts as a Batch, carrying the two-token head (seqis.lab.chain.binary_head) for score centering."""
+    head = binary_head(logp.detach(), logq) if centered else {}
+    if centered and logp.requires_grad:  # the head's trainer log-probs: a leaf of their own, as a trainer gives
+        head["topk_trainer_logprobs"] = head["topk_trainer_logprobs"].requires_grad_()
+    return Batch(logp, logq, reward, **head)
 
 
 def _coefficient(est: _Estimator, logp, logq, reward):
     """k runs' rollouts (k, n, T) through the estimator: (k, n, T) the gradient coefficient of each token (d loss
-    / d log pi times -k n, so a run's mean over its rollouts is the estimate) and (k, n) the fraction of each
-    rollout's tokens kept.
+    / d log pi times -k n, so a run's mean over its rollouts is the estimate), (k, n) the fraction of each
+    rollout's tokens kept, and for score centering (k, n, T) the coefficient on the other bit's log-prob (None
+    without: the sampled bit's share of the head is added to the first).
 
     A run's coefficients must not depend on the other runs beside it (a seed reproduces alone or in a sweep,
     seqis.lab.fixed). Per-rollout weights: the k n rollouts, padded with rollouts of log pi = log mu = 0 and
@@ -346,13 +372,17 @@ def _coefficient(est: _Estimator, logp, logq, reward):
     k, n, T = logp.shape
     if est.penalised:  # a loss with a penalty term: its full gradient, by autograd
         leaf = logp.reshape(k * n, T).detach().requires_grad_()
-        res = run(est.x, Batch(leaf, logq.reshape(k * n, T), reward.reshape(k * n)), est.cfg, agg=AGG)
-        (dlogp,) = torch.autograd.grad(res.loss, leaf)
-        return dlogp.view(k, n, T) * -float(k * n), res.rollouts["kept_fraction"].view(k, n).double()
+        batch = _batch(leaf, logq.reshape(k * n, T), reward.reshape(k * n), est.centered)
+        res = run(est.x, batch, est.cfg, agg=AGG)
+        leaves = (leaf, batch.topk_trainer_logprobs) if est.centered else (leaf,)
+        grads = [g * -float(k * n) for g in torch.autograd.grad(res.loss, leaves)]
+        c = grads[0] + (grads[1][..., 0] if est.centered else 0)
+        other = grads[1][..., 1].view(k, n, T) if est.centered else None
+        return c.view(k, n, T), res.rollouts["kept_fraction"].view(k, n).double(), other
     if est.coupled:
-        res = run(est.x, Batch(logp.reshape(k * n, T), logq.reshape(k * n, T), reward.reshape(k * n)), est.cfg,
-                  agg=AGG)
-        weights, kept = res.weights, res.rollouts["kept_fraction"]
+        res = run(est.x, _batch(logp.reshape(k * n, T), logq.reshape(k * n, T), reward.reshape(k * n),
+                                est.centered), est.cfg, agg=AGG)
+        weights, kept, head = res.weights, res.rollouts["kept_fraction"], res.head_weights
     else:
         N = k * n
         rows, blocks = row_blocks(N, T)
@@ -361,11 +391,19 @@ def _coefficient(est: _Estimator, logp, logq, reward):
         rw = torch.nn.functional.pad(reward.reshape(N), (0, rows - N))  # (rows,)
         weights = logp.new_empty(rows, T)
         kept = logp.new_empty(rows)
+        head = logp.new_empty(rows, T, 2) if est.centered else None
         for sl in blocks:
-            res = run(est.x, Batch(lp[sl], lq[sl], rw[sl]), est.cfg, agg=AGG)
+            res = run(est.x, _batch(lp[sl], lq[sl], rw[sl], est.centered), est.cfg, agg=AGG)
             weights[sl] = res.weights
             kept[sl] = res.rollouts["kept_fraction"]
-        weights, kept = weights[:N], kept[:N]
-    # the contract: d loss / d log pi = -weights * adv_tau * A / (k n), exact whatever k is
-    c = weights.view(k, n, T) * (est.adv_tau * reward)[..., None]
-    return c, kept.view(k, n).double()
+            if est.centered:
+                head[sl] = res.head_weights
+        weights, kept, head = weights[:N], kept[:N], (None if head is None else head[:N])
+    # the contract: d loss / d log pi = -weights * adv_tau * A / (k n), exact whatever k is; the head's the same
+    # with head_weights (seqis.core.types.EstimatorOutput)
+    scale = (est.adv_tau * reward)[..., None]  # (k, n, 1)
+    c = weights.view(k, n, T) * scale
+    if head is None:
+        return c, kept.view(k, n).double(), None
+    head = head.view(k, n, T, 2) * scale[..., None]
+    return c + head[..., 0], kept.view(k, n).double(), head[..., 1]
