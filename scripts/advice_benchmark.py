@@ -51,9 +51,9 @@ def main() -> None:
         for over, estimators in OVER.items():
             rows = [suggestion_score(c, estimators) for c in cases]
             picks = Counter(s for _, s in rows).most_common()
-            print(f"| {name} | {over} | {cell(mean(r['bad_dropped'] for r, _ in rows)) if name != 'clean' else '-'} "
-                  f"| {cell(mean(r['tokens_dropped'] for r, _ in rows))} | {cell(mean(r['good_kept'] for r, _ in rows))}"
-                  f" | {', '.join(f'{s} ({n})' for s, n in picks)} |")
+            bad = cell(mean(r["bad_dropped"] for r, _ in rows)) if name != "clean" else "-"
+            print(f"| {name} | {over} | {bad} | {cell(mean(r['tokens_dropped'] for r, _ in rows))} "
+                  f"| {cell(mean(r['good_kept'] for r, _ in rows))} | {', '.join(f'{s} ({n})' for s, n in picks)} |")
         ref = [score(effectively_kept(run(AT_DEFAULTS, c.batch)), c) for c in cases]
         print(f"| {name} | {AT_DEFAULTS} at its defaults | "
               f"{cell(mean(r['bad_dropped'] for r in ref)) if name != 'clean' else '-'} | "
