@@ -10,7 +10,7 @@ import torch
 from seqis import ESTIMATORS, run_many
 from seqis.core.ratios import Ratios
 from seqis.diagnosis.advice import advise, batch_facts, regime
-from seqis.diagnosis.summaries import effective_batch
+from seqis.diagnosis.summaries import effective_batch, effectively_kept
 from seqis.registry import resolve
 from seqis.samplers.scenarios import make_batch
 
@@ -40,10 +40,12 @@ def test_regime_quotes_the_measured_engine_ranges():
 def test_readings_are_the_estimators_own_outputs(gaussian):
     a = advise(gaussian, SHOWN)
     outs = run_many(SHOWN, gaussian)
-    for reading in a.readings:
-        eff = effective_batch(outs[reading.name])
+    for reading in a.readings:  # a fitted reading is its estimator at the fitted knobs
+        cfg = type(ESTIMATORS[reading.name].config())(**reading.knobs)
+        eff = effective_batch(outs[reading.name] if not reading.fitted else run_many([(reading.name, cfg)],
+                                                                                       gaussian)[reading.name])
         assert reading.tokens_kept == eff["tokens_kept_frac"] and reading.ess == eff["ess_frac"]
-        assert reading.description == resolve(reading.name).describe()
+        assert reading.description == resolve(reading.name, cfg).describe()
 
 
 def test_a_valid_is_batch_starts_from_a_per_rollout_weight(gaussian):
@@ -55,13 +57,16 @@ def test_a_valid_is_batch_starts_from_a_per_rollout_weight(gaussian):
     assert a.suggestion == best.name
 
 
-def test_catastrophic_tokens_call_for_a_token_level_rule():
+def test_catastrophic_tokens_lose_their_gradient_under_the_suggestion():
+    # a catastrophic token makes its rollout outlying (seqis.diagnosis.fit): the suggestion, at its knobs, drops
+    # every token with |l| > log 10 (by a token rule, or with its rollout)
     b = make_batch("catastrophic", seed=0, n_rollouts=128, max_len=512)
     a = advise(b, SHOWN)
-    assert a.facts["catastrophic"] > 0
-    comp = resolve(a.suggestion)
-    assert any(c.statistic == "ratio" and c.agg in ("token", "max", "min") for c in comp.criteria) or (
-        comp.weight.band is not None and not comp.weight.per_rollout)
+    assert a.facts["catastrophic"] > 0 and a.outliers
+    cfg = type(ESTIMATORS[a.suggestion].config())(**a.knobs)
+    kept = effectively_kept(run_many([(a.suggestion, cfg)], b)[a.suggestion])
+    l = Ratios.of(b).log_ratio
+    assert not bool((kept & b.loss_mask & (l.abs() > math.log(10))).any())
 
 
 def test_a_geometric_band_below_the_batchs_kl_says_long_rollouts_go():
@@ -128,7 +133,7 @@ def test_a_token_rule_says_whether_it_drops_single_tokens_or_whole_rollouts_with
     b = make_batch("catastrophic", seed=0, n_rollouts=64, max_len=256)
     tight = ESTIMATORS["max_mask"].config(token_mask_low=0.8, token_mask_high=1.25)
     a = advise(b, ["max_mask", "mis_po", "icepop"])
-    readings = {r.name: r for r in a.readings}
+    readings = {r.name: r for r in a.readings if not r.fitted}
     assert a.facts["catastrophic"] > 0
     hits = f"(this batch has {a.facts['catastrophic']:.0f} tokens with |l| > log 10)"
 

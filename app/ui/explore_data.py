@@ -19,6 +19,7 @@ read-only), keyed on a Source (by its key string) and the corrections (a Shown b
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import io
 from collections.abc import Callable
@@ -35,7 +36,8 @@ from seqis import ESTIMATORS, PRESETS, diagnostics, run_many
 from seqis.core.compose import Composition
 from seqis.core.ratios import Ratios
 from seqis.core.types import Batch, Config, Knobs
-from seqis.diagnosis.advice import Advice, batch_facts, read, suggest
+from seqis.diagnosis import fit
+from seqis.diagnosis.advice import Advice, batch_facts, candidates_of, conclude, readings_over
 from seqis.diagnosis.summaries import (
     dropped_map,
     effective_batch,
@@ -365,12 +367,31 @@ def weights_figure(src: Source, cs: tuple[Shown, ...], _payload: bytes | None = 
     return charts.stacked(hist, survives, bottom_px=charts.survival_px(len(cs)))
 
 
+@_section(BATCHES)
+def _compared(src: Source, _payload: bytes | None = None):
+    """The advice's default comparison on this batch (the registry and the relevant presets, their bands fitted),
+    read once per batch: (candidates, outlying rollouts, readings)."""
+    b, r = load_batch(src, _payload), _ratios(src, _payload)
+    candidates, _ = candidates_of(None, (), b)
+    o = fit.outlying_rollouts(r)
+    return candidates, o, readings_over(b, candidates, r, batch_view(src, _payload).facts, o)
+
+
 @_section(FIGURES)
 def advice_view(src: Source, cs: tuple[Shown, ...], _payload: bytes | None = None) -> Advice:
-    """"What this means for your batch": each shown correction read against the batch, and where to start."""
+    """"What this means for your batch": the registry, the relevant presets and the shown corrections read against
+    the batch, where to start, and what was compared; the readings listed are the shown ones and the suggestion's."""
+    candidates, o, base = _compared(src, _payload)
     facts = batch_view(src, _payload).facts
-    readings = [read(c.name, c.composition, estimator_view(src, c, _payload).effective, facts) for c in cs]
-    return suggest(facts, readings, {c.name: dict(c.config.as_dict()) for c in cs})
+    pairs, _ = candidates_of(None, tuple((c.name, c.config) for c in cs), load_batch(src, _payload))
+    extra = pairs[len(candidates):]  # the shown corrections the default comparison lacks (other knobs)
+    readings = base + (readings_over(load_batch(src, _payload), extra, _ratios(src, _payload), facts, o)
+                       if extra else [])
+    a = conclude(facts, o, pairs, False, readings)
+    on_page = {(c.name, repr(dict(c.config.as_dict()))) for c in cs}
+    listed = [x for x in readings if (x.name, repr(x.knobs)) in on_page and not x.fitted
+              or (x.name, repr(x.knobs)) == (a.suggestion, repr(a.knobs))]
+    return dataclasses.replace(a, readings=listed)
 
 
 @dataclass(frozen=True)

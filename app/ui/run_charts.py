@@ -3,9 +3,15 @@ correction's dropped fraction, per group, incidents marked. Plain plotly; no str
 
 from __future__ import annotations
 
+import math
+from functools import reduce
+
+import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
+
+from seqis.diagnosis.trend import WINDOW, Z_ALARM, metric_z
 
 from .style import EXTRA, PALETTE, STATUS_COLORS, base_layout
 
@@ -20,6 +26,26 @@ def _pairs(df: pd.DataFrame) -> pd.DataFrame:
     """One row per (step, group), in step order, the group named (the whole step as WHOLE_STEP)."""
     pairs = df.drop_duplicates(["step", "group"]).sort_values("step", kind="stable")
     return pairs.assign(name=pairs["group"].fillna(WHOLE_STEP).astype(str))
+
+
+GRID_MAX = 10  # a stride grid is drawn only when it has at most this many times the steps read
+
+
+def step_grid(df: pd.DataFrame) -> list[int]:
+    """The steps a timeline spans: those read, and the ones between them on the run's stride that are missing
+    (steps 0, 1, 2, 4: step 3 is missing; 0, 10, 20: none is). A missing step is a gap in every line."""
+    steps = sorted(int(x) for x in df["step"].unique())
+    if len(steps) < 3:
+        return steps
+    stride = reduce(math.gcd, (b - a for a, b in zip(steps, steps[1:])))
+    n = (steps[-1] - steps[0]) // max(stride, 1) + 1
+    return list(range(steps[0], steps[-1] + 1, stride)) if stride > 0 and n <= GRID_MAX * len(steps) else steps
+
+
+def on_grid(rows: pd.DataFrame, grid: list[int], columns: list[str]) -> pd.DataFrame:
+    """One group's rows reindexed on the step grid: NaN at a step it lacks (plotly breaks the line there)."""
+    part = rows.drop_duplicates("step").set_index("step")[columns]
+    return part.reindex(grid).rename_axis("step").reset_index()
 
 
 def _group_colors(df: pd.DataFrame) -> dict[str, str]:
@@ -43,9 +69,11 @@ def mismatch_timeline(df: pd.DataFrame, metric: str, incidents: pd.DataFrame | N
     click-to-open)."""
     pairs = _pairs(df)
     colors = _group_colors(df)
+    grid = step_grid(df)
     fig = go.Figure()
     for name, rows in pairs.groupby("name", sort=True):
         whole = name == WHOLE_STEP
+        rows = on_grid(rows, grid, [metric])
         fig.add_trace(go.Scatter(
             x=rows["step"], y=rows[metric], name=name, mode="lines+markers", customdata=rows["step"],
             line=dict(width=1.5, dash="dash" if whole else "solid", color=colors[name]),
@@ -79,12 +107,13 @@ def dropped_timelines(df: pd.DataFrame, estimators: list[str], *, height_each: i
     fig = make_subplots(rows=panels, cols=1, shared_xaxes=True, vertical_spacing=min(0.06, 45 / height),
                         subplot_titles=estimators or ["no estimator in this scan"])
     fig.update_annotations(font_size=13)  # the panel titles a size under the chart's title
-    colors = _group_colors(df)
+    colors, grid = _group_colors(df), step_grid(df)
     for i, est in enumerate(estimators, start=1):
         rows = df[df["estimator"] == est].sort_values("step", kind="stable")
         rows = rows.assign(name=rows["group"].fillna(WHOLE_STEP).astype(str))
         for name, part in rows.groupby("name", sort=True):
             whole = name == WHOLE_STEP
+            part = on_grid(part, grid, ["dropped"])
             fig.add_trace(go.Scatter(
                 x=part["step"], y=part["dropped"], name=name, legendgroup=name, showlegend=i == 1,
                 mode="lines+markers", customdata=part["step"], marker=dict(size=5),
@@ -100,3 +129,31 @@ def dropped_timelines(df: pd.DataFrame, estimators: list[str], *, height_each: i
     fig.update_layout(legend_y=-64 / plot_px)
     return fig
 
+
+
+def early_warning(df: pd.DataFrame, metric: str, *, height: int = 320) -> tuple[go.Figure, pd.DataFrame]:
+    """Each group's `metric` against its own trailing WINDOW steps (seqis.diagnosis.trend): z per step, a line per
+    group, the alarm line at Z_ALARM, alarms marked; and the alarms as rows (step, group, metric, z). A missing step
+    is a gap, and the steps before it still count as history."""
+    pairs = _pairs(df)
+    colors, grid = _group_colors(df), step_grid(df)
+    fig, found = go.Figure(), []
+    for name, rows in pairs.groupby("name", sort=True):
+        rows = on_grid(rows, grid, [metric])
+        z = metric_z(metric, rows[metric].to_numpy())
+        fig.add_trace(go.Scatter(
+            x=rows["step"], y=z, name=name, mode="lines+markers", customdata=rows["step"],
+            line=dict(width=1.5, dash="dash" if name == WHOLE_STEP else "solid", color=colors[name]),
+            marker=dict(size=5), hovertemplate=f"step %{{x}}<br>{name}<br>z %{{y:.2f}}<extra></extra>"))
+        hit = np.nan_to_num(z, nan=-np.inf) > Z_ALARM
+        found += [(int(t), name, float(v), float(zz)) for t, v, zz in zip(rows["step"][hit], rows[metric][hit], z[hit])]
+    alarms = pd.DataFrame(found, columns=["step", "group", metric, "z"]).sort_values(["step", "group"])
+    if not alarms.empty:
+        ring = dict(size=14, symbol="circle-open", line=dict(width=3), color=SEVERITY_COLORS["bad"])
+        fig.add_trace(go.Scatter(x=alarms["step"], y=alarms["z"], name="alarm", mode="markers", marker=ring,
+                                 customdata=alarms["step"],
+                                 hovertemplate="step %{x}: alarm, z %{y:.2f}<extra></extra>"))
+    fig.add_hline(y=Z_ALARM, line=dict(color=SEVERITY_COLORS["bad"], width=1, dash="dot"))
+    _layout(fig, height, f"{metric}: each step against its last {WINDOW} steps (z)")
+    fig.update_yaxes(title_text="z")
+    return fig, alarms.reset_index(drop=True)

@@ -69,15 +69,16 @@ def draw_advice(slot, advice) -> None:
     """The batch read against each shown estimator, and where to start (diagnosis.advice), as one block of text."""
     f = advice.facts
     # a line per estimator, not a table: at 900 px a table's last column ("what binds here") was a word wide
-    rows = [f"- `{r.name}` keeps {r.tokens_kept:.0%} of the tokens, accepts {r.rollouts_kept:.0%} of the "
+    rows = [f"- `{r.label}` keeps {r.tokens_kept:.0%} of the tokens, accepts {r.rollouts_kept:.0%} of the "
             f"rollouts, ESS {r.ess:.0%}: {r.why[0]}" for r in advice.readings]
     slot.markdown(
         f"**The batch.** {advice.regime}. Rollout lengths: median {f['length_p50']:.0f}, 90th percentile "
         f"{f['length_p90']:.0f}, longest {f['length_max']:.0f}. |l| 99th percentile {f['abs_l_p99']:.2g}, "
         f"largest {f['abs_l_max']:.2g}; {f['catastrophic']:.0f} tokens with |l| > log 10. Untruncated "
         f"sequence weights: ESS {f['ess_seq']:.0%} of the rollouts.\n\n"
-        f"**Start with `{advice.suggestion}`** ({_knobs(advice.knobs) or 'no knobs'}): "
-        + "; ".join(advice.reasons) + "."
+        f"**Start with `{advice.suggestion}`** ({_knobs(advice.knobs) or 'no knobs'}"
+        + (", fitted to this batch" if advice.fitted else "") + "): " + "; ".join(advice.reasons) + "."
+        + f"  \n*The advice {advice.scope}.*"
         + ("" if not advice.caveats else "  \n**Caveats:** " + "; ".join(advice.caveats) + ".")
         + "\n\n" + "\n".join(rows))
 

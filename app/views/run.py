@@ -25,10 +25,12 @@ from ui.runtime.chart import chart
 from ui.state import bound, initial, literal
 
 from seqis import ESTIMATORS
+from seqis.diagnosis import trend
 
 P = "run."
 SOURCES = {"example": "Example run", "folder": "Run folder", "file": "Scan file", "upload": "Upload a scan"}
-METRICS = ["kl_k3", "kl_k1", "chi2_token", "ess_seq", "ppl_ratio", "abs_log_ratio_p99", "abs_log_ratio_max"]
+METRICS = ["kl_k3", "kl_k1", "abs_ratio_mean", "chi2_token", "ess_seq", "ppl_ratio", "abs_log_ratio_p99",
+           "abs_log_ratio_max"]
 VIEWS = Path(__file__).resolve().parent
 INCIDENT_BUTTONS = 5  # incidents (distinct steps) with their own open buttons
 FOLLOWABLE = ("example", "folder", "file")  # sources on this server that can grow while the page looks
@@ -259,6 +261,36 @@ def latest_step(df: pd.DataFrame, run_path: str | None) -> None:
     open_step(run_path, latest, buttons, tag="latest", short=True)
 
 
+def pick_step(df: pd.DataFrame, found: pd.DataFrame, run_path: str | None) -> int:
+    """The Step selector: the worst step at first, and again whenever another run is shown (a step kept from the
+    run before would open a step of this one nobody picked); a step from the URL holds on a first look."""
+    steps = sorted(int(s) for s in df["step"].unique())
+    default = int(found.iloc[0]["step"]) if not found.empty else steps[-1]
+    run_id = (str(df.attrs.get("path")), str(run_path), str(st.session_state.get(f"{P}source")))
+    shown_before = st.session_state.get(f"{P}step.run")
+    if shown_before is not None and shown_before != run_id:
+        st.session_state[f"{P}step"] = default
+    st.session_state[f"{P}step.run"] = run_id
+    return bound(st.selectbox, "Step", f"{P}step", default, options=steps, valid=lambda v: v in steps)
+
+
+def warn_early(df: pd.DataFrame, metric: str, run_path: str | None) -> None:
+    """The early warning: each step's metric against the steps just before it, and the rate it alarms on clean
+    runs (measured: docs/diagnose.md)."""
+    st.subheader("Early warning")
+    st.caption(f"Each step's {metric} against its own last {trend.WINDOW} steps (median and MAD, on the log"
+               + (" of its excess over 1" if metric in trend.OFFSETS else "") + f"): a step with z above "
+               f"{trend.Z_ALARM:g} is an alarm, a rise the run's average hides. On clean synthetic runs (the mismatch "
+               f"held fixed, a fresh batch each step) a step passes it about {trend.CLEAN_FALSE_ALARM:.1g} of the time "
+               "(docs/diagnose.md, Early warning). No z before 8 steps of history.")
+    fig, alarms = run_charts.early_warning(df, metric)
+    clickable_chart(fig, "warning", run_path)
+    if alarms.empty:
+        st.caption("No alarm in this run.")
+    else:
+        st.dataframe(alarms, hide_index=True, width="stretch")
+
+
 def show_run(load: Callable[[], pd.DataFrame | None], run_path: str | None, following: bool = False) -> None:
     """The scan's incidents and timelines. While following, this runs again on a timer (a fragment, holding no
     control of the source: those are drawn once per page run): a run folder is rescanned when its files change
@@ -298,9 +330,8 @@ def show_run(load: Callable[[], pd.DataFrame | None], run_path: str | None, foll
     if run_path is not None:
         st.caption(f"Click a point to open its step in {_pages()[0][0]}.")
     clickable_chart(run_charts.mismatch_timeline(df, metric, found, new=new), "timeline", run_path)
-    steps = sorted(int(s) for s in df["step"].unique())
-    default = int(found.iloc[0]["step"]) if not found.empty else steps[-1]
-    step = bound(st.selectbox, "Step", f"{P}step", default, options=steps, valid=lambda v: v in steps)
+    warn_early(df, metric, run_path)
+    step = pick_step(df, found, run_path)
     open_step(run_path, step, st.container())
 
     names = [e for e in dict.fromkeys(df["estimator"])]

@@ -25,6 +25,7 @@ figure. The regime's sentence says which figure it shows.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 
@@ -32,12 +33,14 @@ import torch
 
 from ..core.compose import Composition
 from ..core.ratios import Ratios
-from ..core.types import Batch
+from ..core.types import Batch, Config
 from ..estimators import ESTIMATORS
+from ..presets import PRESETS
 from ..registry import resolve, resolve_config, run_many
 from ..theory import formulas as theory
+from . import fit
 from .statistics import diagnostics
-from .summaries import effective_batch
+from .summaries import effective_batch, effectively_kept
 
 KL_RANGES = ((5e-4, "below the smallest engine mismatch measured (H20: 5e-4 to 1e-3 nats)"),
              (1e-3, "like an H20 engine (5e-4 to 1e-3 nats)"),
@@ -63,6 +66,14 @@ class EstimatorReading:
     why: list[str] = field(default_factory=list)  # one sentence per rule that binds (or a note that none does)
     catches_single_tokens: bool = False  # has a token-level rule: a catastrophic token is dropped on its own
     tier: int = 0  # 0: a per-rollout IS weight, 1: a token-level weight, 2: no IS weight (see TIERS)
+    knobs: dict = field(default_factory=dict)  # its config's knob values
+    fitted: tuple[str, ...] = ()  # the knobs fitted to this batch (seqis.diagnosis.fit); () for the config as given
+    outliers_dropped: float = math.nan  # share of the outlying rollouts' loss tokens it drops (nan: no outlier)
+    typical_kept: float = math.nan  # share of the other rollouts' loss tokens it keeps
+
+    @property
+    def label(self) -> str:
+        return self.name + (" (fitted)" if self.fitted else "")
 
 
 @dataclass(frozen=True)
@@ -70,10 +81,14 @@ class Advice:
     facts: dict[str, float]  # kl (trimmed) and kl_mean, s, lengths, |l| p99 and max, catastrophic tokens, ess_seq
     regime: str  # the KL against the literature's measured ranges
     readings: list[EstimatorReading]
-    suggestion: str  # the estimator to start from
-    knobs: dict[str, float]  # its knob values (the ones given)
+    suggestion: str  # the estimator (or preset) to start from
+    knobs: dict[str, float]  # its knob values: the ones given, or fitted to the batch (see `fitted`)
     reasons: list[str]  # why it, and what to watch
     caveats: list[str]
+    compared: tuple[str, ...] = ()  # every candidate read, by label ("mis_po", "mis_po (fitted)", "verl/...")
+    scope: str = ""  # what was compared, in words (the page says it)
+    fitted: tuple[str, ...] = ()  # the suggestion's knobs fitted to this batch
+    outliers: tuple[int, ...] = ()  # the outlying rollouts (seqis.diagnosis.fit.outlying_rollouts), by index
 
 
 def _quantile(x: torch.Tensor, q: float) -> float:
@@ -193,31 +208,79 @@ def _why(comp: Composition, facts: dict[str, float], kept: float, clipped: float
     return why
 
 
-def read(name: str, comp: Composition, effective: dict[str, float], facts: dict[str, float]) -> EstimatorReading:
+def read(name: str, comp: Composition, effective: dict[str, float], facts: dict[str, float], *,
+         knobs: dict | None = None, fitted: tuple[str, ...] = (),
+         outliers: tuple[float, float] = (math.nan, math.nan)) -> EstimatorReading:
     """One estimator on the batch (its effective batch, seqis.diagnosis.summaries.effective_batch), read against its
-    composition."""
+    composition; `outliers`: (share of the outlying rollouts' tokens it drops, share of the others' it keeps)."""
     token_rule = comp.catches_single_tokens
     kept, clipped = effective["tokens_kept_frac"], effective["clipped_frac"]
     return EstimatorReading(name=name, description=comp.describe(), tokens_kept=kept,
                             rollouts_kept=effective["rollouts_kept_frac"], clipped=clipped, ess=effective["ess_frac"],
                             why=_why(comp, facts, kept, clipped, effective["rollouts_kept_frac"]),
                             catches_single_tokens=token_rule,
-                            tier=0 if comp.weight.per_rollout else 1 if comp.weight.level != "none" else 2)
+                            tier=0 if comp.weight.per_rollout else 1 if comp.weight.level != "none" else 2,
+                            knobs=dict(knobs or {}), fitted=tuple(fitted), outliers_dropped=outliers[0],
+                            typical_kept=outliers[1])
 
 
-def suggest(facts: dict[str, float], readings: list[EstimatorReading], knobs: dict[str, dict]) -> Advice:
-    """The starting point among the readings. In order: with catastrophic tokens, only corrections that catch a
-    single token; then the best tier (a per-rollout IS weight, unbiased up to its clip; then a token-level weight,
-    which corrects tokens but not the state distribution, bias O(T^2 delta); then none) among those keeping at
-    least half the tokens; within it, the most effective rollouts (ESS x tokens kept)."""
+def outlier_shares(kept: torch.Tensor, r: Ratios, flags: torch.Tensor) -> tuple[float, float]:
+    """(share of the flagged rollouts' loss tokens dropped, share of the other rollouts' loss tokens kept) for a
+    (B, T) kept mask; nan for the first when nothing is flagged."""
+    per_row = (kept & r.mask).sum(-1).double()  # (B,) kept loss tokens per rollout
+    T = r.length.double()  # (B,)
+    bad, good = float(T[flags].sum()), float(T[~flags].sum())
+    dropped = 1 - float(per_row[flags].sum()) / bad if bad else math.nan
+    return dropped, float(per_row[~flags].sum()) / good if good else math.nan
+
+
+def _by_score(facts: dict[str, float], readings: list[EstimatorReading], outlying: bool) -> EstimatorReading:
+    """The best reading. With outlying rollouts: the most of them dropped times the most of the rest kept (a band
+    fitted to the batch can do both), then the tier, then ESS x tokens kept. Without: see `suggest`."""
+    if outlying:
+        return max(readings, key=lambda x: (round(x.outliers_dropped * x.typical_kept, 6), -x.tier,
+                                            x.ess * x.tokens_kept, not x.fitted))
     pool = [x for x in readings if x.catches_single_tokens] if facts["catastrophic"] else []
     pool = pool or readings
     keeping = [x for x in pool if x.tokens_kept >= 0.5] or pool
     tier = min(x.tier for x in keeping)
-    best = max((x for x in keeping if x.tier == tier), key=lambda x: x.ess * x.tokens_kept)
+    return max((x for x in keeping if x.tier == tier), key=lambda x: (x.ess * x.tokens_kept, not x.fitted))
+
+
+def _fitted_reason(best: EstimatorReading, defaults: dict) -> str:
+    moved = ", ".join(f"{k} = {best.knobs[k]:g} (was {defaults[k]:g})" for k in best.fitted if k in defaults)
+    return (f"its band is fitted to this batch: {moved}, between the typical rollouts and the outlying ones (or just "
+            "beyond the typical ones' spread); edges are kept where they already separated the two")
+
+
+def suggest(facts: dict[str, float], readings: list[EstimatorReading], *, outliers: tuple[int, ...] = (),
+            scope: str = "") -> Advice:
+    """The starting point among the readings. With outlying rollouts (seqis.diagnosis.fit): the reading that drops
+    most of them and keeps most of the rest. Otherwise, in order: with catastrophic tokens, only corrections that
+    catch a single token; then the best tier (a per-rollout IS weight, unbiased up to its clip; then a token-level
+    weight, which corrects tokens but not the state distribution, bias O(T^2 delta); then none) among those keeping
+    at least half the tokens; within it, the most effective rollouts (ESS x tokens kept). A fitted reading wins a
+    tie with its config as given only when it scores higher."""
+    best = _by_score(facts, readings, bool(outliers))
     reasons = [TIERS[best.tier] + f"; it keeps {best.tokens_kept:.0%} of the loss tokens with an ESS of {best.ess:.0%} "
                "of the rollouts"
-               + (", and it catches single catastrophic tokens" if facts["catastrophic"] else ""), *best.why]
+               + (", and it catches single catastrophic tokens" if facts["catastrophic"] and
+                  best.catches_single_tokens else "")]
+    if outliers:
+        reasons.insert(0, f"{len(outliers)} rollout{'s are' if len(outliers) > 1 else ' is'} outlying (mean "
+                          f"log-ratio beyond {fit.z_crit(int(facts['rollouts'])):.1f} standard errors of the "
+                          f"batch's at its length): it drops {best.outliers_dropped:.0%} of their tokens and keeps "
+                          f"{best.typical_kept:.0%} of the other rollouts' tokens")
+    if best.fitted:
+        same = next((x for x in readings if x.name == best.name and not x.fitted), None)
+        reasons.append(_fitted_reason(best, same.knobs if same else {}))
+    reasons += best.why
+    return Advice(facts=facts, regime=regime(facts["kl"], facts), readings=readings, suggestion=best.name,
+                  knobs=best.knobs, reasons=reasons, caveats=_caveats(facts, best), fitted=best.fitted,
+                  compared=tuple(x.label for x in readings), scope=scope, outliers=tuple(outliers))
+
+
+def _caveats(facts: dict[str, float], best: EstimatorReading) -> list[str]:
     caveats = []
     if facts["kl"] > 1e-2:
         caveats.append("the mismatch is large: fix the engine first (FP16 removes most of it, Qi et al.); any "
@@ -226,7 +289,7 @@ def suggest(facts: dict[str, float], readings: list[EstimatorReading], knobs: di
         caveats.append(f"{facts['kl_left_out']:.0f} tokens off by more than 10x raise the mean per-token KL to "
                        f"{facts['kl_mean']:.2g} nats (the rest: {facts['kl']:.2g}): a few tokens, not the engine's "
                        "noise (a kernel bug? Diagnose names them)")
-    if facts["catastrophic"] and not best.catches_single_tokens:
+    if facts["catastrophic"] and not best.catches_single_tokens and not best.outliers_dropped >= 0.999:
         caveats.append(f"{facts['catastrophic']:.0f} tokens have |l| > log 10 and this correction has no token-level "
                        "rule: a long rollout's mean hides them")
     if best.rollouts_kept < 0.9:
@@ -237,21 +300,95 @@ def suggest(facts: dict[str, float], readings: list[EstimatorReading], knobs: di
                        "more so for long rollouts (Li, part 2)")
     if best.tier == 2:
         caveats.append("no IS weight: the gradient is biased by the mismatch")
-    return Advice(facts=facts, regime=regime(facts["kl"], facts), readings=readings, suggestion=best.name,
-                  knobs=knobs[best.name], reasons=reasons, caveats=caveats)
+    if best.fitted:
+        caveats.append("a band fitted to one batch is a starting point: refit it on a few batches before fixing it")
+    return caveats
+
+
+@functools.cache
+def relevant_presets(with_head: bool) -> tuple[str, ...]:
+    """The presets whose composition (at their defaults) no registry estimator and no earlier preset has: one per
+    distinct correction; those that need the sampler's top-k head only for a batch that has one."""
+    seen = {resolve(n) for n in ESTIMATORS}
+    keys = []
+    for key in PRESETS:
+        comp = resolve(key)
+        if comp in seen or (comp.centering is not None and not with_head):
+            continue
+        seen.add(comp)
+        keys.append(key)
+    return tuple(keys)
+
+
+def default_candidates(batch: Batch) -> list[tuple[str, Config | None]]:
+    """What the advice compares when not told: the registry and the relevant presets."""
+    return [(n, None) for n in ESTIMATORS] + [(k, None) for k in relevant_presets(batch.has_head)]
+
+
+def scope_text(given: bool, candidates: list, readings: list[EstimatorReading]) -> str:
+    """What was compared, in words."""
+    n_fit = sum(1 for x in readings if x.fitted)
+    fitted = f", and {n_fit} of them again with their rollout band fitted to this batch" if n_fit else ""
+    if given:
+        return f"compared the {len(candidates)} given ({', '.join(n for n, _ in candidates)}){fitted}"
+    n_reg = sum(1 for n, c in candidates if n in ESTIMATORS and c is None)  # the defaults come without a config
+    n_pre = sum(1 for n, c in candidates if n in PRESETS and c is None)
+    shown = len(candidates) - n_reg - n_pre
+    return (f"compared the {n_reg} registry estimators and {n_pre} presets (one per distinct correction: the other "
+            f"{len(PRESETS) - n_pre} repeat one's composition or need the sampler's top-k head)"
+            + (f", the {shown} shown with their knobs" if shown > 0 else "") + fitted)
 
 
 @torch.no_grad()
-def advise(batch: Batch, estimators=None, ratios: Ratios | None = None) -> Advice:
-    """Read the batch against each estimator (names, preset keys or (name, cfg) pairs; default: the registry)
-    and suggest where to start."""
-    r = ratios if ratios is not None else Ratios.of(batch)
-    items = [e if isinstance(e, tuple) else (e, None) for e in (estimators or list(ESTIMATORS))]
-    facts = batch_facts(batch, r)
-    outs = run_many(items, batch, ratios=r)
-    readings, knobs = [], {}
-    for name, cfg in items:
+def readings_over(batch: Batch, candidates, r: Ratios, facts: dict[str, float],
+                  o: fit.Outliers) -> list[EstimatorReading]:
+    """Each candidate (name, config) read on the batch, and after it, where it has a rollout band a fit moves,
+    the same with the band fitted (seqis.diagnosis.fit); evaluated together (a composition twice, once)."""
+    rows = []  # (name, cfg, fitted knobs, composition)
+    for name, cfg in candidates:
         cfg = resolve_config(name, cfg)
-        readings.append(read(name, resolve(name, cfg), effective_batch(outs[name]), facts))
-        knobs[name] = dict(cfg.as_dict())
-    return suggest(facts, readings, knobs)
+        rows.append((name, cfg, (), resolve(name, cfg)))
+        moved = fit.fit_bands(name, cfg, r, o)
+        if moved is not None:
+            rows.append((name, moved[0], moved[1], resolve(name, moved[0])))
+    outs = run_many([comp for *_, comp in rows], batch, ratios=r)
+    readings = []
+    for name, cfg, fitted, comp in rows:
+        kept = effectively_kept(outs[comp])  # (B, T)
+        shares = outlier_shares(kept, r, o.flags) if o.count else (math.nan, math.nan)
+        readings.append(read(name, comp, effective_batch(outs[comp], kept), facts, knobs=dict(cfg.as_dict()),
+                             fitted=fitted, outliers=shares))
+    return readings
+
+
+def candidates_of(estimators, also=(), batch: Batch | None = None) -> tuple[list, bool]:
+    """(the (name, config) pairs the advice reads, whether they were given): `estimators` as given, or None for the
+    registry and the relevant presets; `also` added where not already among them."""
+    given = estimators is not None
+    pairs = [e if isinstance(e, tuple) else (e, None) for e in estimators] if given else default_candidates(batch)
+    seen = {(n, resolve_config(n, c)) for n, c in pairs}
+    for n, c in (e if isinstance(e, tuple) else (e, None) for e in also):
+        if (n, resolve_config(n, c)) not in seen:
+            seen.add((n, resolve_config(n, c)))
+            pairs.append((n, c))
+    return pairs, given
+
+
+def conclude(facts: dict[str, float], o: fit.Outliers, candidates: list, given: bool,
+             readings: list[EstimatorReading]) -> Advice:
+    """The advice from the readings of `candidates` (readings_over), saying what was compared."""
+    return suggest(facts, readings, outliers=tuple(o.flags.nonzero().squeeze(1).tolist()),
+                   scope=scope_text(given, candidates, readings))
+
+
+@torch.no_grad()
+def advise(batch: Batch, estimators=None, ratios: Ratios | None = None, *, also=()) -> Advice:
+    """Read the batch against each candidate and suggest where to start. `estimators`: names, preset keys or
+    (name, cfg) pairs; None: the registry and the relevant presets (`default_candidates`), with `also` added
+    (Explore's shown columns). Each candidate with a rollout band is read again with the band fitted to the batch;
+    `Advice.scope` and `Advice.compared` say what was read."""
+    r = ratios if ratios is not None else Ratios.of(batch)
+    candidates, given = candidates_of(estimators, also, batch)
+    facts = batch_facts(batch, r)
+    o = fit.outlying_rollouts(r)
+    return conclude(facts, o, candidates, given, readings_over(batch, candidates, r, facts, o))
