@@ -25,7 +25,7 @@ from ui.lab_data import INTERIOR_VIEW
 from ui.presets import Preset, open_preset
 from ui.runtime.chart import chart
 from ui.runtime.memo import ProgressSlot
-from ui.state import bound, present
+from ui.state import bound, present, switch_page
 from ui.style import PRESENT_LESSON_CSS
 from ui.widgets import fmt
 
@@ -456,7 +456,7 @@ def self_check(n: int, slot) -> None:
     back.button("Back", key=f"ls.back.{n + 1}", on_click=go, args=(n,), width="stretch", icon=":material/arrow_back:")
     if deep.button("Go deeper: every estimator on Learn", key=f"ls.deeper.{n + 1}", width="stretch",
                    icon=":material/open_in_new:"):
-        st.switch_page("views/learn.py")
+        switch_page("views/learn.py")
 
 
 SCREENS = tuple(name for name, *_ in LESSONS)
