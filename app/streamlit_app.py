@@ -42,7 +42,8 @@ def frame() -> None:
 
     def explore_by_name() -> None:
         """/explore, typed by hand: Explore lives at the root URL; go there, keeping the view in the URL."""
-        st.switch_page(explore, query_params=st.query_params.to_dict())
+        kept = [k for k in st.query_params if k != ADVANCED]  # the advanced switch's widget is bound: it keeps itself
+        st.switch_page(explore, query_params={k: st.query_params.get_all(k) for k in kept})
 
     pages = [
         st.Page("views/lessons.py", title="Lessons", icon=":material/menu_book:", url_path="lessons"),

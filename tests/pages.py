@@ -52,6 +52,13 @@ def charts(at: AppTest) -> list[dict]:
     return out
 
 
+def bound_to_url(widget) -> bool:
+    """Whether an AppTest widget is bound to the URL's parameter of its key (Streamlit's bind="query-params"). The
+    browser writes a bound widget's moves into the URL, so AppTest's query_params never shows them:
+    tests/test_browser_explore.py checks the URL itself."""
+    return widget.proto.query_param_key == widget.key
+
+
 SMALL = {"ex.sc.gaussian.n_rollouts": "64", "ex.sc.gaussian.max_len": "256"}  # Explore on a quick batch
 
 

@@ -14,7 +14,7 @@ from seqis.presets import FRAMEWORKS
 from seqis.samplers.scenarios import make_batch
 
 pytest.importorskip("streamlit")
-from pages import SMALL, open_view  # noqa: E402
+from pages import SMALL, bound_to_url, open_view  # noqa: E402
 
 KEYS = ["verl/decoupled_token_is", "trl/sequence_mask", "prime-rl/default"]
 
@@ -69,7 +69,8 @@ def test_a_knob_move_reaches_its_config_and_the_disagreement():
     kept, _ = kept_masks([KEYS[0], (key, cfg)], s=0.3)
     after = count(at.table[0].value.loc["verl/decoupled_token_is", key])
     assert after == int((kept[KEYS[0]] & ~kept[key]).sum()) and after > before  # a tighter C_max drops more
-    assert at.query_params[f"cmp.{key}.vllm_importance_sampling_clip_max"] == "1.5"
+    slider = at.select_slider(key=f"cmp.{key}.vllm_importance_sampling_clip_max")
+    assert slider.value == 1.5 and bound_to_url(slider)  # the URL follows
 
 
 def test_the_picker_groups_presets_by_framework_then_the_estimators():

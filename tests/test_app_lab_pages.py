@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("streamlit")
-from pages import charts  # noqa: E402
+from pages import bound_to_url, charts  # noqa: E402
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
 APP = str(Path(__file__).resolve().parent.parent / "app" / "streamlit_app.py")
@@ -75,7 +75,7 @@ def test_lt_moving_s_changes_acceptance(lt):
     lt.select_slider(key="lt.s").set_value(0.1).run()
     assert not lt.exception
     assert metric_starting(lt, "product band [0.5, 2] keeps, T = 4096") == "0.1%"
-    assert lt.query_params["lt.s"] == "0.1"
+    assert lt.session_state["lt.s"] == 0.1 and bound_to_url(lt.select_slider(key="lt.s"))  # the URL follows
     assert "Acceptance vs length, s = 0.1" in chart_text(lt)
     lt.select_slider(key="lt.s").set_value(0.05).run()
     assert metric_starting(lt, "product band [0.5, 2] keeps, T = 4096") == "4.9%"
@@ -170,7 +170,7 @@ def test_bv_run_button_applies_the_form():
     assert "64 rollouts per batch" in at.caption[0].value
     after = at.table[0].value["MSE"].tolist()
     assert all(a < b for a, b in zip(after, before, strict=True))  # twice the batch: less variance
-    assert at.query_params["bv.B"] == "64"
+    assert at.session_state["bv.B"] == 64 and bound_to_url(at.select_slider(key="bv.B"))  # the URL follows
 
 
 def test_bv_tabular_toy_shows_exact_expectations():

@@ -7,7 +7,7 @@ from SEQIS_DATA_ROOTS, secrets.toml, or the start folder on loopback."""
 import pytest
 
 pytest.importorskip("streamlit")
-from pages import APP, open_view  # noqa: E402
+from pages import APP, bound_to_url, open_view  # noqa: E402
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
 from seqis.runs import read_scan, scan, write_scan  # noqa: E402
@@ -65,7 +65,8 @@ def test_the_pickers_offer_the_runs_and_scans_under_the_roots_and_open_them(root
     picker.set_value(str(root / "outputs")).run()
     assert not at.exception
     assert set(at.dataframe[0].value["step"]) == {1}  # the incident, as a typed path found it before
-    assert at.query_params["run.path"] == str(root / "outputs")  # the pick is in the link
+    picked = at.selectbox(key="run.path")
+    assert picked.value == str(root / "outputs") and bound_to_url(picked)  # the pick is in the link
     at = run_page(**{"run.source": "file"})
     assert at.selectbox(key="run.file").options == [str(root / "pointing_out.parquet"), str(root / "scan.parquet")]
     at.selectbox(key="run.file").set_value(str(root / "scan.parquet")).run()

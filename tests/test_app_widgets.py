@@ -36,3 +36,26 @@ def test_every_registered_knob_that_offers_inf_accepts_it():
             if knob_grid(f)[-1] == math.inf:
                 assert not f.metadata["finite"], f"{name}.{f.name} offers inf but refuses it"
                 assert cfg().replace(**{f.name: math.inf}).as_dict()[f.name] == math.inf, f"{name}.{f.name}"
+
+
+def test_every_knob_grid_value_has_its_own_url_form_that_reads_back():
+    """A bound knob slider's URL value is its shown form (fmt, Streamlit's binding): on every grid of every
+    registered estimator, preset and scenario, no two values share a form and each form parses back to its value,
+    so a link names one grid value."""
+    from ui.state import parse
+    from ui.widgets import fmt
+
+    from seqis.samplers.scenarios import SCENARIOS
+
+    entries = [*ESTIMATORS.items(), *PRESETS.items(), *SCENARIOS.items()]
+    for name, entry in entries:
+        cfg = entry if isinstance(entry, type) else getattr(entry, "config", None)
+        cfg = cfg if isinstance(cfg, type) else type(cfg)
+        for f in knobs(cfg):
+            if f.metadata.get("ui") is None or f.metadata.get("choices") or isinstance(f.default, bool):
+                continue
+            grid = [None, *knob_grid(f)] if f.metadata["optional"] else knob_grid(f)
+            forms = [fmt(v) for v in grid]
+            assert len(set(forms)) == len(forms), f"{name}.{f.name}: two grid values share a URL form: {forms}"
+            for v, form in zip(grid, forms):
+                assert parse(form, f.default) == v, f"{name}.{f.name}: {form!r} reads back as {parse(form, f.default)}"

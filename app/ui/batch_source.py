@@ -16,7 +16,7 @@ from seqis.samplers.scenarios import SCENARIOS, describe
 from . import explore_data as data
 from .device import device
 from .presets import FIRST_BATCH, FIRST_SCENARIO, PREFIX
-from .state import bound, current_batch, forget, hold_batch, literal, remember
+from .state import bound, current_batch, forget, hold_batch, keep_in_url, literal
 from .widgets import knob_widgets
 
 P = PREFIX  # "ex."
@@ -95,7 +95,7 @@ def _file(where, kind: str) -> tuple[data.Source, bytes] | None:
             where.error(f"{name}: {suffix or 'no suffix'} is not a batch format this loader reads; use one of "
                         f"{', '.join('.' + f for f in data.upload_formats())}.")
             return None
-        remember(f"{P}file", name, "")
+        keep_in_url(f"{P}file", name, "")  # no widget holds it: the file itself is not in the link
     else:
         found = data.assets()
         if not found:

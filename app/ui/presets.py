@@ -15,7 +15,7 @@ import streamlit as st
 
 from seqis import SEED_ESTIMATORS
 
-from .state import query, set_view, switches
+from .state import query, set_view, switch_page
 
 PREFIX = "ex."
 
@@ -111,7 +111,7 @@ def open_preset(preset: Preset) -> None:
     (`arrival`). Call from a button's run (st.switch_page stops the script)."""
     set_view(preset.view, reset=preset.page + ".")
     st.session_state[ARRIVAL] = (preset.page, preset.label, preset.help, preset.look)
-    st.switch_page(preset.path, query_params={**switches(), **query(preset.view)})
+    switch_page(preset.path, query(preset.view))
 
 
 def arrival(page: str) -> None:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import logging
 import os
 import threading
 import time
@@ -27,21 +26,13 @@ from . import explore_data as data
 from . import lab_data, lessons_data
 from .device import device
 from .presets import COMPARE_FIRST, FIRST_BATCH, FIRST_ESTIMATORS, FIRST_SCENARIO, PREFIX, PRESETS, key_estimators
+from .st_private import quiet_threads
 
 _started = threading.Lock()  # held for good once the background warm-up has started
 THREAD = "seqis-warm-up"  # the warm-up's threads' names start with this
 
 
-class _NoPageHere(logging.Filter):
-    """Streamlit warns on every cached call made from a thread that has no page ("missing ScriptRunContext",
-    "No runtime found"); the warm-up has none on purpose."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return not record.threadName.startswith(THREAD)
-
-
-for _logger in ("streamlit.runtime.scriptrunner_utils.script_run_context", "streamlit.runtime.caching.cache_data_api"):
-    logging.getLogger(_logger).addFilter(_NoPageHere())
+quiet_threads(THREAD)  # the warm-up has no page on purpose: no "missing ScriptRunContext" per cached call
 
 
 def estimators(names: list[str], knobs: dict[str, dict[str, Any]] | None = None) -> data.Estimators:

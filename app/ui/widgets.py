@@ -13,7 +13,7 @@ import streamlit as st
 
 from seqis.core.types import knobs
 
-from .state import bound, initial, remember, show_advanced
+from .state import bound, initial, keep_in_url, show_advanced
 
 MANTISSAS = (1.0, 1.2, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0)  # nice values per decade (log knobs)
 LINEAR_STEPS = 40  # about this many steps on a linear slider
@@ -138,7 +138,7 @@ def knob_widgets(cls, prefix: str, *, container=st, exclude: tuple[str, ...] = (
         grid = knob_grid(f)
         if m["optional"]:
             grid = [None, *grid]
-        for v in (default, st.session_state.get(key, initial(key, default))):
+        for v in (default, initial(key, default)):  # the session's or the link's value, which may be off the grid
             if v is not None and v not in grid and _admissible(f, v):
                 grid = _with_value(grid, v)
         values[f.name] = bound(where.select_slider, f.name, key, default, options=grid, format_func=fmt,
@@ -153,7 +153,7 @@ def _hidden(field, key: str, default, container, why: str = "an advanced knob, s
     """A knob left undrawn: its value from the URL or this session (if the knob admits it), else the default, kept
     in the URL as a drawn widget's would be; a note saying `why` when it is not the default."""
     value = initial(key, default, valid=lambda v: v == default or _admissible(field, v))
-    remember(key, value, default)
+    keep_in_url(key, value, default, fmt)  # no widget is bound to it: kept in the URL by hand, in its slider's form
     if value != default:
         container.caption(f"{field.name} = {fmt(value)} ({why})")
     return value
@@ -168,7 +168,7 @@ def config_from_state(cls, prefix: str, defaults: dict | None = None):
     for f in knobs(cls):
         key = f"{prefix}.{f.name}"
         default = defaults.get(f.name, f.default if f.default is not MISSING else None)
-        values[f.name] = st.session_state[key] if key in st.session_state else initial(key, default)
+        values[f.name] = initial(key, default)
     try:
         return cls(**values)
     except (ValueError, TypeError):

@@ -13,7 +13,7 @@ import streamlit as st
 from ui import diagnose_data as data
 from ui.batch_source import batch_source
 from ui.runtime.chart import chart
-from ui.state import ARRIVED_KEY, bound, first_look, hold_batch, set_view
+from ui.state import ARRIVED_KEY, bound, first_look, hold_batch, set_view, switch_page
 
 P = "dg."
 SOURCES = {"fault": "Sampler fault demo (tiny transformer, recurrent LMs)",
@@ -61,7 +61,7 @@ if st.button("Open this batch in Explore", icon=":material/scatter_plot:", key=f
     hold_batch(src, payload)
     if kind == "fault":  # Explore's file source with no new upload shows the held batch
         set_view({"ex.source": "upload"})
-    st.switch_page("views/explore.py")
+    switch_page("views/explore.py")
 
 st.subheader("Findings")
 if d.shift:

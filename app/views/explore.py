@@ -22,7 +22,8 @@ from ui.numbers import number
 from ui.png import to_png
 from ui.presets import FIRST_ESTIMATORS, FIRST_SCENARIO, PREFIX, arrival, key_estimators
 from ui.runtime.chart import chart, prepare
-from ui.state import ARRIVED_KEY, bound, first_look, fragment_rerun, set_view
+from ui.st_private import fragment_rerun
+from ui.state import ARRIVED_KEY, bound, first_look, set_view, switch_page
 from ui.widgets import config_from_state, knob_widgets
 
 from seqis import ESTIMATORS
@@ -255,7 +256,7 @@ src, payload = batch_source()
 if first_look(src):  # a new upload opens on Diagnose first: why its log-probs disagree, then what corrections do
     st.session_state[ARRIVED_KEY] = src.label
     set_view({"dg.source": "batch"})
-    st.switch_page("views/diagnose.py")
+    switch_page("views/diagnose.py")
 try:
     bv = data.batch_view(src, _payload=payload)
 except (ValueError, OSError, RuntimeError) as e:  # RuntimeError: out of memory

@@ -10,7 +10,7 @@ import math
 import streamlit as st
 from ui.framework import preset_view
 from ui.presets import TITLES, open_preset, presets_for
-from ui.state import query, set_view
+from ui.state import query, set_view, switch_page
 
 from seqis import ESTIMATORS, SEED_ESTIMATORS
 from seqis.core.types import knobs
@@ -42,7 +42,7 @@ def framework_presets(framework: str) -> None:
                              key=f"learn.fw.{framework}")
         if go.button("Open", key=f"learn.fw.{framework}.open", width="stretch"):
             set_view(preset_view(key), reset="ex.fw")
-            st.switch_page(EXPLORE, query_params=query(preset_view(key)))
+            switch_page(EXPLORE, query(preset_view(key)))
 
 
 def card(name: str) -> None:

@@ -22,7 +22,7 @@ import streamlit as st
 from ui import run_charts, run_data, served, warm
 from ui.paths import Refused
 from ui.runtime.chart import chart
-from ui.state import bound, initial, literal
+from ui.state import bound, literal, peek, switch_page
 
 from seqis import ESTIMATORS
 from seqis.diagnosis import trend
@@ -201,7 +201,7 @@ def go_to_step(run_path: str, step: int, file: str) -> None:
     except (ValueError, OSError) as e:
         st.error(f"Step {step} could not be opened: {e}")
         return
-    st.switch_page(f"views/{file}")
+    switch_page(f"views/{file}")
 
 
 def open_step(run_path: str | None, step: int, where, *, tag: str = "open", short: bool = False) -> None:
@@ -341,7 +341,7 @@ def show_run(load: Callable[[], pd.DataFrame | None], run_path: str | None, foll
 
 
 st.title("Run: every step of a training run")
-source = st.session_state.get(f"{P}source") or initial(f"{P}source", "example", lambda v: v in SOURCES)
+source = peek(f"{P}source", "example", SOURCES)
 followable = source in FOLLOWABLE  # (the source radio is drawn below)
 left, right, _ = st.container(key="narrow-run-follow").columns([1, 1, 4], vertical_alignment="bottom")
 following = bound(left.toggle, "Follow", f"{P}follow", False, disabled=not followable,
