@@ -767,7 +767,8 @@ def test_token_is_error_bars_are_the_standard_error_of_the_plotted_mean():
         at = lesson(7, reveal="1", **{"ls.7.reward": reward})
         (fig,) = charts(at)
         bars = next(t for t in fig["data"] if t["type"] == "bar")
-        for i, r in enumerate(r for r in res if r.estimator in ("token_tis", "seq_is", "pg")):
+        by = {r.estimator: r for r in res}
+        for i, r in enumerate(by[name] for name in lessons_data.SHOWN):  # the bars' order
             per_batch = (r.grads.numpy() / true).mean(axis=1)  # each batch's mean ratio, as the chart plots
             se = per_batch.std(ddof=1) / math.sqrt(len(per_batch))
             assert _values(bars["error_y"]["array"])[i] == pytest.approx(2 * se, rel=1e-6), (reward, r.estimator)
