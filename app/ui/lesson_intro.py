@@ -105,4 +105,4 @@ def realistic(n: int, slot) -> None:
            f"Short rollouts are noisier and leave a band this narrow by chance: at T = {short} only "
            f"{keep[short]:.1%} pass at this KL. At a realistic mismatch MIS-PO's threshold is what decides, and it "
            f"decides against {and_(['short rollouts'] + (['long ones too'] if kl > d['cutoff'] else []))}.")
-    nav(n, from_lesson(n, "lt", {"lt.s": round(d["s"], 3)}, "the KL-cutoff chart"), "Length & thresholds")
+    nav(n, from_lesson(n, "lt", {"lt.s": data.lt_s(kl)}, "the KL-cutoff chart"), "Length & thresholds")

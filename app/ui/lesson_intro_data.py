@@ -146,6 +146,15 @@ REAL_T = 4096  # the length the question asks about
 REAL_SHOWN = (16, 256)  # the lengths drawn before the reveal
 MIS_PO_TRAJ = (0.996, 1.001)
 KL_ROLLOUTS = 250  # Length & thresholds' KL panel at its first view (1,000 rollouts per point, a quarter of them)
+LT_S = (0.01, 0.02, 0.04, 0.05, 0.08, 0.1, 0.15)  # some of Length & thresholds' s options: Go deeper picks the nearest
+
+
+def lt_s(kl: float) -> float:
+    """The Length & thresholds s (one it offers) nearest to the s of this per-token KL."""
+    s = float(theory.s_from_kl(kl))
+    return min(LT_S, key=lambda v: abs(v - s))
+
+
 KEEP_BINS = ("most of them (over 80%)", "about half", "almost none (under 20%)")
 
 

@@ -208,7 +208,7 @@ PRESENT_LESSON_CSS = """<style>
 [data-testid="stMainBlockContainer"] { padding-top: 0.75rem; padding-bottom: 1rem; max-width: 100%; }
 [data-testid="stMain"] :is(p, li, label, span, button, summary, input, td, th,
   [data-testid="stCaptionContainer"], [data-testid="stMarkdownContainer"]) { font-size: 22px !important; }
-[data-testid="stApp"] [data-testid="stMain"] :is(h1, h1 *) { font-size: 1.75rem !important; }  /* outranks the 22 px rule */
+[data-testid="stApp"] [data-testid="stMain"] :is(h1, h1 *) { font-size: 1.75rem !important; }
 [data-testid="stMain"] h1 { padding: 0.1rem 0 0.3rem 0; }
 [data-testid="stMain"] [data-testid="stVerticalBlock"] { gap: 0.55rem; }
 </style>"""
