@@ -130,7 +130,12 @@ def test_a_centered_correction_on_a_toy_without_a_bit_head_is_refused():
 
 @pytest.fixture(scope="module")
 def training():
-    return sc_training(SETTINGS, chain=BitChain(32, 21, 0.5, 0.5), steps=150, lr=10.0, marks=(50,))
+    before = torch.get_num_threads()  # (set up before the function-scoped one_thread)
+    torch.set_num_threads(1)
+    try:
+        return sc_training(SETTINGS, chain=BitChain(32, 21, 0.5, 0.5), steps=150, lr=10.0, marks=(50,))
+    finally:
+        torch.set_num_threads(before)
 
 
 def _final(df, setting, correction):
