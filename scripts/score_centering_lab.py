@@ -13,7 +13,7 @@ import time
 
 import torch
 
-from seqis.lab.centering import CORRECTIONS, sc_drift, sc_training
+from seqis.lab.centering import CORRECTIONS, drift_path, sc_drift, sc_training
 from seqis.lab.head_lm import SC, TIS_SC, HeadLM, head_error_table
 
 
@@ -34,6 +34,10 @@ def main() -> None:
     table = drift.pivot_table(index=["p", "q"], columns="correction", values="drift", sort=False).reset_index()
     print("## drift under a constant reward (r = 1, H = 8, per position)\n")
     print(markdown(table[["p", "q", *CORRECTIONS]]))
+    path = drift_path(p0=0.5, logit_bias=-1.0, steps=100, lr=1.0)
+    path = path[path.step.isin([0, 10, 50, 100])].pivot(index="step", columns="correction", values="p").reset_index()
+    print("\n## P(1) under a constant reward, b = -1, lr 1\n")
+    print(markdown(path[["step", *CORRECTIONS]]))
     print("\n## training along exact expected gradients (H = 32, k = 21, p0 = 0.5, lr 10, 300 updates)\n")
     print(markdown(sc_training()))
     for name, corr in (("SC (f = 1)", SC), ("SC + TIS (cap 2)", TIS_SC)):

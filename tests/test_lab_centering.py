@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from seqis.lab import BitChain, TabularAR, train, train_expected
-from seqis.lab.centering import CORRECTIONS, SETTINGS, Setting, sc_drift, sc_training
+from seqis.lab.centering import CORRECTIONS, SETTINGS, Setting, drift_path, sc_drift, sc_training
 from seqis.lab.chain import binary_head
 from seqis.lab.head_lm import SC, TIS_SC, HeadLM, head_batch, head_error_table, logit_gradient
 from seqis.lab.policies import SamplerFault
@@ -64,6 +64,22 @@ def test_under_a_constant_reward_plain_reinforce_drifts_by_r_times_q_minus_p_and
     assert (tis.drift.abs() > 1e-3).sum() >= 5  # where the cap bites (q < p / 2 or 1 - q < (1 - p) / 2)
     for name in ("SC", "SC + TIS"):
         np.testing.assert_allclose(by[name].drift, 0.0, atol=1e-13)
+
+
+def test_with_a_constant_reward_plain_reinforce_walks_away_and_sc_stays_put():
+    """The path the Lessons screen draws: plain REINFORCE follows logit += lr r (sigmoid(logit + b) - sigmoid(logit))
+    towards the sampler's side, update after update; SC never moves."""
+    df = drift_path(p0=0.6, logit_bias=-1.0, steps=40, lr=2.0, reward=1.5)
+    plain = df[df.correction == "none"].p.to_numpy()
+    theta, want = math.log(0.6 / 0.4), [0.6]
+    sig = lambda x: 1 / (1 + math.exp(-x))
+    for _ in range(40):
+        theta += 2.0 * 1.5 * (sig(theta - 1.0) - sig(theta))
+        want.append(sig(theta))
+    np.testing.assert_allclose(plain, want, rtol=1e-10)
+    assert plain[-1] < 0.05 and (np.diff(plain) < 0).all()
+    for name in ("SC", "SC + TIS"):
+        np.testing.assert_allclose(df[df.correction == name].p, 0.6, atol=1e-12)
 
 
 def test_sequence_is_has_no_drift_either_and_geo_is_has():
@@ -130,7 +146,12 @@ def test_a_centered_correction_on_a_toy_without_a_bit_head_is_refused():
 
 @pytest.fixture(scope="module")
 def training():
-    return sc_training(SETTINGS, chain=BitChain(32, 21, 0.5, 0.5), steps=150, lr=10.0, marks=(50,))
+    before = torch.get_num_threads()  # (set up before the function-scoped one_thread)
+    torch.set_num_threads(1)
+    try:
+        return sc_training(SETTINGS, chain=BitChain(32, 21, 0.5, 0.5), steps=150, lr=10.0, marks=(50,))
+    finally:
+        torch.set_num_threads(before)
 
 
 def _final(df, setting, correction):

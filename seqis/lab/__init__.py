@@ -49,7 +49,7 @@ the bit chain: sc_drift, the drift under a constant reward; sc_training, who con
 generator with a full next-token distribution: the centered gradient's error by head size). docs/score-centering.md.
 """
 
-from .centering import sc_drift, sc_training
+from .centering import drift_path, sc_drift, sc_training
 from .chain import BitChain, Rollouts
 from .mean_field import train_expected
 from .montecarlo import AGG, MCResult, expected_gradient, monte_carlo, monte_carlo_many
@@ -75,6 +75,7 @@ __all__ = [
     "train_expected",
     "TrainResult",
     "SamplerFault",
+    "drift_path",
     "sc_drift",
     "sc_training",
 ]

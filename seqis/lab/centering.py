@@ -18,6 +18,7 @@ policy gradient (in the trainer's parametrisation); it removes the drift term E_
 other tokens being drawn from mu (Huang's token-IS bias, which SC leaves as it is).
 
     sc_drift(p=0.3, q=[0.4, 0.6])                # DataFrame: correction, p, q, drift (exact, per position)
+    drift_path(p0=0.5, logit_bias=-1.0)          # DataFrame: correction, step, p (constant reward, exact)
     sc_training()                                # DataFrame: each setting x correction, J along the way
     CORRECTIONS                                  # the four corrections the issue names (+ sequence IS)
 """
@@ -80,6 +81,31 @@ def sc_drift(corrections=None, *, p=0.5, q=0.5, horizon: int = 1, reward: float 
                          for i, label in enumerate(named) for j in range(n)])
 
 
+def drift_path(corrections=None, *, p0: float = 0.5, logit_bias: float = -1.0, steps: int = 100, lr: float = 1.0,
+               reward: float = 1.0):
+    """The policy under a constant reward, update by update: one bit from P(1) = p0, the sampler's logit the policy's
+    plus `logit_bias`, plain SGD along each correction's exact expected gradient (sc_drift at every step). Returns a
+    DataFrame: correction, step (updates made: 0 .. steps), p. Plain REINFORCE walks towards the sampler's side for
+    ever (logit_{s+1} = logit_s + lr r (sigmoid(logit_s + b) - sigmoid(logit_s))); score centering stays at p0."""
+    import pandas as pd
+
+    named = _named(corrections)
+    if not 0 < p0 < 1 or int(steps) < 0 or not (math.isfinite(lr) and math.isfinite(logit_bias)):
+        raise ValueError(f"need 0 < p0 < 1, steps >= 0, finite lr and logit_bias; got p0={p0}, steps={steps}, "
+                         f"lr={lr}, logit_bias={logit_bias}")
+    pairs = _pairs(list(named.values()))
+    theta = torch.full((len(pairs),), math.log(p0 / (1 - p0)), dtype=torch.float64)
+    constant = torch.full((2,), float(reward), dtype=torch.float64)
+    path = [torch.sigmoid(theta)]
+    for _ in range(int(steps)):
+        g, _ = expected_gradient_counts(pairs, theta, theta + logit_bias, constant, 1)
+        theta = theta + lr * g
+        path.append(torch.sigmoid(theta))
+    P = torch.stack(path, 1).numpy()  # (E, steps + 1)
+    return pd.DataFrame([{"correction": label, "step": s, "p": float(P[i, s])}
+                         for i, label in enumerate(named) for s in range(P.shape[1])])
+
+
 @dataclass(frozen=True)
 class Setting:
     """One sampler the corrections train under: `lag` updates stale, its logit of a one shifted by `logit_bias`."""
@@ -122,4 +148,4 @@ def sc_training(settings: Sequence[Setting] = SETTINGS, corrections=None, *, cha
     return pd.DataFrame(rows)
 
 
-__all__ = ["CORRECTIONS", "REFERENCE", "SETTINGS", "Setting", "sc_drift", "sc_training"]
+__all__ = ["CORRECTIONS", "REFERENCE", "SETTINGS", "Setting", "drift_path", "sc_drift", "sc_training"]
