@@ -75,7 +75,8 @@ def policy_lag_verl() -> tuple[Batch, dict]:
 
 
 def long_context_prime_rl() -> tuple[Batch, dict]:
-    b = make_batch("precision", seed=0, preset="bf16", n_rollouts=8, group_size=4, lengths="fixed", max_len=16384)
+    b = make_batch("precision", seed=0, preset="bf16", n_rollouts=8, group_size=4, lengths="fixed", max_len=16384,
+                   head_k=0)  # a packed layout carries no head
     return b, dict(layout="packed", split_by="position_ids")
 
 

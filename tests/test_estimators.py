@@ -14,10 +14,11 @@ from strategies import configs, examples
 
 from seqis import AGGREGATIONS, ESTIMATORS, PRESETS, SEED_ESTIMATORS, Batch, diagnostics, run, run_many
 from seqis.core.ratios import MAX_LOG_WEIGHT
+from seqis.registry import needs_head
 
 NAMES = list(ESTIMATORS)
 # the properties that hold for any correction run at its defaults: every estimator and every preset
-ALL = NAMES + sorted(PRESETS)
+ALL = NAMES + sorted(k for k in PRESETS if not needs_head(k))  # these batches carry no head (SC: its own file)
 D = torch.float64
 
 

@@ -21,6 +21,7 @@ from seqis import ESTIMATORS, PRESETS
 from seqis.core.compose import Composition, Criterion, Penalty, Weight
 from seqis.export import EXPORTERS, export, export_all
 from seqis.export._format import fmt
+from seqis.registry import needs_head
 
 SAME_NAMES = ("trl", "nemo-rl", "skyrl", "areal", "prime-rl")  # frameworks whose config keys the presets mirror
 
@@ -30,7 +31,21 @@ def _settings(key: str):
     return EXPORTERS[PRESETS[key].export_framework].settings(comp)
 
 
-@pytest.mark.parametrize("key", [k for k in PRESETS if PRESETS[k].export_framework in EXPORTERS])
+def _writes_its_parts(key: str) -> bool:
+    """Whether the preset's exporter writes every part it has (score centering: verl's alone so far)."""
+    return not needs_head(key) or "centering" in getattr(EXPORTERS[PRESETS[key].export_framework], "PARTS", ())
+
+
+OWN_EXPORT = [k for k in PRESETS if PRESETS[k].export_framework in EXPORTERS]
+
+
+@pytest.mark.parametrize("key", [k for k in OWN_EXPORT if not _writes_its_parts(k)])
+def test_a_preset_whose_exporter_has_no_score_centering_is_refused_naming_it(key):
+    snip = export(key, PRESETS[key].export_framework)
+    assert not snip.expressible and "centering" in snip.text, snip.text
+
+
+@pytest.mark.parametrize("key", [k for k in OWN_EXPORT if _writes_its_parts(k)])
 def test_a_preset_exports_exactly_to_its_own_framework(key):
     """Exactly, except the seed's ablations in pre-March-2026 prime-rl, which weighed every kept token by rho_t
     (geo_mask, mis_po weigh 1) and capped log w at 10 (seq_mis's weight is untruncated): a NOTE says so."""

@@ -29,10 +29,11 @@ from seqis.presets import PRESETS, presets_of
 from seqis.presets.check import MissingCode
 from seqis.presets.check import verl as check_verl
 from seqis.presets.check.verl import rollout_correction
+from seqis.registry import needs_head
 
 verl_gradient = check_verl.gradient
 
-VERL = sorted(presets_of("verl"))
+VERL = sorted(k for k in presets_of("verl") if not needs_head(k))  # verl 0.9.1 here predates #8010 (SC)
 # bypass ppo_clip: verl's +-20 clamp stops the gradient of a token with l < -20; seqis keeps weight e^-20 * A / N
 # there (documented in the preset's summary), below 1e-10 on these batches
 ATOL = 1e-10
@@ -150,7 +151,7 @@ def _verl_keys(snippet_text: str) -> dict:
     return out
 
 
-@pytest.mark.parametrize("key", [k for k in PRESETS if export(k, "verl").expressible])
+@pytest.mark.parametrize("key", [k for k in PRESETS if export(k, "verl").expressible and not needs_head(k)])
 def test_what_exports_to_verl_computes_the_same_gradient_in_verl(verl, key):
     """Export derived from the composition: any preset verl can express (TRL's, SkyRL's, ...) exported to verl
     YAML and run by verl's own code gives seqis's gradient (up to verl's +-20 clamp, kept out of this batch)."""

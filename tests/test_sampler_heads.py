@@ -99,3 +99,18 @@ def test_the_fp8_sampler_rounds_its_logits_to_e4m3_and_mismatches_more_at_larger
         l = (b.trainer_logprobs - b.inference_logprobs)[b.loss_mask]
         kl.append(float((l.exp() - 1 - l).mean()))
     assert 0 < kl[0] < kl[1] and 5e-4 < kl[1] < 1e-2  # the engines' measured range at the default offset
+
+
+def test_a_top_k_sampler_within_the_head_replays_its_whole_support():
+    """A generator whose sampler keeps its top 4 (K = 8): the head's filled slots are the whole support, their
+    sampler mass 1 (the processed distribution), so the exact presets run; without truncation there is no support."""
+    from seqis.samplers.generators import GENERATORS
+
+    name = next(iter(GENERATORS))
+    b = make_batch(name, seed=0, top_k=4, n_prompts=2, max_len=16)
+    assert b.topk_support is not None
+    m = b.loss_mask
+    q = torch.where(b.topk_support, b.topk_inference_logprobs.double().exp(), 0.0).sum(-1)[m]
+    torch.testing.assert_close(q, torch.ones_like(q), rtol=0, atol=1e-5)
+    assert math.isfinite(float(run("miles/score_centering_exact", b).loss.detach()))
+    assert make_batch(name, seed=0, n_prompts=2, max_len=16).topk_support is None

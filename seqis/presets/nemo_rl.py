@@ -130,7 +130,9 @@ PRESETS = [
            versions="since 2026-02-15 (NeMo-RL #1899)"),
     Preset("nemo-rl/seq-logprob-error", "The Nemotron recipes' setting: rollouts whose mean e^|l| (mult_prob_error) "
            "exceeds 2 dropped, out of the loss's token count too (the rest weigh N / N_kept more), on token TIS "
-           "clamp(rho_t, 0, 5).", "NVIDIA-NeMo/RL@7ea279a: nemo_rl/algorithms/grpo.py "
+           "clamp(rho_t, 0, 5). Quirk (NeMo-RL #4171, pre-existing in grpo.py): the error multiplies by sample_mask's "
+           "weights w where a 0/1 mask belongs, sum exp(w |l|) w / sum w, so a down-weighted rollout passes more "
+           "easily; a Batch's mask is 0/1, where the two agree.", "NVIDIA-NeMo/RL@7ea279a: nemo_rl/algorithms/grpo.py "
            "(compute_and_apply_seq_logprob_error_masking)", ESTIMATOR,
            NemoRLConfig(truncated_importance_sampling_type="tis", truncated_importance_sampling_ratio=5.0,
                         seq_logprob_error_threshold=2.0), versions="since 2026-02-13 (NeMo-RL #1838)"),

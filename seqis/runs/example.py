@@ -103,7 +103,8 @@ def write_prime_rl_run(root, *, steps: int = 6, ranks: int | Sequence[int] = 2, 
         for rank in rank_ids:
             g = torch.Generator().manual_seed(seed * 1_000_003 + step * 1009 + rank)
             b = make_batch("gaussian", seed=int(torch.randint(2**31, (1,), generator=g)), n_rollouts=rollouts_per_rank,
-                           lengths="uniform", min_len=4, max_len=max_len, group_size=4, s=0.03)
+                           lengths="uniform", min_len=4, max_len=max_len, group_size=4, s=0.03,
+                           head_k=0)  # the example run's files as before heads (no sampler head saved)
             env = [envs[i % len(envs)] for i in range(rollouts_per_rank)]
             if incident is not None and step == incident[0]:
                 hit = torch.tensor([e == incident[1] for e in env])[:, None] & b.loss_mask  # (B, T)

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import torch
 
 from ..io import MAX_BYTES
+from ..registry import runnable
 from .layout import StepFiles
 from .monitor import summarise
 from .run import read_step
@@ -63,11 +64,12 @@ def step_rows(batch, step: int, settings: ScanSettings) -> list[dict]:
     a batch without the `by` column: its whole-step rows alone, which scan notes)."""
     by = settings.by if settings.by in batch.metadata else None
     rows = []
-    for s in summarise(batch, settings.estimators, by):
+    names, _ = runnable(settings.estimators, batch)  # a step without the sampler's head has no score-centering rows
+    for s in summarise(batch, names, by):
         n_tokens = int(s.batch.loss_mask.sum())
         found = [_finding(f) for f in s.findings]
         worst = found[0] if found else None
-        for name in settings.estimators:
+        for name in names:
             out = s.outputs[name]
             kept = int(out.masks["kept"].sum())
             rows.append({

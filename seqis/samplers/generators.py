@@ -504,7 +504,8 @@ def _generate(cfg: LMGenerator, seed: int) -> Batch:
                   "entropy_gap": per_rollout(r.gap), "kl": per_rollout(r.kl),
                   "bug_tokens": absurd.sum(-1).tolist()},
         extras={"entropy": r.entropy[:, :T], "token_ids": r.tokens[:, 1:T + 1]},
-        **head_fields(None if r.head is None else tuple(x[:, :T] for x in r.head), mask, None, torch.float32),
+        **head_fields(None if r.head is None else tuple(x[:, :T] for x in r.head), mask, None, torch.float32,
+                      whole_support=0 < cfg.top_k <= cfg.head_k and cfg.top_p >= 1.0 and cfg.report == "processed"),
     )
     if cfg.shift and batch.has_head:  # the head arrives as late as the log-probs
         batch = Batch(batch.trainer_logprobs, batch.inference_logprobs, batch.advantages, mask, batch.metadata,

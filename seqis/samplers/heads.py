@@ -64,13 +64,17 @@ def synthetic_head(trainer: torch.Tensor, inference: torch.Tensor, sigma, k: int
     return ids, logq, logp
 
 
-def head_fields(head, mask: torch.Tensor, device, dtype) -> dict:
-    """Batch's head keywords from (ids, log q, log p), empty (-1, 0) off the loss mask; {} without a head."""
+def head_fields(head, mask: torch.Tensor, device, dtype, whole_support: bool = False) -> dict:
+    """Batch's head keywords from (ids, log q, log p), empty (-1, 0) off the loss mask; {} without a head.
+    whole_support: the sampler's truncation keeps at most K tokens (top-k <= K), so the head's filled slots are its
+    whole sampling support, replayed as `topk_support` (score centering's exact variant reads it)."""
     if head is None:
         return {}
     ids, logq, logp = head
     m = mask[..., None]
-    return {"topk_ids": torch.where(m, ids, -1).to(device),
+    ids = torch.where(m, ids, -1)
+    support = {"topk_support": (ids >= 0).to(device)} if whole_support else {}
+    return {"topk_ids": ids.to(device), **support,
             "topk_inference_logprobs": torch.where(m, logq, 0.0).to(device=device, dtype=dtype),
             "topk_trainer_logprobs": torch.where(m, logp, 0.0).to(device=device, dtype=dtype)}
 
@@ -80,6 +84,7 @@ def shifted_head(b, shift: int) -> dict:
     sampler's whole report moves, the trainer's log-probs of the reported ids with it); {} without a head."""
     if not b.has_head:
         return {}
-    ids, logq, logp, _ = b.head()
+    ids, logq, logp, support = b.head()
     return {"topk_ids": torch.roll(ids, shift, dims=1), "topk_inference_logprobs": torch.roll(logq, shift, dims=1),
-            "topk_trainer_logprobs": torch.roll(logp, shift, dims=1)}
+            "topk_trainer_logprobs": torch.roll(logp, shift, dims=1),
+            **({} if support is None else {"topk_support": torch.roll(support, shift, dims=1)})}

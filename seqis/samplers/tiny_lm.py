@@ -320,7 +320,8 @@ def rollouts(model: TinyLM, lang: WordLanguage, *, n_prompts: int = 16, group_si
                   "kept_log_mass": torch.where(loss_mask, kept_log_mass[:, :T], 0.0).sum(-1).tolist(),
                   "bug_tokens": absurd.sum(-1).tolist()},
         extras={"entropy": entropy[:, :T], "token_ids": tokens[:, :T]},
-        **head_fields((head_ids[:, :T], head_q[:, :T], head_p[:, :T]) if k else None, loss_mask, None, torch.float32),
+        **head_fields((head_ids[:, :T], head_q[:, :T], head_p[:, :T]) if k else None, loss_mask, None, torch.float32,
+                      whole_support=0 < sampling.top_k <= k and sampling.top_p >= 1.0),
     )
 
 
