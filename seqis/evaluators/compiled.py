@@ -1,16 +1,21 @@
-"""The compiled evaluator: one `torch.compile`d graph (inductor: C++ on the CPU, Triton on a GPU) for many compositions.
+"""The compiled evaluator: `torch.compile`d graphs (inductor: C++ on the CPU, Triton on a GPU), each for many
+compositions.
 
-Why one graph: a graph per composition would compile once per estimator and preset (seconds each). Here a
+Why so few graphs: a graph per composition would compile once per estimator and preset (seconds each). Here a
 composition is not Python constants in the graph but a vector of knobs, a 1-d tensor (`knobs`): its weight's level
 and truncation, the clamp c, each rule's band in log space (an absent rule is the band [-inf, inf], which keeps
 everything) and the aggregation. The graph computes every part for every composition (a token rule, a rollout
 rule on the mean, the sum, the max and the min of the clamped log-ratios, a weight at any level) and the knobs pick
 what applies; compiled with `dynamic=True`, the batch's shape is symbolic too. So a dtype (and the advantages' rank)
-compiles once per process, and new shapes or knobs do not recompile.
+compiles once per process, and new shapes or knobs do not recompile. There are two such graphs: `forward`, for any
+composition `supports` (two passes over the batch: the rows' sums, then the tokens), and `forward_rows`, for one
+whose every part is per rollout on advantages per rollout (one pass; the seed estimators seq_tis, seq_mis and
+geo_mask), chosen by `rowwise`.
 
-What the graph returns is what a training step reads: the loss's value, the metrics, the per-rollout values and
-the (B, T) weights. The gradient is weights times a per-rollout factor, written in the backward (one pass); the
-masks are made when first read, by the same functions run eagerly.
+What a graph returns is what a training step reads: the loss's value, the metrics, the per-rollout values and
+the weights ((B, T), or (B,) for the rows graph: spread over the loss tokens when read). The gradient is the weights
+times a per-rollout factor, written in the backward (one pass); the masks are made when first read, by the same
+functions run eagerly.
 
 The definition stays seqis/evaluators/plain.py: tests/test_compiled.py holds this module to it on hypothesis-drawn
 batches. A composition with any part outside `supports` (a weight band or self-normalisation, a penalty, a rule on
