@@ -401,6 +401,25 @@ def _fell_back(e: Exception) -> None:
     warnings.warn(f"seqis: {_choice.status}; the eager evaluators run instead", RuntimeWarning, stacklevel=3)
 
 
+# torch.compile keeps at most torch._dynamo.config.recompile_limit (8) compiled variants of a function, and past
+# that runs it uncompiled: the generic graph's code eagerly, several times slower than the fast evaluator. Each
+# graph's variants are counted here by what makes inductor compile apart (the device, dtype, advantages' rank and
+# the size classes it splits at 4,096 tokens); past VARIANTS, a batch of a new kind goes to the eager evaluators.
+VARIANTS = 6
+_variants: dict[str, set] = {"rows": set(), "tokens": set()}
+
+
+def _variant_allowed(graph: str, batch: Batch) -> bool:
+    B, T = batch.loss_mask.shape
+    t = batch.trainer_logprobs
+    kind = (t.device, t.dtype, batch.advantages.dim(), T > 4096, B * T > 4096)
+    seen = _variants[graph]
+    if kind not in seen and len(seen) >= VARIANTS:
+        return False
+    seen.add(kind)
+    return True
+
+
 def evaluate_many(named: dict[Composition, int], batch: Batch, agg: str = "token-mean"
                   ) -> dict[Composition, list[EstimatorOutput]]:
     """The compositions the graph supports on the batch, as many outputs each as `named` says keys name it; {} when
@@ -412,10 +431,13 @@ def evaluate_many(named: dict[Composition, int], batch: Batch, agg: str = "token
     q, adv, m = batch.inference_logprobs.to(t.dtype), batch.advantages.to(t.dtype), batch.loss_mask
     out = {}
     for comp in comps:
+        graph = "rows" if rowwise(comp, batch) else "tokens"
+        if not _variant_allowed(graph, batch):
+            continue
         values, shape = knobs_of(comp, agg)
         kv = _knob_tensor(values, t.dtype, t.device)
         try:
-            result = _graphs["rows" if rowwise(comp, batch) else "tokens"](t, q, m, adv, kv)
+            result = _graphs[graph](t, q, m, adv, kv)
         except Exception as e:  # noqa: BLE001 - a compile for a new dtype or rank that fails: eager from now on
             _fell_back(e)
             return {}
