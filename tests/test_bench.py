@@ -43,13 +43,15 @@ def test_the_trainer_step_rows_time_each_seed_estimator_compiled_and_eager_again
 
     main(["--only", "estimators", "--quick"])
     out = capsys.readouterr().out
-    assert out.splitlines()[0].startswith("# seqis benchmark") and f"evaluators: {compiled_status()};" in out.splitlines()[0]
+    header = out.splitlines()[0]
+    assert header.startswith("# seqis benchmark") and f"evaluators: {compiled_status()};" in header
     table = out.split("## Trainer step")[1]
     rows = {(name, path): x for name, path, x in
             re.findall(r"^\| (\w+) trainer step \| (compiled|eager) \| [\d.]+ \| [\d.]+ \| ([\d.]+) \|$", table, re.M)}
     assert set(rows) == {(n, p) for n in SEED_ESTIMATORS for p in ("compiled", "eager")}, table
     assert all(float(x) > 0 for x in rows.values())
-    assert re.search(r"^\| a new Batch alone \(its validation\) \| either \| [\d.]+ \| [\d.]+ \| [\d.]+ \|$", table, re.M)
+    assert re.search(r"^\| a new Batch alone \(its validation\) \| either \| [\d.]+ \| [\d.]+ \| [\d.]+ \|$", table,
+                     re.M)
 
 
 def test_a_trainer_step_builds_a_new_batch_and_writes_the_gradient_the_estimator_gives():

@@ -198,6 +198,16 @@ def test_a_later_compile_that_raises_falls_back_once(monkeypatch):
     _runs_eager(_batch(torch.float32))  # every batch from then on, without another warning
 
 
+def test_past_its_variants_a_new_kind_of_batch_runs_eager(monkeypatch):
+    # torch.compile would run the graph uncompiled past its recompile limit: a new kind goes to the eager path
+    batch = _batch(torch.float32)
+    monkeypatch.setattr(compiled, "_variants", {"rows": set(), "tokens": set()})
+    monkeypatch.setattr(compiled, "VARIANTS", 1)
+    assert compiled.evaluate_many({resolve("seq_tis"): 1}, batch) != {}  # the first kind: compiled
+    _runs_eager(_batch(torch.float64))  # a second kind of the rows graph: eager
+    assert compiled.evaluate_many({resolve("seq_tis"): 1}, _batch(torch.float32, B=5, T=7)) != {}  # the first kind
+
+
 def test_a_dtype_or_size_it_lacks_runs_eager():
     assert compiled_status().startswith("compiled")
     _runs_eager(_batch(torch.bfloat16))

@@ -1,16 +1,21 @@
-"""The compiled evaluator: one `torch.compile`d graph (inductor: C++ on the CPU, Triton on a GPU) for many compositions.
+"""The compiled evaluator: `torch.compile`d graphs (inductor: C++ on the CPU, Triton on a GPU), each for many
+compositions.
 
-Why one graph: a graph per composition would compile once per estimator and preset (seconds each). Here a
+Why so few graphs: a graph per composition would compile once per estimator and preset (seconds each). Here a
 composition is not Python constants in the graph but a vector of knobs, a 1-d tensor (`knobs`): its weight's level
 and truncation, the clamp c, each rule's band in log space (an absent rule is the band [-inf, inf], which keeps
 everything) and the aggregation. The graph computes every part for every composition (a token rule, a rollout
 rule on the mean, the sum, the max and the min of the clamped log-ratios, a weight at any level) and the knobs pick
 what applies; compiled with `dynamic=True`, the batch's shape is symbolic too. So a dtype (and the advantages' rank)
-compiles once per process, and new shapes or knobs do not recompile.
+compiles once per process, and new shapes or knobs do not recompile. There are two such graphs: `forward`, for any
+composition `supports` (two passes over the batch: the rows' sums, then the tokens), and `forward_rows`, for one
+whose every part is per rollout on advantages per rollout (one pass; the seed estimators seq_tis, seq_mis and
+geo_mask), chosen by `rowwise`.
 
-What the graph returns is what a training step reads: the loss's value, the metrics, the per-rollout values and
-the (B, T) weights. The gradient is weights times a per-rollout factor, written in the backward (one pass); the
-masks are made when first read, by the same functions run eagerly.
+What a graph returns is what a training step reads: the loss's value, the metrics, the per-rollout values and
+the weights ((B, T), or (B,) for the rows graph: spread over the loss tokens when read). The gradient is the weights
+times a per-rollout factor, written in the backward (one pass); the masks are made when first read, by the same
+functions run eagerly.
 
 The definition stays seqis/evaluators/plain.py: tests/test_compiled.py holds this module to it on hypothesis-drawn
 batches. A composition with any part outside `supports` (a weight band or self-normalisation, a penalty, a rule on
@@ -396,6 +401,25 @@ def _fell_back(e: Exception) -> None:
     warnings.warn(f"seqis: {_choice.status}; the eager evaluators run instead", RuntimeWarning, stacklevel=3)
 
 
+# torch.compile keeps at most torch._dynamo.config.recompile_limit (8) compiled variants of a function, and past
+# that runs it uncompiled: the generic graph's code eagerly, several times slower than the fast evaluator. Each
+# graph's variants are counted here by what makes inductor compile apart (the device, dtype, advantages' rank and
+# the size classes it splits at 4,096 tokens); past VARIANTS, a batch of a new kind goes to the eager evaluators.
+VARIANTS = 6
+_variants: dict[str, set] = {"rows": set(), "tokens": set()}
+
+
+def _variant_allowed(graph: str, batch: Batch) -> bool:
+    B, T = batch.loss_mask.shape
+    t = batch.trainer_logprobs
+    kind = (t.device, t.dtype, batch.advantages.dim(), T > 4096, B * T > 4096)
+    seen = _variants[graph]
+    if kind not in seen and len(seen) >= VARIANTS:
+        return False
+    seen.add(kind)
+    return True
+
+
 def evaluate_many(named: dict[Composition, int], batch: Batch, agg: str = "token-mean"
                   ) -> dict[Composition, list[EstimatorOutput]]:
     """The compositions the graph supports on the batch, as many outputs each as `named` says keys name it; {} when
@@ -407,10 +431,13 @@ def evaluate_many(named: dict[Composition, int], batch: Batch, agg: str = "token
     q, adv, m = batch.inference_logprobs.to(t.dtype), batch.advantages.to(t.dtype), batch.loss_mask
     out = {}
     for comp in comps:
+        graph = "rows" if rowwise(comp, batch) else "tokens"
+        if not _variant_allowed(graph, batch):
+            continue
         values, shape = knobs_of(comp, agg)
         kv = _knob_tensor(values, t.dtype, t.device)
         try:
-            result = _graphs["rows" if rowwise(comp, batch) else "tokens"](t, q, m, adv, kv)
+            result = _graphs[graph](t, q, m, adv, kv)
         except Exception as e:  # noqa: BLE001 - a compile for a new dtype or rank that fails: eager from now on
             _fell_back(e)
             return {}
