@@ -338,8 +338,16 @@ def rollout_map_figure(src: Source, c: Shown, color_by: str | None = None, _payl
 def token_heatmap_figure(src: Source, c: Shown, rollout: int, _payload: bytes | None = None) -> charts.Figure:
     bv, v = batch_view(src, _payload), estimator_view(src, c, _payload)
     return charts.token_heatmap(bv.token_values, bv.token_block, bv.token_index, dropped=v.dropped,
-                                dropped_label=c.name, picked=rollout, height=520,
-                                title=f"log-ratio l_t; grey: tokens whose gradient {c.name} drops")
+                                dropped_label=c.name, picked=rollout, height=520, extent=extents(bv)[bv.token_index],
+                                title=f"log-ratio l_t (range from the loss tokens); grey: tokens whose gradient "
+                                      f"{c.name} drops; light grey: masked; ×: |l| > log 10")
+
+
+def extents(bv: BatchView) -> np.ndarray:
+    """(B,) each rollout's last loss position + 1 (0 without one): where its masked positions end."""
+    starts, ends = bv.offsets[:-1], bv.offsets[1:]
+    last = bv.positions[np.maximum(ends - 1, 0)] if len(bv.positions) else np.zeros(len(ends), dtype=np.int64)
+    return np.where(ends > starts, last.astype(np.int64) + 1, 0)
 
 
 @_section(FIGURES)
