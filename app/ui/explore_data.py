@@ -339,8 +339,7 @@ def token_heatmap_figure(src: Source, c: Shown, rollout: int, _payload: bytes | 
     bv, v = batch_view(src, _payload), estimator_view(src, c, _payload)
     return charts.token_heatmap(bv.token_values, bv.token_block, bv.token_index, dropped=v.dropped,
                                 dropped_label=c.name, picked=rollout, height=520, extent=extents(bv)[bv.token_index],
-                                title=f"log-ratio l_t (range from the loss tokens); grey: tokens whose gradient "
-                                      f"{c.name} drops; light grey: masked; ×: |l| > log 10")
+                                title=f"log-ratio l_t; grey: dropped by {c.name}; light grey: masked; ×: |l| > log 10")
 
 
 def extents(bv: BatchView) -> np.ndarray:

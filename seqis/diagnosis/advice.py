@@ -188,8 +188,8 @@ def _why(comp: Composition, facts: dict[str, float], kept: float, clipped: float
     for c in comp.criteria:
         if c.statistic != "ratio":
             where = "tokens" if c.agg == "token" else f"rollouts by their {c.agg}"
-            why.append(f"it drops {where} with {c.statistic} outside [{c.low if c.low is not None else '-inf'}, "
-                       f"{c.high if c.high is not None else 'inf'}]: {1 - kept:.0%} of the tokens here")
+            why.append(f"it drops {where} with {c.statistic} outside [{c.low if c.low is not None else -math.inf:.4g}, "
+                       f"{c.high if c.high is not None else math.inf:.4g}]: {1 - kept:.0%} of the tokens here")
     w = comp.weight
     if w.truncated and w.upper < math.inf:
         log_1p_chi2 = max(T50, 1.0) * math.log1p(facts["chi2_token"])  # log (1 + chi2_seq) = T log (1 + chi2)
