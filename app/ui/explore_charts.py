@@ -353,7 +353,8 @@ def token_heatmap(
     rows_c, cols_c = np.nonzero(np.nan_to_num(np.abs(values)) > max(CATASTROPHIC_L, zmax))
     if len(rows_c):
         traces.append(dict(type="scatter", x=x[cols_c], y=rows_c, mode="markers", name="catastrophic",
-                           marker=dict(symbol="x-thin-open", size=9, color="#111111", line=dict(width=2, color="#111111")),
+                           marker=dict(symbol="x-thin-open", size=9, color="#111111",
+                                       line=dict(width=2, color="#111111")),
                            customdata=np.round(values[rows_c, cols_c], 3),
                            hovertemplate="row %{y}<br>positions ~%{x:.0f}<br>l = %{customdata} (beyond the colour "
                                          "range)<extra>catastrophic</extra>"))
