@@ -352,12 +352,15 @@ def readings_over(batch: Batch, candidates, r: Ratios, facts: dict[str, float],
         if moved is not None:
             rows.append((name, moved[0], moved[1], resolve(name, moved[0])))
     outs = run_many([comp for *_, comp in rows], batch, ratios=r)
+    summary: dict[Composition, tuple] = {}  # a composition several candidates share is summarised once
     readings = []
     for name, cfg, fitted, comp in rows:
-        kept = effectively_kept(outs[comp])  # (B, T)
-        shares = outlier_shares(kept, r, o.flags) if o.count else (math.nan, math.nan)
-        readings.append(read(name, comp, effective_batch(outs[comp], kept), facts, knobs=dict(cfg.as_dict()),
-                             fitted=fitted, outliers=shares))
+        if comp not in summary:
+            kept = effectively_kept(outs[comp])  # (B, T)
+            summary[comp] = (effective_batch(outs[comp], kept),
+                             outlier_shares(kept, r, o.flags) if o.count else (math.nan, math.nan))
+        effective, shares = summary[comp]
+        readings.append(read(name, comp, effective, facts, knobs=dict(cfg.as_dict()), fitted=fitted, outliers=shares))
     return readings
 
 
