@@ -5,7 +5,6 @@ token beyond the range is marked with a cross, not clipped away into its end col
 import math
 import sys
 from pathlib import Path
-from types import SimpleNamespace
 
 import numpy as np
 import torch
@@ -16,7 +15,6 @@ from seqis.diagnosis.summaries import token_map
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "app"))
 from ui import explore_charts as charts  # noqa: E402
-from ui.explore_data import extents  # noqa: E402
 
 
 def _batch() -> Batch:
@@ -38,9 +36,10 @@ def _figure():
     tm = token_map(r, max_cols=64)
     rows, cols = torch.nonzero(r.mask, as_tuple=True)
     lengths = r.mask.sum(-1).numpy()
-    bv = SimpleNamespace(offsets=np.concatenate([[0], np.cumsum(lengths)]), positions=cols.numpy())
+    offsets = np.concatenate([[0], np.cumsum(lengths)])
     values = tm.values.numpy()
-    fig = charts.token_heatmap(values, tm.block, tm.index.numpy(), extent=extents(bv)[tm.index.numpy()])
+    extent = charts.extents(offsets, cols.numpy())[tm.index.numpy()]  # (R,) each row's last loss position + 1
+    fig = charts.token_heatmap(values, tm.block, tm.index.numpy(), extent=extent)
     return {t.name: t for t in fig.plotly.data}, values, tm.index.numpy()
 
 

@@ -297,6 +297,14 @@ CATASTROPHIC_L = math.log(10.0)  # a token whose ratio is off by 10x either way 
 MASKED_GREY = "#d0d0d0"  # positions inside a rollout that carry no loss (a prompt, a tool's output)
 
 
+def extents(offsets: np.ndarray, positions: np.ndarray) -> np.ndarray:
+    """(B,) each rollout's last loss position + 1 (0 without one), from the flat loss tokens (rollout j's are
+    positions[offsets[j]:offsets[j + 1]]): where its masked positions end."""
+    starts, ends = offsets[:-1], offsets[1:]
+    last = positions[np.maximum(ends - 1, 0)] if len(positions) else np.zeros(len(ends), dtype=np.int64)
+    return np.where(ends > starts, last.astype(np.int64) + 1, 0)
+
+
 def masked_cells(values: np.ndarray, block: int, extent: np.ndarray) -> np.ndarray:
     """(R, C) bool: the blocks inside their rollout (before `extent`, its last loss position + 1) that hold no loss
     token: masked positions, greyed out, never coloured by their log-ratio."""

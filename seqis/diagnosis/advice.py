@@ -25,6 +25,7 @@ figure. The regime's sentence says which figure it shows.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from dataclasses import dataclass, field
@@ -89,6 +90,14 @@ class Advice:
     scope: str = ""  # what was compared, in words (the page says it)
     fitted: tuple[str, ...] = ()  # the suggestion's knobs fitted to this batch
     outliers: tuple[int, ...] = ()  # the outlying rollouts (seqis.diagnosis.fit.outlying_rollouts), by index
+
+    def listing(self, pairs) -> Advice:
+        """The same advice with only the readings of `pairs` ((name, knobs) as given, not fitted) and the
+        suggestion's in `readings` (`compared` still names all): what a page lists under its suggestion."""
+        listed = {(n, repr(k)) for n, k in pairs}
+        keep = [x for x in self.readings if (x.name, repr(x.knobs)) in listed and not x.fitted
+                or (x.name, x.knobs) == (self.suggestion, self.knobs)]
+        return dataclasses.replace(self, readings=keep)
 
 
 def _quantile(x: torch.Tensor, q: float) -> float:
