@@ -21,3 +21,41 @@ def test_explores_advice_says_what_it_compared_beyond_the_shown_columns():
     assert ("seq_tis", dict(ESTIMATORS["seq_tis"].config().as_dict())) in listed
     assert any((r.name, r.knobs) == (a.suggestion, a.knobs) for r in a.readings)
 
+
+
+def test_an_upload_over_the_limit_is_refused_in_words_naming_the_command_line(monkeypatch):
+    # issue 43: a file over 200 MB showed a small "!" with the reason in a tooltip. Streamlit now takes it
+    # (maxUploadSize, below) and the page refuses it in words; the limit is lowered here to spare 200 MB of memory
+    import sys
+
+    from pages import APP
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_file(APP, default_timeout=90)
+    at.query_params["ex.source"] = "upload"
+    at.run()
+    assert any("Up to 200 MB here" in c.value and "--max-bytes" in c.value for c in at.caption)
+    monkeypatch.setattr(sys.modules["ui.batch_source"], "MAX_BYTES", 1000)
+    at.file_uploader[0].upload("big.parquet", b"\0" * 1500).run()
+    assert not at.exception
+    (err,) = [e.value for e in at.error if "big.parquet" in e.value]
+    assert "big.parquet is 1.465 KB, over the 1000 bytes a batch may have in this explorer" in err
+    assert "python -m seqis diagnose big.parquet --max-bytes 2MB" in err
+
+
+def test_the_column_mapping_offers_every_role_the_loader_knows():
+    from app.ui.batch_source import ROLES
+    from seqis.io.columns import ALIASES
+
+    assert "sample_mask" in ROLES and set(ROLES) == set(ALIASES)
+
+
+def test_streamlit_takes_files_over_the_batch_limit_so_the_page_can_say_why():
+    from pathlib import Path
+
+    import tomllib
+
+    from seqis.io.columns import MAX_BYTES
+
+    cfg = tomllib.loads((Path(__file__).parents[1] / ".streamlit" / "config.toml").read_text())
+    assert cfg["server"]["maxUploadSize"] * 2**20 > MAX_BYTES

@@ -79,9 +79,16 @@ def test_the_trend_z_reads_each_step_against_the_steps_before_it():
     assert trend.metric_z("abs_ratio_mean", 1 + x)[30] == pytest.approx(z[30])  # its excess over 1
 
 
-def test_the_run_page_draws_the_early_warning_and_states_its_false_alarm_rate():
-    at = open_view("views/run.py")
+def test_the_run_page_draws_the_early_warning_and_states_its_false_alarm_rate(tmp_path, monkeypatch):
+    at = open_view("views/run.py")  # the example run: 8 steps, too few to read one against its history
     assert any(s.value == "Early warning" for s in at.subheader)
     said = " ".join(c.value for c in at.caption)
     assert f"about {trend.CLEAN_FALSE_ALARM:.1g} of the time" in said and "docs/diagnose.md" in said
+    assert "This run has 8 steps: a step is read once 8 steps came before it." in said
+    monkeypatch.setenv("SEQIS_DATA_ROOTS", str(tmp_path))
+    root = tmp_path / "outputs"
+    write_prime_rl_run(root / "token_exports", steps=12, ranks=1, rollouts_per_rank=4, incident=(10, "code"))
+    out = tmp_path / "scan.parquet"
+    scan(root, ["seq_tis"], by="env_name", out=out, workers=1)
+    at = open_view("views/run.py", **{"run.source": "file", "run.file": str(out)})
     assert any("against its last 20 steps" in str(c.get("layout", {}).get("title", "")) for c in charts(at))

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import streamlit as st
 
+from seqis.io.columns import ALIASES, MAX_BYTES, size_text
 from seqis.samplers.scenarios import SCENARIOS, describe
 
 from . import explore_data as data
@@ -22,7 +23,8 @@ from .widgets import knob_widgets
 P = PREFIX  # "ex."
 SOURCES = {"upload": "Upload your batch", "asset": "Example batch", "synthetic": "Synthetic scenario"}
 MAX_POSITIONS = {False: 1 << 25, True: 1 << 29}  # B x T a synthetic batch may have (CPU, CUDA)
-ROLES = ("trainer_logprobs", "inference_logprobs", "loss_mask", "advantages", "reward", "group_id")
+# the roles a file's column can be mapped to: every role the loader knows (seqis.io's ALIASES), sample_mask included
+ROLES = tuple(ALIASES)
 AUTO = "(automatic)"
 REFUSED = {".pkl": "a pickle", ".pickle": "a pickle", ".joblib": "a joblib pickle", ".dill": "a dill pickle"}
 BATCH_DEPENDENT = (f"{P}rollout", f"{P}color")  # widget keys whose values mean nothing on another batch
@@ -79,11 +81,16 @@ def _file(where, kind: str) -> tuple[data.Source, bytes] | None:
             "Upload your batch", key=f"{P}upload",
             help=f"{', '.join('.' + f for f in data.upload_formats())}: one row per rollout with list columns, "
                  "padded [B, T] arrays or a packed micro-batch. Nothing is executed or stored.")
+        where.caption(f"Up to {size_text(MAX_BYTES)} here; a larger dump: `python -m seqis diagnose FILE "
+                      "--max-bytes 1GB` on the command line.")
         if up is None:
             shared = st.query_params.get(f"{P}file")
             if shared:
                 where.info(f"This link was made with an uploaded file, {literal(shared)}. Uploads are never stored: "
                            "upload the file again to see this view.")
+            return None
+        if up.size > MAX_BYTES:  # Streamlit takes files up to server.maxUploadSize; a batch here is at most this
+            where.error(too_big(up.name, up.size))
             return None
         raw, name = up.getvalue(), up.name
         suffix = Path(name).suffix.lower()
@@ -121,6 +128,15 @@ def _file(where, kind: str) -> tuple[data.Source, bytes] | None:
                            if mapping else ""))
         return None
     return src, raw
+
+
+def too_big(name: str, size: int) -> str:
+    """The refusal of an upload over the explorer's limit, with the way to check it anyway."""
+    need = -(-size // 2**20) + 1  # MB, rounded up
+    return (f"{name} is {size_text(size)}, over the {size_text(MAX_BYTES)} a batch may have in this explorer. Check it "
+            f"on the command line, which reads it row group by row group (parquet) or line by line (JSONL): "
+            f"`python -m seqis diagnose {name} --max-bytes {need}MB` (in Python: `load_batch(path, max_bytes=...)`); "
+            "or save fewer rollouts per file.")
 
 
 def is_about_columns(message: str) -> bool:

@@ -293,6 +293,25 @@ def _key_rows(n: int, per_row: int = 3) -> int:
 # the token heatmap
 
 
+CATASTROPHIC_L = math.log(10.0)  # a token whose ratio is off by 10x either way is marked (seqis.diagnosis.advice)
+MASKED_GREY = "#d0d0d0"  # positions inside a rollout that carry no loss (a prompt, a tool's output)
+
+
+def extents(offsets: np.ndarray, positions: np.ndarray) -> np.ndarray:
+    """(B,) each rollout's last loss position + 1 (0 without one), from the flat loss tokens (rollout j's are
+    positions[offsets[j]:offsets[j + 1]]): where its masked positions end."""
+    starts, ends = offsets[:-1], offsets[1:]
+    last = positions[np.maximum(ends - 1, 0)] if len(positions) else np.zeros(len(ends), dtype=np.int64)
+    return np.where(ends > starts, last.astype(np.int64) + 1, 0)
+
+
+def masked_cells(values: np.ndarray, block: int, extent: np.ndarray) -> np.ndarray:
+    """(R, C) bool: the blocks inside their rollout (before `extent`, its last loss position + 1) that hold no loss
+    token: masked positions, greyed out, never coloured by their log-ratio."""
+    starts = np.arange(values.shape[1]) * block  # (C,)
+    return np.isnan(values) & (starts[None, :] < np.asarray(extent)[:, None])
+
+
 def token_heatmap(
     values: np.ndarray,
     block: int,
@@ -301,23 +320,35 @@ def token_heatmap(
     dropped: np.ndarray | None = None,
     dropped_label: str = "",
     picked: int | None = None,
+    extent: np.ndarray | None = None,
     height: int = 420,
     title: str | None = None,
 ) -> Figure:
     """Rollouts (rows, in the order of `index`: longest first) x positions (columns pooled over `block`
-    positions: the signed log-ratio of largest magnitude in each block); the tokens whose gradient is
-    dropped shaded grey by the fraction dropped; the picked rollout marked."""
+    positions: the signed log-ratio of largest magnitude in each block, over loss tokens only); the tokens whose
+    gradient is dropped shaded grey by the fraction dropped; masked positions inside a rollout (`extent`: each row's
+    last loss position + 1) light grey; the picked rollout marked. The colour range comes from the loss tokens
+    (their 99th percentile of |l|): a catastrophic token (|l| > log 10) beyond it is marked with a cross, its value
+    in the hover, not clipped away into the range's end colour."""
     R, C = values.shape
     x = (np.arange(C) * block + (block - 1) / 2.0) if block > 1 else np.arange(C, dtype=float)
     y = np.arange(R)
     finite = np.abs(values[np.isfinite(values)])
     zmax = max(float(np.quantile(finite, 0.99)) if finite.size else 1.0, 1e-4)
     ids = [str(int(i)) for i in index]
-    traces = [dict(type="heatmap",
+    traces = []
+    if extent is not None:
+        masked = masked_cells(values, block, extent)
+        if masked.any():
+            traces.append(dict(type="heatmap", z=np.where(masked, 1.0, np.nan), x=x, y=y, zmin=0.0, zmax=1.0,
+                               showscale=False, colorscale=[[0.0, MASKED_GREY], [1.0, MASKED_GREY]],
+                               hovertemplate="row %{y}<br>positions ~%{x:.0f}<br>masked: no loss<extra></extra>",
+                               name="masked"))
+    traces.append(dict(type="heatmap",
         z=np.round(values, 4), x=x, y=y, zmin=-zmax, zmax=zmax, zmid=0.0, colorscale="RdBu_r",
         # the colour bar's title above it: beside it, it ran into the "0" tick label
         colorbar=dict(title=dict(text="l_t", side="top"), thickness=12, len=0.9),
-        hovertemplate="row %{y}<br>positions ~%{x:.0f}<br>l = %{z:.4g}<extra></extra>", name="log-ratio")]
+        hovertemplate="row %{y}<br>positions ~%{x:.0f}<br>l = %{z:.4g}<extra></extra>", name="log-ratio"))
     if dropped is not None:
         d = np.where(dropped > 0, np.round(dropped, 3), np.nan)
         if np.isfinite(d).any():
@@ -327,6 +358,14 @@ def token_heatmap(
                 hovertemplate="row %{y}<br>positions ~%{x:.0f}<br>dropped %{z:.0%}"
                               f"<extra>{dropped_label}</extra>",
                 name=f"dropped ({dropped_label})"))
+    rows_c, cols_c = np.nonzero(np.nan_to_num(np.abs(values)) > max(CATASTROPHIC_L, zmax))
+    if len(rows_c):
+        traces.append(dict(type="scatter", x=x[cols_c], y=rows_c, mode="markers", name="catastrophic",
+                           marker=dict(symbol="x-thin-open", size=9, color="#111111",
+                                       line=dict(width=2, color="#111111")),
+                           customdata=np.round(values[rows_c, cols_c], 3),
+                           hovertemplate="row %{y}<br>positions ~%{x:.0f}<br>l = %{customdata} (beyond the colour "
+                                         "range)<extra>catastrophic</extra>"))
     shapes, notes = [], []
     rows = np.flatnonzero(np.asarray(index) == picked) if picked is not None else []
     if len(rows):

@@ -19,7 +19,6 @@ read-only), keyed on a Source (by its key string) and the corrections (a Shown b
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import io
 from collections.abc import Callable
@@ -339,7 +338,8 @@ def token_heatmap_figure(src: Source, c: Shown, rollout: int, _payload: bytes | 
     bv, v = batch_view(src, _payload), estimator_view(src, c, _payload)
     return charts.token_heatmap(bv.token_values, bv.token_block, bv.token_index, dropped=v.dropped,
                                 dropped_label=c.name, picked=rollout, height=520,
-                                title=f"log-ratio l_t; grey: tokens whose gradient {c.name} drops")
+                                extent=charts.extents(bv.offsets, bv.positions)[bv.token_index],
+                                title=f"log-ratio l_t; grey: dropped by {c.name}; light grey: masked; ×: |l| > log 10")
 
 
 @_section(FIGURES)
@@ -369,11 +369,9 @@ def weights_figure(src: Source, cs: tuple[Shown, ...], _payload: bytes | None = 
 
 @_section(BATCHES)
 def _compared(src: Source, _payload: bytes | None = None):
-    """The advice's default comparison on this batch (the registry and the relevant presets, their bands fitted),
-    read once per batch: (candidates, outlying rollouts, readings)."""
+    """The advice's default comparison, once per batch: (candidates, outlying rollouts, readings)."""
     b, r = load_batch(src, _payload), _ratios(src, _payload)
-    candidates, _ = candidates_of(None, (), b)
-    o = fit.outlying_rollouts(r)
+    candidates, o = candidates_of(None, (), b)[0], fit.outlying_rollouts(r)
     return candidates, o, readings_over(b, candidates, r, batch_view(src, _payload).facts, o)
 
 
@@ -382,16 +380,12 @@ def advice_view(src: Source, cs: tuple[Shown, ...], _payload: bytes | None = Non
     """"What this means for your batch": the registry, the relevant presets and the shown corrections read against
     the batch, where to start, and what was compared; the readings listed are the shown ones and the suggestion's."""
     candidates, o, base = _compared(src, _payload)
-    facts = batch_view(src, _payload).facts
-    pairs, _ = candidates_of(None, tuple((c.name, c.config) for c in cs), load_batch(src, _payload))
+    b, facts = load_batch(src, _payload), batch_view(src, _payload).facts
+    pairs, _ = candidates_of(None, tuple((c.name, c.config) for c in cs), b)
     extra = pairs[len(candidates):]  # the shown corrections the default comparison lacks (other knobs)
-    readings = base + (readings_over(load_batch(src, _payload), extra, _ratios(src, _payload), facts, o)
-                       if extra else [])
+    readings = base + (readings_over(b, extra, _ratios(src, _payload), facts, o) if extra else [])
     a = conclude(facts, o, pairs, False, readings)
-    on_page = {(c.name, repr(dict(c.config.as_dict()))) for c in cs}
-    listed = [x for x in readings if (x.name, repr(x.knobs)) in on_page and not x.fitted
-              or (x.name, repr(x.knobs)) == (a.suggestion, repr(a.knobs))]
-    return dataclasses.replace(a, readings=listed)
+    return a.listing([(c.name, dict(c.config.as_dict())) for c in cs])
 
 
 @dataclass(frozen=True)

@@ -283,6 +283,10 @@ def warn_early(df: pd.DataFrame, metric: str, run_path: str | None) -> None:
                f"{trend.Z_ALARM:g} is an alarm, a rise the run's average hides. On clean synthetic runs (the mismatch "
                f"held fixed, a fresh batch each step) a step passes it about {trend.CLEAN_FALSE_ALARM:.1g} of the time "
                "(docs/diagnose.md, Early warning). No z before 8 steps of history.")
+    n = df["step"].nunique()
+    if n <= trend.MIN_HISTORY:  # no step has the history to be read against: no empty chart
+        st.caption(f"This run has {n} steps: a step is read once {trend.MIN_HISTORY} steps came before it.")
+        return
     fig, alarms = run_charts.early_warning(df, metric)
     clickable_chart(fig, "warning", run_path)
     if alarms.empty:

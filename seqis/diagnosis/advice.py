@@ -25,6 +25,7 @@ figure. The regime's sentence says which figure it shows.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from dataclasses import dataclass, field
@@ -89,6 +90,14 @@ class Advice:
     scope: str = ""  # what was compared, in words (the page says it)
     fitted: tuple[str, ...] = ()  # the suggestion's knobs fitted to this batch
     outliers: tuple[int, ...] = ()  # the outlying rollouts (seqis.diagnosis.fit.outlying_rollouts), by index
+
+    def listing(self, pairs) -> Advice:
+        """The same advice with only the readings of `pairs` ((name, knobs) as given, not fitted) and the
+        suggestion's in `readings` (`compared` still names all): what a page lists under its suggestion."""
+        listed = {(n, repr(k)) for n, k in pairs}
+        keep = [x for x in self.readings if (x.name, repr(x.knobs)) in listed and not x.fitted
+                or (x.name, x.knobs) == (self.suggestion, self.knobs)]
+        return dataclasses.replace(self, readings=keep)
 
 
 def _quantile(x: torch.Tensor, q: float) -> float:
@@ -188,8 +197,8 @@ def _why(comp: Composition, facts: dict[str, float], kept: float, clipped: float
     for c in comp.criteria:
         if c.statistic != "ratio":
             where = "tokens" if c.agg == "token" else f"rollouts by their {c.agg}"
-            why.append(f"it drops {where} with {c.statistic} outside [{c.low if c.low is not None else '-inf'}, "
-                       f"{c.high if c.high is not None else 'inf'}]: {1 - kept:.0%} of the tokens here")
+            why.append(f"it drops {where} with {c.statistic} outside [{c.low if c.low is not None else -math.inf:.4g}, "
+                       f"{c.high if c.high is not None else math.inf:.4g}]: {1 - kept:.0%} of the tokens here")
     w = comp.weight
     if w.truncated and w.upper < math.inf:
         log_1p_chi2 = max(T50, 1.0) * math.log1p(facts["chi2_token"])  # log (1 + chi2_seq) = T log (1 + chi2)
@@ -352,12 +361,15 @@ def readings_over(batch: Batch, candidates, r: Ratios, facts: dict[str, float],
         if moved is not None:
             rows.append((name, moved[0], moved[1], resolve(name, moved[0])))
     outs = run_many([comp for *_, comp in rows], batch, ratios=r)
+    summary: dict[Composition, tuple] = {}  # a composition several candidates share is summarised once
     readings = []
     for name, cfg, fitted, comp in rows:
-        kept = effectively_kept(outs[comp])  # (B, T)
-        shares = outlier_shares(kept, r, o.flags) if o.count else (math.nan, math.nan)
-        readings.append(read(name, comp, effective_batch(outs[comp], kept), facts, knobs=dict(cfg.as_dict()),
-                             fitted=fitted, outliers=shares))
+        if comp not in summary:
+            kept = effectively_kept(outs[comp])  # (B, T)
+            summary[comp] = (effective_batch(outs[comp], kept),
+                             outlier_shares(kept, r, o.flags) if o.count else (math.nan, math.nan))
+        effective, shares = summary[comp]
+        readings.append(read(name, comp, effective, facts, knobs=dict(cfg.as_dict()), fitted=fitted, outliers=shares))
     return readings
 
 

@@ -90,9 +90,8 @@ def _read(source, max_bytes) -> Path | bytes:
 
 def _open(fmt: str, data: Path | bytes, max_bytes) -> _Source:
     try:
-        if fmt in (".json", ".jsonl"):
-            raw = data.read_bytes() if isinstance(data, Path) else data
-            return _json_source(raw, jsonl=fmt == ".jsonl")
+        if fmt in (".json", ".jsonl"):  # jsonl: line by line, from the path or over the bytes
+            return _json_source(data, jsonl=fmt == ".jsonl")
         if fmt == ".parquet":
             return _Parquet(data, max_bytes)
         if fmt == ".npz":

@@ -7,7 +7,7 @@ import json
 import math
 import pickle
 import warnings
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -88,28 +88,46 @@ def _cut_short(e: ValueError, text: str) -> bool:
                                                      or e.pos >= len(text.rstrip()) - 1)
 
 
-def _json_source(data: bytes, jsonl: bool) -> _Source:
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        if data[:1] == b"\x80" and data[1:2] in (b"\x02", b"\x03", b"\x04", b"\x05"):  # pickle protocols 2-5
-            raise BatchFormatError("is a Python pickle, not JSON: refused, because loading a pickle can run code "
-                                   "(save the batch as parquet, npz, safetensors or jsonl)") from None
-        raise BatchFormatError(f"not UTF-8 text ({e})") from None
-    if jsonl:
-        rows = text.splitlines()
+def _not_text(data: bytes, e: UnicodeDecodeError) -> BatchFormatError:
+    if data[:1] == b"\x80" and data[1:2] in (b"\x02", b"\x03", b"\x04", b"\x05"):  # pickle protocols 2-5
+        return BatchFormatError("is a Python pickle, not JSON: refused, because loading a pickle can run code "
+                                "(save the batch as parquet, npz, safetensors or jsonl)")
+    return BatchFormatError(f"not UTF-8 text ({e})")
 
-        def lines():
-            for i, line in enumerate(rows):
-                if line.strip():
-                    try:
-                        yield json.loads(line)
-                    except (ValueError, RecursionError) as e:
-                        if i == len(rows) - 1 and not text.endswith("\n") and _cut_short(e, line):
-                            raise BatchFormatError(f"is truncated: its last line ({i + 1}) stops mid-record "
-                                                   f"(copy or download it again)") from None
-                        raise BatchFormatError(f"line {i + 1}: not valid JSON ({e})") from None
-        return _rows_table(lines(), text=True)
+
+def _jsonl_rows(data: Path | bytes) -> Iterator[dict]:
+    """A JSONL file's records, line by line (from the path, or over the bytes in memory): never the whole text
+    decoded or split at once, so a 300 MB dump holds only one line's text at a time."""
+    stream = data.open("rb") if isinstance(data, Path) else io.BytesIO(data)
+    with stream:
+        head = stream.read(2)
+        stream.seek(0)
+        line, i = stream.readline(), 0
+        while line:
+            following = stream.readline()
+            try:
+                text = line.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise _not_text(head if i == 0 else b"", e) from None
+            if text.strip():
+                try:
+                    yield json.loads(text)
+                except (ValueError, RecursionError) as e:
+                    if not following and not text.endswith("\n") and _cut_short(e, text):
+                        raise BatchFormatError(f"is truncated: its last line ({i + 1}) stops mid-record "
+                                               f"(copy or download it again)") from None
+                    raise BatchFormatError(f"line {i + 1}: not valid JSON ({e})") from None
+            line, i = following, i + 1
+
+
+def _json_source(data: Path | bytes, jsonl: bool) -> _Source:
+    if jsonl:
+        return _rows_table(_jsonl_rows(data), text=True)
+    raw = data.read_bytes() if isinstance(data, Path) else data
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise _not_text(raw, e) from None
     try:
         obj = json.loads(text)
     except (ValueError, RecursionError) as e:

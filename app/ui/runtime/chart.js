@@ -43,14 +43,27 @@ function watch(node) {
   node.__seqisWatcher = watcher;
 }
 
+function queue(node, work) {
+  // Every plotly call on one chart (a draw, a resize, the purge at unmount) runs after the one before has settled:
+  // a resize or a purge landing inside a draw's asynchronous margin pass left plotly reading a layout it had just
+  // dropped ("Cannot read properties of undefined (reading '_redrawFromAutoMarginCount')", arrow-key slider moves).
+  node.__seqisDraw = (node.__seqisDraw || Promise.resolve()).then(work);
+  return node.__seqisDraw;
+}
+
+function react(P, node, spec) {
+  // Plotly.react; if it throws on a node plotly left half drawn, purge and draw the figure afresh once.
+  return Promise.resolve().then(() => P.react(node, spec.figure.data, spec.figure.layout, spec.config))
+    .catch(() => { P.purge(node); return P.newPlot(node, spec.figure.data, spec.figure.layout, spec.config); });
+}
+
 function render(node) {
   // Draw the chart's newest figure if it is near the viewport and plotly has loaded, one draw at a time per chart.
   const spec = node.__seqisSpec;
   if (!node.__seqisNear || !window.Plotly || spec === node.__seqisDrawn) return;
   node.__seqisDrawn = spec;
   const P = window.Plotly;
-  node.__seqisDraw = (node.__seqisDraw || Promise.resolve()).then(() =>
-    P.react(node, spec.figure.data, spec.figure.layout, spec.config)).then(() => {
+  queue(node, () => react(P, node, spec)).then(() => {
       if (spec.click && !node.__seqisClick) {
         node.__seqisClick = true;
         node.on("plotly_click", ev => node.__seqisReport("click", pointOf(ev.points[0])));
@@ -63,11 +76,14 @@ function render(node) {
           const w = node.clientWidth;
           if (w === width || !w || !node.isConnected || !node._fullLayout) return;
           width = w;
-          P.Plots.resize(node).catch(() => {});  // hidden between this check and plotly's: the next change resizes
+          queue(node, () => node._fullLayout && P.Plots.resize(node)).catch(() => {});  // hidden since: next change
         });
         node.__seqisResize.observe(node);
       }
-    }).catch(e => failed(node, e));
+    }).catch(e => {
+      // a draw overtaken by a newer figure or by the unmount is not a failure: the newer one draws (or none is due)
+      if (node.__seqisSpec === spec && node.isConnected) failed(node, e);
+    });
 }
 
 function failed(node, e) {  // plotly.js did not load, or this figure did not draw: say so where the chart would be
@@ -108,7 +124,7 @@ export default function ({ data, parentElement, setTriggerValue }) {
   node.__seqisCleanup = node.__seqisCleanup || (() => {  // unmounted: let go of plotly's state and the observers
     if (node.__seqisWatcher) node.__seqisWatcher.unobserve(node);
     if (node.__seqisResize) node.__seqisResize.disconnect();
-    if (window.Plotly) window.Plotly.purge(node);
+    if (window.Plotly) queue(node, () => window.Plotly.purge(node)).catch(() => {});  // after a draw in flight
     // a node shown again (its cleanup can run while it stays) is watched and drawn anew
     node.__seqisWatcher = node.__seqisResize = node.__seqisText = node.__seqisDrawn = null;
   });
