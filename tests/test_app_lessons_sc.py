@@ -62,7 +62,7 @@ def test_the_screen_states_the_librarys_numbers_at_every_setting():
                 assert "**Both stay at 0.5.**" in text and "b = 0 the sampler is the trainer" in text
                 assert lib["plain"] == pytest.approx(sc.P0, abs=1e-15)
             else:  # the drift toward the sampler's side, and where the walk heads
-                assert "**REINFORCE moves toward the sampler, SC stays.**" in text
+                assert "**REINFORCE to the sampler, SC stays.**" in text
                 assert (lib["plain"] < sc.P0) == (b < 0)
                 assert f"q − p = {lib['q0'] - sc.P0:+.3g}" in text
                 assert f"nears {'0' if b < 0 else '1'}: {lib['plain']:.3g} after {steps} updates" in text
@@ -80,8 +80,8 @@ def test_the_verdict_stays_at_the_setting_it_was_made_at_while_each_control_move
     for key, value in ((f"ls.{STEP}.b", 0.0), (f"ls.{STEP}.N", 10), (f"ls.{STEP}.b", 0.5)):
         move(at, key, value)  # at b = 0 "both stay" would be right: the verdict is not redone
         text = answer(at)
-        assert "You said “both stay at 0.5” at b = -1, 100 updates (the answer there: “REINFORCE moves toward the " \
-               "sampler, SC stays”" in text
+        assert "You said “both stay at 0.5” at b = -1, 100 updates (the answer there: “REINFORCE to the sampler, " \
+               "SC stays”" in text
         assert "Not what you predicted." in text and locked(at, STEP, "segmented_control")
     b, steps = 0.5, 10
     assert f"the numbers above are at b = {b:g}, {steps} updates" in text

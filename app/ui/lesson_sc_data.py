@@ -19,8 +19,8 @@ P0, LR, REWARD = 0.5, 1.0, 1.0  # the policy's start P(1), the step size, the co
 PLAIN, SC = "plain REINFORCE", "score centering"
 PAIR = {PLAIN: "none", SC: "SC"}  # the screen's labels -> seqis.lab.centering.CORRECTIONS' names
 STILL = 1e-9  # |p - P0| below this: the policy did not move (SC's path stays within 1e-15)
-OUTCOMES = ("both stay at 0.5", "REINFORCE moves toward the sampler, SC stays",
-            "REINFORCE moves away from the sampler, SC stays", "both move toward the sampler")
+OUTCOMES = ("both stay at 0.5", "REINFORCE to the sampler, SC stays", "REINFORCE away from it, SC stays",
+            "both toward the sampler")  # short: a projector's column shows about 35 characters of an option
 
 
 def sampler_q(p: float, b: float) -> float:
