@@ -28,9 +28,9 @@ sys.path.insert(0, APP.rsplit("/", 1)[0])
 from ui import lab_data, lessons_data  # noqa: E402
 
 LESSONS = "views/lessons.py"
-N_SCREENS = 10
+N_SCREENS = 11
 MEASURED = (1, 2)  # the screens whose answer is a measurement by the library, not a closed form
-NO_DEEPER = (1, 2, 10)  # the screens with no full page behind them
+NO_DEEPER = (1, 2, 10, 11)  # the screens with no full page behind them
 
 
 def lesson(step: int, **params) -> AppTest:
@@ -244,16 +244,16 @@ def locked(at: AppTest, step: int, kind: str = "select_slider") -> bool:
 def test_step_counts_from_1_as_the_page_does_and_an_old_step_0_opens_screen_1():
     at = lesson(3)
     assert at.title[0].value.startswith("One rollout") and at.query_params["step"] == "3"
-    assert at.caption[0].value.startswith("Lesson 3 of 10")
+    assert at.caption[0].value.startswith(f"Lesson 3 of {N_SCREENS}")
     # one numbering: the list of screens (a click opens one) counts as the URL and the caption do
     listed = [b.label for b in at.button if b.key and b.key.startswith("ls.goto.")]
-    assert listed[:3] == ["1. Why they differ", "2. The cast", "3. Opening"] and listed[-1] == "10. Quiz"
+    assert listed[:3] == ["1. Why they differ", "2. The cast", "3. Opening"] and listed[-1] == f"{N_SCREENS}. Quiz"
     next(b for b in at.button if b.key == "ls.goto.7").click().run()
-    assert at.query_params["step"] == "7" and at.caption[0].value.startswith("Lesson 7 of 10")
+    assert at.query_params["step"] == "7" and at.caption[0].value.startswith(f"Lesson 7 of {N_SCREENS}")
     assert "?step=N (from 1)" in " ".join(c.value for c in at.sidebar.caption)
     old = lesson(0)  # an old 0-based link to the first screen
     assert old.title[0].value.startswith("Why do the trainer") and old.query_params["step"] == "1"
-    assert lesson(4).caption[0].value.startswith("Lesson 4 of 10")  # ?step=4 is "Lesson 4", the bands
+    assert lesson(4).caption[0].value.startswith(f"Lesson 4 of {N_SCREENS}")  # ?step=4 is "Lesson 4", the bands
 
 
 def test_reveal_in_the_link_opens_the_screen_revealed_and_next_does_not_carry_it():

@@ -14,7 +14,7 @@ from test_browser import _no_exceptions, _settle, _shot, browser, server  # noqa
 
 pytestmark = pytest.mark.browser
 
-N_SCREENS = 10
+N_SCREENS = 11
 W, H = 1280, 720
 
 

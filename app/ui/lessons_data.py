@@ -244,9 +244,10 @@ def _q(screen: str, question: str, right: str, wrong: tuple[str, ...], why: str,
 
 
 def quiz(device: str) -> list[dict]:
-    """Eight "why" questions, one per screen before the quiz: {"screen" (its name on the page), "question",
-    "options", "answer" (one of them), "why" (the reason with the number behind it, computed here)}."""
+    """Nine "why" questions, one per screen before the quiz but the opening: {"screen" (its name on the page),
+    "question", "options", "answer" (one of them), "why" (the reason with the number behind it, computed here)}."""
     from .lesson_intro_data import cast, mismatch
+    from .lesson_sc_data import quiz_question
 
     kl = mismatch("bf16")["kl"]
     geo_w = cast(10.0)["ratio"]
@@ -299,6 +300,7 @@ def quiz(device: str) -> list[dict]:
            ("it clips the stale rollouts' weights", "lag only adds noise, which infinite batches remove"),
            f"J = 0.5 at update {reach['Sequence IS', 100]} at lag 100 and {reach['Sequence IS', 0]} without; token "
            f"IS {reach['Token IS', 100]} against {reach['Token IS', 0]}: its delay is bias, not noise", 1),
+        _q(**quiz_question()),
     ]
 
 
@@ -309,6 +311,7 @@ def warm_steps(device: str) -> list[Callable[[], object]]:
     """Every screen at every setting it offers, one call each (the launcher's background warm-up runs them one at
     a time, pausing while a page runs)."""
     from . import lesson_intro_data as intro
+    from . import lesson_sc_data as sc
 
     steps: list[Callable[[], object]] = [partial(intro.mismatch, dtype) for dtype in intro.MISMATCH_ASSETS]
     steps += [partial(intro.cast, float(L)) for L in intro.CAST_L]
@@ -319,6 +322,7 @@ def warm_steps(device: str) -> list[Callable[[], object]]:
     steps += [partial(token_bias, r, device) for r in REWARD_OPTIONS]
     steps += [partial(clip_sweep, B, device) for B in CLIP_B]
     steps += [partial(lag, k, device) for k in LAG_OPTIONS]
+    steps += [partial(sc.drift, b) for b in sc.SC_B]
     return steps + [partial(quiz, device)]
 
 

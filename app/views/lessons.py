@@ -1,14 +1,15 @@
 """Lessons: why trainer and sampler disagree, who the corrections are, and the five facts of LITERATURE.md, one idea
 per screen, the question before the answer.
 
-Ten screens (`?step=N`, counted from 1 as the page counts; `&reveal=1` opens a screen revealed, for slides): why the
+Eleven screens (`?step=N`, counted from 1 as the page counts; `&reveal=1` opens a screen revealed, for slides): why the
 two policies differ and by how much, the estimators' cast, an opening one (one rollout's product weight and
 geometric ratio as it grows), one per fact (a)-(e) with (a)'s realistic half (MIS-PO's band at a measured mismatch),
-and a quiz. Each screen asks a question in its title, shows one chart that withholds its answer, at most two
-controls, takes a prediction, and on "Reveal" draws the closed form beside the simulation with the answer's number
-and a sentence on why, each following the setting shown. A prediction is stored with the setting it was made at,
-graded there once and locked (ui/lesson_frame.py); a tie is named as a tie. "Go deeper" opens the full page at the
-same settings. Every setting a screen offers is computed at start-up (ui/lessons_data.py, warmed by ui/warm.py).
+score centering under a constant reward, and a quiz. Each screen asks a question in its title, shows one chart
+that withholds its answer, at most two controls, takes a prediction, and on "Reveal" draws the closed form beside
+the simulation with the answer's number and a sentence on why, each following the setting shown. A prediction is
+stored with the setting it was made at, graded there once and locked (ui/lesson_frame.py); a tie is named as a tie.
+"Go deeper" opens the full page at the same settings. Every setting a screen offers is computed at start-up
+(ui/lessons_data.py, warmed by ui/warm.py).
 `?present=1` (presenter mode) hides the sidebar, folds each screen's words, puts Back / Next above the answer, and
 grows the text (22 px and more) and the charts' text (20 px and more); keys: arrows, PageUp / PageDown, R.
 """
@@ -20,6 +21,7 @@ from ui import lesson_charts as charts
 from ui import lesson_frame as frame
 from ui import lesson_intro as intro
 from ui import lesson_quiz as quiz
+from ui import lesson_sc as sc
 from ui import lessons_data as data
 from ui.lab_data import INTERIOR_VIEW
 from ui.lesson_frame import (
@@ -287,6 +289,7 @@ def lag_why(K: int, d: dict) -> str:
     return " ".join(lines)
 
 
+screen("Score centering", sc.TITLE, sc.BODY, names_estimators=False)(sc.draw)
 screen("Quiz", quiz.TITLE, quiz.BODY, names_estimators=False)(quiz.draw)
 frame.SCREENS[:] = [name for name, *_ in LESSONS]
 SCREENS = tuple(frame.SCREENS)
