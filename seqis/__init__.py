@@ -13,15 +13,21 @@ trajectories (mis_po); reference estimators (pg, seq_is, token_tis, ...) are the
     out = run("verl/bypass_pg_geo_rs", batch)   # every framework's shipped correction: seqis.PRESETS
 """
 
+import sys
+
 from .core.compose import Composition, Criterion, Penalty, Weight
 from .core.spec import EstimatorSpec
 from .core.types import Batch, Config, EstimatorOutput, Knobs, knob, knobs
+from .diagnosis import advice
 from .diagnosis.causes import Finding, diagnose
 from .diagnosis.statistics import diagnostics
 from .estimators import ESTIMATORS, SEED_ESTIMATORS
 from .evaluators.plain import AGGREGATIONS
 from .presets import PRESETS
 from .registry import run, run_many
+
+# `seqis.advice` (the shared design's name for the advice) is the diagnosis package's module, not another root file
+sys.modules[__name__ + ".advice"] = advice
 
 __all__ = [
     "AGGREGATIONS",
@@ -44,4 +50,5 @@ __all__ = [
     "run",
     "run_many",
     "Weight",
+    "advice",
 ]

@@ -172,7 +172,8 @@ def test_percentiles_read_the_sample_the_docstring_names_and_none_reads_every_to
 
 
 def test_every_kind_diagnose_can_report_is_logged():
-    source = "".join(f.read_text() for f in (Path(__file__).resolve().parent.parent / "seqis" / "diagnosis").glob("*.py"))
+    folder = Path(__file__).resolve().parent.parent / "seqis" / "diagnosis"
+    source = "".join(f.read_text() for f in folder.glob("*.py"))
     kinds = set(re.findall(r'Finding\(\s*"(\w+)"', source))
     assert kinds and kinds <= set(KINDS), kinds - set(KINDS)
 

@@ -12,14 +12,13 @@ import math
 
 import pytest
 import torch
+from test_score_centering import head_batch
+from test_score_centering import reference as formula
 
 from seqis import PRESETS, Batch, run
 from seqis.core.compose import Centering
 from seqis.presets.nemo_rl import NemoRLConfig
 from seqis.registry import head_fields, lacking, needs_head, runnable, skipped_note
-
-from test_score_centering import head_batch
-from test_score_centering import reference as formula
 
 INF = math.inf
 one = lambda x: 1.0
@@ -106,7 +105,8 @@ def _nearly_whole_head(seed: int, V: int = 6) -> Batch:
     lp[..., -1] = torch.where(torch.arange(B)[:, None] == 0, -30.0, -3.0)  # row 0: both tails tiny
     log_q, log_p = lq.log_softmax(-1), lp.log_softmax(-1)
     ids = torch.arange(V - 1).expand(B, T, V - 1)
-    return Batch(log_p[..., 0].clone().requires_grad_(), log_q[..., 0], torch.randn(B, generator=g, dtype=torch.float64),
+    advantages = torch.randn(B, generator=g, dtype=torch.float64)
+    return Batch(log_p[..., 0].clone().requires_grad_(), log_q[..., 0], advantages,
                  topk_ids=ids, topk_inference_logprobs=log_q[..., :-1],
                  topk_trainer_logprobs=log_p[..., :-1].clone().requires_grad_())
 

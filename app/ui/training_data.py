@@ -16,8 +16,8 @@ import numpy as np
 import pandas as pd
 
 from seqis import ESTIMATORS, PRESETS, lab
-from seqis.registry import needs_head
 from seqis.lab import huang2026, train_sweeps
+from seqis.registry import needs_head
 
 from .runtime.memo import memo, memo_has
 

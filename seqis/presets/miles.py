@@ -60,7 +60,8 @@ class ScoreCenteringConfig(Config):
             raise ValueError(f"tis_clip_low must be <= tis_clip, got {self.tis_clip_low} > {self.tis_clip}")
 
 
-def compose_score_centering(cfg: ScoreCenteringConfig, sampler_floor: float | None, trainer_floor: float) -> Composition:
+def compose_score_centering(cfg: ScoreCenteringConfig, sampler_floor: float | None,
+                            trainer_floor: float) -> Composition:
     """The sampled token's weight and the head's f: 1 without --use-tis, clamp(x, low, high) (vanilla TIS) or the
     band (icepop), the same rule on both (_importance_weights); the tail's floors are the framework's."""
     lo, hi = cfg.tis_clip_low, cfg.tis_clip

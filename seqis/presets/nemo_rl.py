@@ -111,7 +111,8 @@ SOURCE = "NVIDIA-NeMo/RL@7ea279a: nemo_rl/algorithms/loss/loss_functions.py (Cli
 _SEQ_LEVEL = dict(sequence_level_importance_ratios=True)
 SC_SOURCE = ("NVIDIA-NeMo/RL@nightly: nemo_rl/algorithms/loss/score_centering.py (compute_score_centering_term), as "
              "its API page and docs/guides/score-centering.md state it (the code itself not read)")
-SC_VERSIONS = ("in NeMo-RL's nightly, after arXiv 2609.20807 of 2026-09-17 (loss_fn.score_centering, experimental, off by "
+SC_VERSIONS = ("in NeMo-RL's nightly, after arXiv 2609.20807 of 2026-09-17 "
+               "(loss_fn.score_centering, experimental, off by "
                "default); in no release yet")
 _TIS = dict(truncated_importance_sampling_type="tis", truncated_importance_sampling_ratio=2.0)
 _ICEPOP = dict(truncated_importance_sampling_type="icepop", truncated_importance_sampling_ratio=5.0,
