@@ -3,11 +3,12 @@ rate beside it (docs/diagnose.md, "Under bf16 rounding"; issue 45).
 
 Two generators the detectors were not tuned on: the project's own `lm_byte256` (seqis.samplers.generators: a
 recurrent LM, bf16 logits) and `random_next_token` (seqis.samplers.random_next_token: random next-token models with
-LLM-like peaked distributions, 50-400 tokens per rollout, bf16 logits). For each fault and seed one batch of the
-largest size is drawn and diagnosed on its first R rollouts for each R in SIZES (nested subsets). A fault is found
-when `diagnose(batch)` (the trainer's entropy dropped: the common dump) names its kind; the smallest R found in 90%
-of the seeds is reported with its median loss tokens. False alarms: clean bf16 batches at each size (any sampler-side
-kind), and, cheaply over many seeds, clean bf16 / fp16 / fp32 / fp8-like samplers with and without the entropy.
+LLM-like peaked distributions, 50-400 tokens per rollout, a vocabulary of 256, bf16 logits). For each fault and seed
+one batch of the largest size is drawn and diagnosed on its first R rollouts for each R in SIZES (nested subsets). A
+fault is found when `diagnose(batch)` (the trainer's entropy dropped: the common dump) names its kind; the smallest R
+found in 90% of the seeds is reported with its median loss tokens. False alarms: clean bf16 batches at each size (any
+sampler-side kind), and, cheaply over many seeds, clean bf16 / fp16 / fp32 / fp8-like samplers with and without the
+entropy.
 
     PYTHONPATH=. python scripts/measure_power_bf16.py --seeds 3 --clean-seeds 20     # prints markdown tables
 """
@@ -44,7 +45,7 @@ def draw(generator: str, seed: int, n: int, **knobs) -> Batch:
     if generator == "lm_byte256":
         b = make("lm_byte256", seed=seed, n_prompts=n // 8, **knobs)
     else:
-        b = RandomNextToken(vocab=512, n_rollouts=n, **knobs).make(seed)
+        b = RandomNextToken(vocab=256, n_rollouts=n, **knobs).make(seed)
     return Batch(b.trainer_logprobs, b.inference_logprobs, b.advantages, b.loss_mask, b.metadata, {})
 
 
@@ -62,7 +63,7 @@ def any_alarm(b: Batch) -> bool:
 
 
 def power_table(generator: str, seeds: int) -> list[str]:
-    rows = ["| fault | found 90% at (rollouts, tokens) | rate at 4 / 8 / 16 / 32 / 64 / 96 / 192 rollouts "
+    rows = [f"| fault | found 90% at (rollouts, tokens) | rate at {' / '.join(map(str, SIZES))} rollouts "
             "| false alarms (clean) |",
             "|---|---|---|---|"]
     clean = [draw(generator, 100 + s, max(SIZES)) for s in range(seeds)]
@@ -93,13 +94,17 @@ def clean_rate(seeds: int) -> list[str]:
 
 
 def main() -> None:
+    global SIZES
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--seeds", type=int, default=3, help="seeds per fault and generator")
+    ap.add_argument("--generators", default="lm_byte256,random_next_token", help="comma-separated")
+    ap.add_argument("--max-rollouts", type=int, default=max(SIZES), help="the largest size measured")
     ap.add_argument("--clean-seeds", type=int, default=20, help="seeds per format for the cheap false-alarm rate")
     args = ap.parse_args()
     torch.set_num_threads(1)
     t0 = time.time()
-    for generator in ("lm_byte256", "random_next_token"):
+    SIZES = tuple(r for r in SIZES if r <= args.max_rollouts)
+    for generator in args.generators.split(","):
         print(f"\n### {generator} ({args.seeds} seeds per fault)\n")
         print("\n".join(power_table(generator, args.seeds)), flush=True)
     print(f"\n### clean samplers, random_next_token, 32 rollouts ({args.clean_seeds} seeds per format)\n")
