@@ -25,7 +25,7 @@ from seqis import Batch, diagnose
 from seqis.samplers.generators import make
 from seqis.samplers.random_next_token import RandomNextToken
 
-SIZES = (4, 8, 16, 32, 64, 96, 192)
+SIZES = (1, 2, 4, 8, 16, 32, 64, 96, 192)
 FAULTS = {  # name -> (kind found, generator knobs)
     "temperature 0.7": ("temperature_mismatch", {"temperature": 0.7}),
     "temperature 0.9": ("temperature_mismatch", {"temperature": 0.9}),

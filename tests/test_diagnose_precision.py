@@ -79,7 +79,7 @@ def test_a_temperature_under_rounding_is_found_with_and_without_the_entropy(fmt,
 @pytest.mark.slow
 def test_a_temperature_under_fp8_rounding_is_found_or_its_interval_stated():
     """fp8 rounding moves the top logits by up to a nat: the line explains under 80% of l's variance, so the
-    temperature may not be confirmed; then the verdict's interval holds it and says it cannot be excluded."""
+    temperature may not be confirmed; then the verdict's interval holds it and says it cannot be ruled out."""
     for tau in (0.7, 1.3):
         b = rnt(3, sampler_format="fp8", temperature=tau)
         findings = diagnose(b)
@@ -90,7 +90,7 @@ def test_a_temperature_under_fp8_rounding_is_found_or_its_interval_stated():
         verdict = next(f for f in findings if f.kind == "precision_noise")
         lo, hi = verdict.evidence["temperature_interval"]
         assert lo <= tau * 1.05 and hi >= tau * 0.95  # the fit (with the entropy) is within 5%
-        assert "A temperature in" in verdict.message and "cannot be excluded" in verdict.message
+        assert "A temperature in" in verdict.message and "cannot be ruled out" in verdict.message
 
 
 @pytest.mark.parametrize("fmt", ["bf16", "fp8", pytest.param("fp16", marks=pytest.mark.slow),
@@ -114,7 +114,7 @@ def test_a_mild_temperature_is_found_or_not_ruled_out(tau):
     else:
         verdict = next(f for f in findings if f.kind in ("precision_noise", "policy_lag"))
         lo, hi = verdict.evidence["temperature_interval"]
-        assert lo <= tau <= hi and "cannot be excluded with 96 rollouts" in verdict.message
+        assert lo <= tau <= hi and "cannot be ruled out with 96 rollouts" in verdict.message
 
 
 def test_top_k_64_of_256_is_found_or_not_ruled_out():
@@ -127,7 +127,7 @@ def test_top_k_64_of_256_is_found_or_not_ruled_out():
     else:
         verdict = next(f for f in findings if f.kind in ("precision_noise", "policy_lag"))
         lo, hi = verdict.evidence["kept_mass_interval"]
-        assert "cannot be excluded with 96 rollouts" in verdict.message
+        assert "cannot be ruled out with 96 rollouts" in verdict.message
     assert lo - 1e-3 <= kept <= hi + 1e-3
 
 
@@ -148,7 +148,7 @@ def test_the_interval_words_name_only_faulty_values():
     assert t["rollouts_to_tell"] == math.ceil(96 * (Z_DETECT / 1.96) ** 2)
     ev = {"cannot_rule_out": {"temperature": {"faulty": t["faulty"], "rollouts_to_tell": 700}}}
     words = intervals_words(ev, 96)
-    assert words.startswith("A temperature in [0.911, 0.98] or [1.02, 1.11] cannot be excluded with 96 rollouts")
+    assert words.startswith("A temperature in [0.911, 0.98] or [1.02, 1.11] cannot be ruled out with 96 rollouts")
     assert "about 700 would tell" in words
     narrow = temperature_interval({"slope_ci": [-0.001, 0.001], "ci": [0.999, 1.001]}, 96)
     assert narrow["faulty"] == [] and intervals_words({"cannot_rule_out": {}}, 96) == ""
@@ -162,4 +162,4 @@ def test_the_cli_prints_the_intervals(tmp_path, capsys):
     save_batch(bare(rnt(6, temperature=1.1, n_rollouts=24, max_len=120)), path)
     main([str(path)])
     out = capsys.readouterr().out
-    assert "temperature_mismatch" in out or "cannot be excluded with 24 rollouts" in out
+    assert "temperature_mismatch" in out or "cannot be ruled out with 24 rollouts" in out

@@ -74,7 +74,7 @@ def _range(lo: float, hi: float, spec: str) -> str:
 
 def intervals_words(ev: dict[str, Any], n_rollouts: int, skip: tuple[str, ...] = ()) -> str:
     """The sentence a verdict ends with: what the batch cannot rule out, and about how many rollouts would tell
-    ("A temperature in [0.86, 0.98] or [1.02, 1.12] cannot be excluded with 96 rollouts; about 400 would tell.").
+    ("A temperature in [0.86, 0.98] or [1.02, 1.12] cannot be ruled out with 96 rollouts; about 400 would tell.").
     `skip`: parameters a finding already names (a found temperature is not "not ruled out")."""
     said = []
     names = {"temperature": ("a temperature in", ".3g"), "kept_mass": ("a top-p / top-k set keeping a mass in", ".4f")}
@@ -86,7 +86,7 @@ def intervals_words(ev: dict[str, Any], n_rollouts: int, skip: tuple[str, ...] =
         n = x["rollouts_to_tell"]
         tell = (f"; about {n:,} would tell" if n and n > n_rollouts else
                 "; its test is significant at this size, but the fit does not explain the mismatch" if n else "")
-        said.append(f"{what} {ranges} cannot be excluded with {n_rollouts} rollouts{tell}")
+        said.append(f"{what} {ranges} cannot be ruled out with {n_rollouts} rollouts{tell}")
     if not said:
         return ""
     text = "; ".join(said)
