@@ -105,6 +105,7 @@ from .findings import (  # noqa: F401
     temperature_estimable,
     temperature_words,
 )
+from .intervals import intervals_words, sampler_intervals
 from .levels import (  # noqa: F401
     _NORMAL,
     CATASTROPHIC_LOG_RATIO,
@@ -297,6 +298,18 @@ def _diagnose(batch: Batch, group, z_detect: float = Z_DETECT) -> list[Finding]:
                                 f"(mean exp|l| {stats['mult_prob_error']:.4f} <= NeMo-RL's "
                                 f"{NEMO_MULT_PROB_ERROR}): no correction is needed for the mismatch itself.",
                                 stats))
+    findings = [_with_intervals(f, t, pairs.n_rollouts) for f in findings]
     for f in findings:
         object.__setattr__(f, "group", group)
     return findings
+
+
+def _with_intervals(f: Finding, tests: dict[str, Any], n_rollouts: int) -> Finding:
+    """f with what the batch can tell about the sampler's settings (`sampler_intervals`) when it is a verdict on the
+    sampler (a sampler-side fault, noise or lag); a verdict that names no sampler fault also says, in its message,
+    which faulty settings it cannot rule out and about how many rollouts would tell."""
+    if f.kind not in SAMPLER_SIDE | {"precision_noise", "policy_lag"}:
+        return f
+    ev = sampler_intervals(tests, n_rollouts)
+    words = "" if f.kind in SAMPLER_SIDE else intervals_words(ev, n_rollouts)
+    return Finding(f.kind, f.severity, f.message + (" " + words if words else ""), {**f.evidence, **ev}, f.group)

@@ -148,11 +148,21 @@ def temperature_fit(p: _Pairs, keep: torch.Tensor, z_detect: float = Z_DETECT) -
         r2 = float(torch.corrcoef(torch.stack([a[sel], l[sel]]))[0, 1] ** 2) if int(sel.sum()) > 2 else 0.0
         r2 = r2 if math.isfinite(r2) else 0.0
     z = abs(s) / se if se > 0 else math.inf
+    residual_floor = _residual_floor(l - kept(line, keep).double(), a)
     explains = r2 >= (TEMPERATURE_R2 if uses_entropy else TEMPERATURE_R2_BARE)
     detected = (z > z_detect and abs(tau - 1) > MIN_TEMPERATURE_SHIFT and explains
                 and (share is None or share > 0) and not one_sided(l))
     return {"slope": s, "temperature": tau, "ci": tau_ci, "slope_ci": _ci(s, se), "z": z, "share": share, "r2": r2,
-            "n_fit": n, "line": line, "uses_entropy": uses_entropy, "detected": detected}
+            "n_fit": n, "line": line, "uses_entropy": uses_entropy, "detected": detected,
+            "residual_floor": residual_floor, "residual_dtype": rounding_dtype(residual_floor)}
+
+
+def _residual_floor(resid: torch.Tensor, a: torch.Tensor) -> float:
+    """The median |l - line| at branching tokens: the two-sided noise left once the temperature's line is taken
+    out, the joint fit's second part (rounding leaves a floor set by the format, `rounding_dtype` names it). Without
+    the entropy the line misses each context's log-partition, so this is an upper bound on the rounding's floor."""
+    sel = a < _BRANCHING
+    return float(resid[sel].abs().median()) if int(sel.sum()) >= _MIN_FIT_TOKENS else float(resid.abs().median())
 
 
 def raw_logprobs_test(p: _Pairs, keep: torch.Tensor, z_detect: float = Z_DETECT) -> dict[str, Any] | None:

@@ -63,7 +63,7 @@ def _temperature(fit: dict[str, Any], stats: dict[str, float]) -> Finding:
     if temperature_estimable(fit):
         said = (f"The sampler runs at {tau:.3g}x the trainer's temperature (95% CI {tau_interval(fit['ci'])}; "
                 f"log-ratio linear in log pi, slope {fit['slope']:+.3f} = 1 - 1/tau, {how}): divide the trainer's "
-                "logits by the sampling temperature (or sample at the trainer's). ")
+                "logits by the sampling temperature (or sample at the trainer's). " + _off_the_line(fit))
     else:  # s >= 1: tau = 1 / (1 - s) would be infinite or negative
         said = (f"The log-ratio rises with log pi at slope {_slope_words(fit, how)}: a sampler at temperature "
                 "tau gives slope 1 - 1/tau, below 1 at every finite tau, so the temperature is not estimable. A "
@@ -75,7 +75,16 @@ def _temperature(fit: dict[str, Any], stats: dict[str, float]) -> Finding:
         "temperature_mismatch", "warn" if level == "ok" else "bad", said + _threshold_clause(stats),
         {"temperature": tau, "ci": fit["ci"], "slope": fit["slope"], "slope_ci": fit["slope_ci"], "z": fit["z"],
          "share": fit["share"], "r2": fit["r2"] if fit["uses_entropy"] else None, "n_fit": fit["n_fit"],
-         "uses_entropy": fit["uses_entropy"], **stats})
+         "uses_entropy": fit["uses_entropy"], "residual_floor": fit["residual_floor"],
+         "residual_dtype": fit["residual_dtype"], **stats})
+
+
+def _off_the_line(fit: dict[str, Any]) -> str:
+    """What the temperature's line leaves, in words: the two-sided noise a format's rounding may add to it (the
+    temperature and the precision are fitted together, not one instead of the other)."""
+    bound = "at most "  # the line leaves part of each context's log-partition in it too
+    return (f"Off the line remains two-sided noise of {bound}{fit['residual_floor']:.2g} nats at branching tokens "
+            f"({fit['residual_dtype']} rounding's size). ")
 
 
 def _truncation(t: dict[str, Any], stats: dict[str, float]) -> Finding:
