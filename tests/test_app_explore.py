@@ -102,6 +102,18 @@ def test_query_params_restore_a_view():
     assert list(at.table[0].value.columns) == ["seq_tis", "token_tis"]
 
 
+def test_a_link_in_streamlits_form_restores_a_view():
+    """The form Streamlit's binding writes (a knob slider's shown value, a list repeated, a choice by its label)."""
+    at = explore(**{"ex.est": ["seq_tis", "token_tis"], "ex.seq_tis.seq_clip": "5", "ex.token_tis.token_clip": "∞",
+                    "ex.source": "Synthetic scenario", "ex.scenario": "catastrophic",
+                    "ex.sc.catastrophic.n_rollouts": "32", "ex.sc.catastrophic.max_len": "128"})
+    assert at.multiselect(key="ex.est").value == ["seq_tis", "token_tis"]
+    assert at.select_slider(key="ex.seq_tis.seq_clip").value == 5.0
+    assert at.select_slider(key="ex.token_tis.token_clip").value == float("inf")
+    assert at.sidebar.selectbox(key="ex.scenario").value == "catastrophic"
+    assert at.query_params["ex.seq_tis.seq_clip"] == "5"  # a value already in the binding's form stays as it is
+
+
 def test_bad_query_values_fall_back_to_defaults():
     at = explore(**{"ex.est": "nope", "ex.seq_tis.seq_clip": "abc", "ex.scenario": "nope", "ex.rollout": "99999"})
     assert at.multiselect(key="ex.est").value == list(SEED_ESTIMATORS)

@@ -12,7 +12,7 @@ from pages import APP, charts, open_view  # noqa: E402
 sys.path.insert(0, APP.rsplit("/", 1)[0])
 from ui import explore_data, warm  # noqa: E402
 from ui.presets import PRESETS  # noqa: E402
-from ui.state import query  # noqa: E402
+from ui.state import dump  # noqa: E402
 
 import seqis.samplers.scenarios  # noqa: E402
 
@@ -39,7 +39,7 @@ def test_a_learn_presets_view_is_computed_by_the_warm_up(monkeypatch):
     assert src.name == "catastrophic" and src.config.max_len == 4096 and [n for n, _ in ests] == ["icepop", "mis_po"]
     warm.view(src, ests)
     _no_computing(monkeypatch)
-    at = open_view("views/explore.py", **query(icepop.view))
+    at = open_view("views/explore.py", **{k: dump(v) for k, v in icepop.view.items()})  # a link in the older form
     assert not at.error
     assert len(charts(at)) == 5
 

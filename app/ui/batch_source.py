@@ -27,7 +27,8 @@ MAX_POSITIONS = {False: 1 << 25, True: 1 << 29}  # B x T a synthetic batch may h
 ROLES = tuple(ALIASES)
 AUTO = "(automatic)"
 REFUSED = {".pkl": "a pickle", ".pickle": "a pickle", ".joblib": "a joblib pickle", ".dill": "a dill pickle"}
-BATCH_DEPENDENT = (f"{P}rollout", f"{P}color")  # widget keys whose values mean nothing on another batch
+# widget keys whose values mean nothing on another batch -> a value valid on any batch, until their widget is drawn
+BATCH_DEPENDENT = {f"{P}rollout": 0, f"{P}color": None}
 
 
 def _first_batch() -> data.Source:
@@ -166,8 +167,8 @@ def batch_source() -> tuple[data.Source, bytes | None]:
             (box if kind != "synthetic" else st.sidebar).caption(f"Showing the previous batch: {held[0].label}")
         got = held
     if hold_batch(*got):
-        for key in BATCH_DEPENDENT:  # a rollout index or a metadata column of the old batch means nothing here
-            forget(key)
+        for key, now in BATCH_DEPENDENT.items():  # a rollout index or a metadata column of the old batch
+            forget(key, now)
     if kind != "upload" and f"{P}file" in st.query_params:
         del st.query_params[f"{P}file"]
     return got

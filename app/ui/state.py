@@ -256,11 +256,14 @@ def switch_page(page, params: dict[str, Any] | None = None):
     st.switch_page(page, query_params={**switches(), **(params or {})})
 
 
-def forget(key: str) -> None:
-    """Put a view value back to its default: batch-dependent state when the batch changes. The value goes now; its
-    widget, when next drawn, is set to the default it is drawn with (which may depend on the new batch), so the
-    browser's widget and URL follow (a value merely dropped would leave the browser showing the old one)."""
-    st.session_state.pop(key, None)
+def forget(key: str, now: Any = None) -> None:
+    """Put a view value back to its default: batch-dependent state when the batch changes. Its widget, when next
+    drawn, is set to the default it is drawn with (which may depend on the new batch), and Streamlit drops it from
+    the URL; until then the value is `now` (one valid on any batch, for code that reads it before the widget is
+    drawn), or stays. Not dropped from session state: a dropped bound widget is seeded again from the browser's URL,
+    which still holds the old value (checked in Chromium)."""
+    if now is not None and key in st.session_state:
+        st.session_state[key] = now
     _store(_RESET)[key] = True
 
 
