@@ -223,7 +223,7 @@ def test_statistics_made_in_blocks_of_rows_equal_one_pass(T, dtype):
     batch = Batch(trainer.to(dtype), inference.to(dtype), torch.randn(B, generator=g, dtype=dtype), mask)
     r, cache = Ratios.of(batch), fast_module.Cache()
     logp, logq = cache.logp(r), cache.logq(r)
-    for name in ("exp_abs_log_ratio", "abs_ratio_minus_one", "binary_kl", "binary_kl_mu"):
+    for name in ("exp_abs_log_ratio", "abs_ratio_minus_one", "binary_kl", "binary_kl_mu", "logit_gradient"):
         want = plain_statistic(name, r.log_ratio, logp, logq).masked_fill(~mask, 0.0)
         torch.testing.assert_close(rules.statistic(r, cache, name), want, rtol=0, atol=0, equal_nan=True,
                                    msg=name)

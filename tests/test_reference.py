@@ -163,7 +163,8 @@ def stat(name: str, l: float, logp: float, logq: float) -> float:
             "abs_ratio_minus_one": lambda: abs(math.expm1(l)),
             "binary_kl": lambda: max(binary_kl(clip(pi), clip(mu)), binary_kl(clip(mu), clip(pi))),
             "binary_kl_mu": lambda: (mu * (logq - logp) + (1 - mu) * log_((1 - mu + 1e-8) / (1 - pi + 1e-8)))
-            * ((pi > mu) - (pi < mu))}[name]()
+            * ((pi > mu) - (pi < mu)),
+            "logit_gradient": lambda: math.exp(l) * (1 - pi)}[name]()
 
 
 def passes(c: Criterion, x: float) -> bool:
@@ -403,7 +404,7 @@ RATIO_EDGES = [0.5, 0.9, 0.999, 1.0, 1.001, 1.2, 2.0, 5.0]
 STAT_BANDS = {"ratio": None, "k1": [-0.5, -0.05, 0.01, 0.3], "k2": [0.001, 0.05, 0.5], "k3": [0.001, 0.05, 0.5],
               "prob_diff": [-0.2, -0.01, 0.05, 0.2], "exp_abs_log_ratio": [1.001, 1.05, 1.5, 3.0],
               "abs_ratio_minus_one": [0.001, 0.05, 0.5], "binary_kl": [1e-4, 0.01, 0.2, 2.0],
-              "binary_kl_mu": [-0.2, -0.01, 1e-4, 0.05]}
+              "binary_kl_mu": [-0.2, -0.01, 1e-4, 0.05], "logit_gradient": [0.05, 0.5, 1.0, 2.0]}
 
 
 @st.composite
@@ -589,3 +590,16 @@ def test_a_wrong_clamp_order_fails_the_reference():
     wrong = Composition(comp.weight, comp.criteria, log_ratio_clamp=20.0)
     with pytest.raises(AssertionError):
         check_composition(wrong, batch, "token-mean", out=fast_output(comp, None, batch, "token-mean", {}))
+
+
+def test_kolibris_logit_gradient_rule_drops_a_token_by_rho_times_one_minus_pi():
+    """Aleph Alpha Kolibri's bound G_t = rho_t (1 - pi_t) <= 2, as a composable rule: rho 3 with pi 0.5 gives 1.5
+    (kept), rho 3 with pi 0.2 gives 2.4 (dropped), rho 1.5 with pi 0.01 gives 1.485 (kept); rho alone or 1 - mu
+    would decide otherwise."""
+    pi = torch.tensor([[0.5, 0.2, 0.01]], dtype=torch.float64)
+    rho = torch.tensor([[3.0, 3.0, 1.5]], dtype=torch.float64)
+    batch = Batch(pi.log(), (pi / rho).log(), torch.ones(1, dtype=torch.float64))
+    comp = Composition(Weight("token"), criteria=(Criterion("logit_gradient", high=2.0),))
+    out = run(comp, batch)
+    assert out.masks["kept"].tolist() == [[True, False, True]]
+    assert evaluate(comp, batch, "token-mean").masks["kept"].tolist() == [[True, False, True]]

@@ -26,7 +26,9 @@ Statistics beyond the four KL estimators: exp_abs_log_ratio e^|l| (NeMo-RL's mul
 abs_ratio_minus_one |rho - 1|, binary_kl max(KL_B(pi || mu), KL_B(mu || pi)) with probabilities clamped to
 [1e-8, 1 - 1e-8] (AReaL's KPop), binary_kl_mu sign(pi - mu) * KL_B(mu || pi), with KL_B(mu || pi) =
 mu log(mu / pi) + (1 - mu) log((1 - mu + 1e-8) / (1 - pi + 1e-8)) (SkyRL's one-sided DPPO: the sign says which way
-the probability moved); KL_B is the KL of the two-outcome split "this token or any other". A criterion's band is
+the probability moved); KL_B is the KL of the two-outcome split "this token or any other"; logit_gradient
+rho_t (1 - pi_t), Aleph Alpha Kolibri's bound on the sampled token's logit gradient (their rule: at most 2, a
+Criterion("logit_gradient", high=2.0)). A criterion's band is
 inclusive unless strict (SkyRL's rollout_is: lo < r < hi); a rule that leaves_normaliser (NeMo-RL's
 seq_logprob_error) takes the tokens it drops out of the loss's token count N, so the kept weights scale by
 N / N_after. A sequence weight with gamma (k+, lambda+, k-, lambda-) is TRL's VESPO phi(W) = exp(lambda + k log W -
@@ -55,7 +57,7 @@ SAFETY_BOUND = 20.0
 
 WEIGHT_LEVELS = ("none", "token", "sequence", "geometric", "prefix")
 STATISTICS = ("ratio", "k1", "k2", "k3", "prob_diff", "exp_abs_log_ratio", "abs_ratio_minus_one", "binary_kl",
-              "binary_kl_mu")
+              "binary_kl_mu", "logit_gradient")
 CLAMP_ORDERS = ("token", "aggregate")  # the clamp: each l_t first, or a rollout's aggregate (of the raw l)
 EDGE_SPACES = ("log", "ratio")  # a ratio band's edges: x against log C, or exp(x) against C (the compute dtype)
 AGGREGATES = ("token", "sum", "mean", "max", "min")

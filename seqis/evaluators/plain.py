@@ -404,6 +404,8 @@ def statistic(name: str, lc: torch.Tensor, logp: torch.Tensor, logq: torch.Tenso
         mu, pi = torch.exp(logq), torch.exp(logp)
         kl = mu * (logq - logp) + (1 - mu) * torch.log((1 - mu + 1e-8) / (1 - pi + 1e-8))
         return kl * torch.sign(pi - mu)
+    if name == "logit_gradient":  # Aleph Alpha's Kolibri: the bound rho_t (1 - pi_t) on the token's logit gradient
+        return torch.exp(lc) * -torch.expm1(logp)
     return torch.exp(logp) - torch.exp(logq)  # prob_diff
 
 
