@@ -11,7 +11,7 @@ import torch
 from seqis import ESTIMATORS, PRESETS, SEED_ESTIMATORS, run
 from seqis.core.ratios import Ratios
 from seqis.diagnosis import fit
-from seqis.diagnosis.advice import advise, relevant_presets
+from seqis.diagnosis.advice import advise, head_carried, relevant_presets
 from seqis.diagnosis.summaries import effectively_kept
 from seqis.diagnosis.truth_cases import CASES, make_case, score
 from seqis.registry import entry, resolve
@@ -38,7 +38,7 @@ def test_two_configs_of_one_estimator_are_read_apart():
 def test_the_default_compares_the_registry_and_the_distinct_presets_and_says_so():
     b = make_batch("gaussian", seed=0, n_rollouts=32, max_len=128, s=0.04)
     a = advise(b)
-    presets = relevant_presets(b.has_head)
+    presets = relevant_presets(head_carried(b))
     assert set(ESTIMATORS) | set(presets) <= set(a.compared)
     comps = [resolve(k) for k in presets]
     assert len(set(comps)) == len(comps) and not set(comps) & {resolve(n) for n in ESTIMATORS}

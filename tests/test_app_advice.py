@@ -3,7 +3,7 @@
 
 from app.ui import explore_data as data
 from seqis import ESTIMATORS, SEED_ESTIMATORS
-from seqis.diagnosis.advice import relevant_presets
+from seqis.diagnosis.advice import head_carried, relevant_presets
 from seqis.samplers.scenarios import SCENARIOS
 
 
@@ -12,7 +12,7 @@ def test_explores_advice_says_what_it_compared_beyond_the_shown_columns():
     tight = ESTIMATORS["mis_po"].config(geo_mask_low=0.99)  # a shown column at knobs the default lacks
     view = data.explore(src, tuple((n, ESTIMATORS[n].config()) for n in SEED_ESTIMATORS[:3]) + (("mis_po", tight),))
     a = view.advice()
-    n_pre = len(relevant_presets(False))
+    n_pre = len(relevant_presets(head_carried(data.load_batch(src))))  # a synthetic batch carries a head: SC too
     assert a.scope.startswith(f"compared the {len(ESTIMATORS)} registry estimators and {n_pre} presets")
     assert "the 1 shown with their knobs" in a.scope
     assert set(ESTIMATORS) <= set(a.compared) and len(a.compared) > len(ESTIMATORS) + n_pre

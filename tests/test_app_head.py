@@ -123,5 +123,5 @@ def test_explore_shows_an_uploaded_head_s_corrections_with_k_as_a_knob(tmp_path,
 def test_explore_without_a_head_says_which_corrections_need_one():
     from pages import explore
 
-    at = explore()
+    at = explore(**{"ex.sc.gaussian.head_k": "0"})  # a synthetic batch without its head
     assert any("has no sampler head" in i.value and "topk_ids" in i.value for i in at.info)

@@ -28,7 +28,9 @@ ROLES = tuple(ALIASES)
 AUTO = "(automatic)"
 REFUSED = {".pkl": "a pickle", ".pickle": "a pickle", ".joblib": "a joblib pickle", ".dill": "a dill pickle"}
 # widget keys whose values mean nothing on another batch -> a value valid on any batch, until their widget is drawn
-BATCH_DEPENDENT = {f"{P}rollout": 0, f"{P}color": None}
+# a rollout index, a metadata column, the head size K and a head position of the old batch: their widgets start over
+BATCH_DEPENDENT = {f"{P}rollout": 0, f"{P}color": None, f"{P}head.k": 1, f"{P}head.rollout": 0, f"{P}head.token": None,
+                   "cmp.head.k": 1}
 
 
 def _first_batch() -> data.Source:

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import streamlit as st
 
+from seqis.registry import lacking, skipped_note
+
 from . import head_data
 from .numbers import number
 from .state import bound
@@ -25,13 +27,18 @@ def _k(prefix: str, batch) -> int:
 
 
 def _heading(title: str, batch) -> dict | None:
-    """The section's title; the corrections that need a head, or None (said on the page) when the batch has none."""
+    """The section's title; the corrections that need a head and that this batch can run (an exact variant reads
+    topk_support too: the others are named in a caption), or None (said on the page) when the batch has none."""
     st.subheader(title)
     msg = head_data.needs_head_message(batch)
     if msg is not None:
         st.info(msg)
         return None
-    return head_data.centered_corrections()
+    lacks = {label: lacking(c, batch) for label, c in head_data.centered_corrections().items()}
+    skipped = {label: fields for label, fields in lacks.items() if fields}
+    if skipped:
+        st.caption(skipped_note(skipped))
+    return {label: c for label, c in head_data.centered_corrections().items() if not lacks[label]}
 
 
 def explore_section(batch, prefix: str) -> None:

@@ -131,8 +131,8 @@ for key in view.names:
     draw_numbers(view, key, numbers[key])
     draw_export(view, key, exports[key])
 
-head_view.compare_section(data.load_batch(src, payload), P)  # the sampler's head: score centering
 if len(view.corrections) < 2:
+    head_view.compare_section(data.load_batch(src, payload), P)  # the sampler's head: score centering
     st.stop()
 
 st.subheader("Where they disagree on this batch")
@@ -174,3 +174,5 @@ c2.download_button("Disagreement CSV", disagreement_csv(d), file_name="seqis-dis
                    on_click="ignore", key=f"{P}csv")
 c3.download_button("Metrics CSV", view.csv_later()[0], file_name="seqis-metrics.csv", mime="text/csv",
                    on_click="ignore", key=f"{P}metrics_csv")
+
+head_view.compare_section(data.load_batch(src, payload), P)  # the sampler's head, last: score centering

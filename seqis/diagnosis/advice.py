@@ -37,7 +37,7 @@ from ..core.ratios import Ratios
 from ..core.types import Batch, Config
 from ..estimators import ESTIMATORS
 from ..presets import PRESETS
-from ..registry import resolve, resolve_config, run_many
+from ..registry import head_fields, resolve, resolve_config, run_many
 from ..theory import formulas as theory
 from . import fit
 from .statistics import diagnostics
@@ -314,15 +314,21 @@ def _caveats(facts: dict[str, float], best: EstimatorReading) -> list[str]:
     return caveats
 
 
+def head_carried(batch: Batch) -> frozenset[str]:
+    """The fields of the sampler's head this batch carries (a key for `relevant_presets`)."""
+    return frozenset(n for n in (*Batch.HEAD, "topk_support") if getattr(batch, n) is not None)
+
+
 @functools.cache
-def relevant_presets(with_head: bool) -> tuple[str, ...]:
+def relevant_presets(carried: frozenset[str] = frozenset()) -> tuple[str, ...]:
     """The presets whose composition (at their defaults) no registry estimator and no earlier preset has: one per
-    distinct correction; those that need the sampler's top-k head only for a batch that has one."""
+    distinct correction; those that read the sampler's head only when the batch carries every field they read
+    (`carried`: `head_carried(batch)`; the exact variants read topk_support too)."""
     seen = {resolve(n) for n in ESTIMATORS}
     keys = []
     for key in PRESETS:
         comp = resolve(key)
-        if comp in seen or (comp.centering is not None and not with_head):
+        if comp in seen or not set(head_fields(key)) <= carried:
             continue
         seen.add(comp)
         keys.append(key)
@@ -331,7 +337,7 @@ def relevant_presets(with_head: bool) -> tuple[str, ...]:
 
 def default_candidates(batch: Batch) -> list[tuple[str, Config | None]]:
     """What the advice compares when not told: the registry and the relevant presets."""
-    return [(n, None) for n in ESTIMATORS] + [(k, None) for k in relevant_presets(batch.has_head)]
+    return [(n, None) for n in ESTIMATORS] + [(k, None) for k in relevant_presets(head_carried(batch))]
 
 
 def scope_text(given: bool, candidates: list, readings: list[EstimatorReading]) -> str:
