@@ -46,7 +46,7 @@ def test_an_uploaded_head_shows_its_corrections_in_explore_and_compare(server, b
 
 
 def test_a_batch_without_a_head_says_which_corrections_need_one(server, browser):  # noqa: F811
-    page = _open(browser, f"{server}/?{SMALL}", "explore without a head")
+    page = _open(browser, f"{server}/?{SMALL}&ex.sc.gaussian.head_k=0", "explore without a head")  # no head
     note = page.get_by_text("has no sampler head", exact=False)
     note.scroll_into_view_if_needed()
     assert note.count()

@@ -19,6 +19,7 @@ from strategies import ulps_around
 from seqis import Batch, run
 from seqis.presets import PRESETS, presets_of
 from seqis.presets.check import check, load, ragged_batch, seqis_gradient
+from seqis.registry import needs_head
 
 ROOT = Path(os.environ.get("SEQIS_FRAMEWORKS", Path(__file__).resolve().parents[1] / ".venv" / "frameworks"))
 WHEELS = {"trl": "trl", "openrlhf": "openrlhf", "skyrl": "skyrl", "areal": "areal"}  # framework -> unzipped wheel
@@ -43,7 +44,7 @@ def test_every_preset_agrees_with_its_frameworks_code(checked):
     framework, rows = checked
     assert {r.key for r in rows} == set(presets_of(framework))
     for r in rows:
-        if r.key in OLDER:
+        if r.key in OLDER or needs_head(r.key):  # score centering is newer than every wheel checked here
             assert r.status == "not in this checkout", r
         else:
             assert r.status == "ok", r
