@@ -34,11 +34,12 @@ def _heading(title: str, batch) -> dict | None:
     if msg is not None:
         st.info(msg)
         return None
-    lacks = {label: lacking(c, batch) for label, c in head_data.centered_corrections().items()}
+    offered = head_data.centered_corrections()
+    lacks = {label: lacking(c, batch) for label, c in offered.items()}
     skipped = {label: fields for label, fields in lacks.items() if fields}
     if skipped:
         st.caption(skipped_note(skipped))
-    return {label: c for label, c in head_data.centered_corrections().items() if not lacks[label]}
+    return {label: c for label, c in offered.items() if not lacks[label]}
 
 
 def explore_section(batch, prefix: str) -> None:

@@ -40,7 +40,8 @@ def effectively_kept(out: EstimatorOutput) -> torch.Tensor:
     kept, w = out.masks["kept"], out.weights  # (B, T); weights are never negative
     if not bool(kept.any()):
         return kept
-    return kept & (w >= NEGLIGIBLE * float(w[kept].double().median()))  # one compare, no (B, T) copies
+    # the median is one of the weights (torch's lower middle), so float32 gives it exactly: no float64 copy
+    return kept & (w >= NEGLIGIBLE * float(w[kept].median()))  # one compare, no (B, T) copies
 
 
 # log10 weight bins shared by every estimator so histograms overlay: 1e-3 .. 1e3, plus two overflow bins
