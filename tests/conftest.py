@@ -55,7 +55,10 @@ def local_ray():
 def inductor_cache(tmp_path_factory) -> str:
     """One inductor cache for the run's compiles (tests/test_compiled.py), kept beside pytest's temporary folders so
     that the next run finds its graphs too (a cold compile is 15-25 s a graph on a 2-core host); a cache the caller
-    set (TORCHINDUCTOR_CACHE_DIR) is used instead."""
+    set (TORCHINDUCTOR_CACHE_DIR) is used instead. One folder per CPU capability: inductor's cache is not keyed by
+    it, and a run with ATEN_CPU_CAPABILITY=avx2 would otherwise read the graphs compiled for AVX-512."""
     if "TORCHINDUCTOR_CACHE_DIR" not in os.environ:
-        os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(tmp_path_factory.getbasetemp().parent / "inductor-cache")
+        capability = torch.backends.cpu.get_cpu_capability().lower()
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(tmp_path_factory.getbasetemp().parent
+                                                    / f"inductor-cache-{capability}")
     return os.environ["TORCHINDUCTOR_CACHE_DIR"]

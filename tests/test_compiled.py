@@ -213,3 +213,54 @@ def test_a_dtype_or_size_it_lacks_runs_eager():
     _runs_eager(_batch(torch.bfloat16))
     _runs_eager(_batch(torch.float32, B=1))
     _runs_eager(_batch(torch.float32, T=1))
+
+
+def test_a_graph_that_disagrees_with_its_eager_run_is_not_used(monkeypatch, fresh):
+    # the probe runs each compiled graph beside the same code run eagerly; here the "compiled" rows graph is wrong
+    monkeypatch.setenv("SEQIS_COMPILE", "1")
+    real = compiled.forward_rows
+
+    def wrong(t, q, m, adv, k):
+        loss, metrics, rows, *rest = real(t, q, m, adv, k)
+        return (loss, metrics, rows * 1.01, *rest)
+    monkeypatch.setattr(torch, "compile", lambda fn, **kwargs: wrong if fn is real else fn)
+    assert compiled_status().startswith("eager: compile failed: Disagrees: the compiled rows graph disagrees")
+    _runs_eager(_batch(torch.float32))
+
+
+ON_ANOTHER_CPU = """
+import os, torch
+from seqis import run
+from seqis.evaluators import compiled, compiled_status
+from seqis.evaluators.plain import evaluate
+from seqis.estimators import SEED_ESTIMATORS
+from seqis.registry import resolve
+from test_compiled import _batch
+from test_evaluators import same_output
+assert torch.backends.cpu.get_cpu_capability() == os.environ["ATEN_CPU_CAPABILITY"].upper(), "capability not taken"
+assert compiled_status().startswith("compiled"), compiled_status()
+for seed in range(3):
+    batch = _batch(torch.float32, B=7, T=13, seed=seed)  # padded rows: -inf and NaN log-probs off the mask
+    for name in SEED_ESTIMATORS:
+        got = compiled.evaluate_many({resolve(name): 1}, batch)
+        assert got, f"{name} not compiled"
+        same_output(got[resolve(name)][0], evaluate(resolve(name), batch), batch, f"{name} seed {seed}")
+print("agree")
+"""
+
+
+@pytest.mark.parametrize("capability", ["avx2", "default"])
+def test_the_compiled_path_agrees_on_another_cpu(capability, tmp_path_factory):
+    # these hosts differ (AVX-512, AVX2): torch's dispatch and inductor's vector code at another width, in a process
+    # of its own with a cache of its own (inductor's cache is not keyed by the capability: conftest's inductor_cache)
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[1]
+    env = dict(os.environ, ATEN_CPU_CAPABILITY=capability, SEQIS_COMPILE="1",
+               TORCHINDUCTOR_CACHE_DIR=str(tmp_path_factory.getbasetemp().parent / f"inductor-cache-{capability}"),
+               PYTHONPATH=os.pathsep.join([str(root), str(root / "tests")]))
+    done = subprocess.run([sys.executable, "-c", ON_ANOTHER_CPU], env=env, capture_output=True, text=True,
+                          timeout=600, cwd=root)
+    assert done.returncode == 0 and done.stdout.strip().endswith("agree"), done.stderr[-3000:]

@@ -362,7 +362,7 @@ def _decide(setting: str) -> Choice:
     devices = ("cuda",) if setting == "" else ("cpu", "cuda") if cuda else ("cpu",)
     global _graphs
     try:
-        _graphs = {"tokens": torch.compile(forward, dynamic=True), "rows": torch.compile(forward_rows, dynamic=True)}
+        _graphs = {name: torch.compile(fn, dynamic=True) for name, fn in _EAGER.items()}
         _probe("cuda" if cuda else "cpu")
     except Exception as e:  # noqa: BLE001 - any failure of the compiler means the eager path
         _graphs = None
@@ -378,12 +378,36 @@ def _reason(e: Exception) -> str:
 
 def _probe(device: str) -> None:
     """Each graph run once on a 16 x 300 float32 batch, so that its symbolic shapes serve a trainer's batches: sizes
-    other than 0 and 1, unequal, and over 4,096 tokens (inductor compiles smaller batches' loops apart)."""
-    t = -torch.rand(PROBE, device=device)
-    m = torch.ones(PROBE, dtype=torch.bool, device=device)
+    other than 0 and 1, unequal, and over 4,096 tokens (inductor compiles smaller batches' loops apart). The batch
+    has padding (-inf and NaN log-probs off the loss mask) and a rollout of each length class, and each graph's
+    loss, metrics and rows must equal the same function run eagerly: a graph that computes something else is not
+    used (`Disagrees`). Seen here: inductor's on-disk cache is not keyed by the CPU capability torch runs with
+    (ATEN_CPU_CAPABILITY), and a graph compiled for another one, read from a cache shared across machines or
+    settings, returned a rollout's log-ratio sum as 8 instead of 0."""
+    g = torch.Generator().manual_seed(0)
+    B, T = PROBE
+    m = torch.arange(T)[None, :] < torch.randint(1, T + 1, (B,), generator=g)[:, None]
+    q = -3 * torch.rand(PROBE, generator=g)
+    t = torch.where(m, q + 0.1 * torch.randn(PROBE, generator=g), -math.inf)
+    q = torch.where(m, q, math.nan)
+    t, q, m = t.to(device), q.to(device), m.to(device)
+    adv = torch.randn(B, generator=g).to(device)
     values, _ = knobs_of(Composition(), "token-mean")
-    for graph in _graphs.values():
-        graph(t, t - 0.01, m, torch.ones(PROBE[0], device=device), _knob_tensor(values, t.dtype, t.device))
+    kv = _knob_tensor(values, t.dtype, t.device)
+    for name, graph in _graphs.items():
+        got, want = graph(t, q, m, adv, kv), _EAGER[name](t, q, m, adv, kv)
+        for a, b in zip(got[:3], want[:3]):
+            if not torch.allclose(a, b, rtol=1e-4, atol=1e-6, equal_nan=True):
+                raise Disagrees(f"the compiled {name} graph disagrees with its eager run on a probe batch (a "
+                                f"stale inductor cache from another CPU? TORCHINDUCTOR_CACHE_DIR="
+                                f"{os.environ.get('TORCHINDUCTOR_CACHE_DIR', 'unset')})")
+
+
+class Disagrees(RuntimeError):
+    """A compiled graph whose results differ from the eager run of its own code."""
+
+
+_EAGER = {"tokens": forward, "rows": forward_rows}
 
 
 def accepts(batch: Batch) -> bool:
