@@ -590,9 +590,17 @@ class ExploreView:
         self.heatmap(self.names[0], rollout)
         self.coefficients(rollout)
         self.weights()
-        self.advice()
+        if advice_open_at_first(self.src):
+            self.advice()
         self.tables()
         self.export(*self.export_pick(None, None))
+
+
+def advice_open_at_first(src: Source) -> bool:
+    """Whether Explore shows the advice on a batch's first view: for a file, yes (a person uploads one to be told
+    what to do with it); for a scenario, only once its expander is opened (the advice compares the whole registry,
+    seconds a first chart should not wait for)."""
+    return src.kind != "synthetic"
 
 
 def explore(src: Source, picks: Estimators, payload: bytes | None = None) -> ExploreView:

@@ -63,7 +63,7 @@ def first_view() -> None:
 
 def before_serving() -> None:
     """What the launcher computes before the server listens (in a warm-up thread, waited for): Explore's first
-    screen, then every other Explore view a click opens at first (a few seconds). Done in the background instead,
+    screen, then every scenario's and Learn preset's Explore view a click opens at first (a few seconds). Done in the background instead,
     this work holds the interpreter's lock while the first pages draw and slowed them (a new session's load 3.6 s
     -> 4.7 s in an interleaved A/B)."""
     t = threading.Thread(target=lambda: (first_view(), explore_views()), name=f"{THREAD}-first")
@@ -85,14 +85,16 @@ def explore_inputs(view: dict[str, Any]) -> tuple[data.Source, data.Estimators]:
     return scenario(sc, batch, view.get(f"{PREFIX}seed", 0)), estimators(names, knobs)
 
 
-def explore_view_steps() -> list[Callable[[], None]]:
-    """Each scenario's and example's first view, and the views Learn's presets open, one call each."""
+def explore_view_steps(examples: bool = True) -> list[Callable[[], None]]:
+    """Each scenario's first view, the views Learn's presets open and (examples=True) each example file's, one
+    call each. An example's first view shows the advice (as any file's does), whose comparison over the registry
+    takes seconds: the server does not wait for those before it listens."""
     first = estimators(FIRST_ESTIMATORS)
     steps = [partial(view, scenario(name), first) for name in SCENARIOS]
-    for name, path in sorted(data.assets().items()):
-        steps.append(partial(_asset_view, name, path, first))
     for presets in PRESETS.values():
         steps += [partial(view, *explore_inputs(preset.view)) for preset in presets]
+    if examples:
+        steps += [partial(_asset_view, name, path, first) for name, path in sorted(data.assets().items())]
     return steps
 
 
@@ -105,8 +107,8 @@ def _asset_view(name: str, path, ests: data.Estimators) -> None:
 
 
 def explore_views() -> None:
-    """Each scenario's and example's first view, and the views Learn's presets open."""
-    for step in explore_view_steps():
+    """Each scenario's first view and the views Learn's presets open (the examples' come in the background)."""
+    for step in explore_view_steps(examples=False):
         step()
 
 
