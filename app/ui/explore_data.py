@@ -265,7 +265,8 @@ def batch_view(src: Source, _payload: bytes | None = None) -> BatchView:
     with torch.no_grad():
         rows, cols = torch.nonzero(r.mask, as_tuple=True)  # row-major: rollout by rollout
         flat_l = r.log_ratio[rows, cols]
-    shown_d, notes = shown_diagnostics(diagnostics(b, r))
+    d = diagnostics(b, r)
+    shown_d, notes = shown_diagnostics(d)
     return BatchView(
         shape=tuple(b.shape), lengths=lengths,
         advantages=rollout_advantages(b.advantages, r).cpu().numpy(),
@@ -273,7 +274,7 @@ def batch_view(src: Source, _payload: bytes | None = None) -> BatchView:
         offsets=np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64),
         positions=cols.cpu().numpy().astype(np.int32), log_ratio=flat_l.float().cpu().numpy(),
         token_values=tm.values.float().cpu().numpy(), token_index=tm.index.cpu().numpy(), token_block=tm.block,
-        noise_s=noise_scale(src), facts=batch_facts(b, r),
+        noise_s=noise_scale(src), facts=batch_facts(b, r, d),
     )
 
 

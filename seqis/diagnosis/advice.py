@@ -119,13 +119,14 @@ def trimmed_kl(l: torch.Tensor, p99: float) -> tuple[float, float, int]:
     return max(kl, 0.0), chi2, l.numel() - n
 
 
-def batch_facts(batch: Batch, r: Ratios | None = None) -> dict[str, float]:
+def batch_facts(batch: Batch, r: Ratios | None = None, d: dict[str, float] | None = None) -> dict[str, float]:
     """The numbers the advice reads: the trimmed per-token KL (k3; `kl_mean` over every token), its Gaussian s,
-    rollout lengths, |l| tails, ESS. ValueError for a batch without a loss token (nothing to read)."""
+    rollout lengths, |l| tails, ESS. d: the batch's `diagnostics`, when the caller has them. ValueError for a
+    batch without a loss token (nothing to read)."""
     if not bool(batch.loss_mask.any()):
         raise ValueError("advise: the batch has no loss tokens (its loss mask is 0 everywhere): nothing to read")
     r = r if r is not None else Ratios.of(batch)
-    d = diagnostics(batch, r)
+    d = d if d is not None else diagnostics(batch, r)
     lengths = r.length[r.length > 0]
     l = r.log_ratio[r.mask]  # (N,)
     kl, chi2, left_out = trimmed_kl(l, float(d["abs_log_ratio_p99"]))
