@@ -19,7 +19,7 @@ except ModuleNotFoundError:  # Python 3.10
 
 from seqis import ESTIMATORS, PRESETS
 from seqis.core.compose import Composition, Criterion, Penalty, Weight
-from seqis.export import EXPORTERS, export, export_all
+from seqis.export import EXPORTERS, export, export_all, is_own
 from seqis.export._format import fmt
 from seqis.registry import needs_head
 
@@ -32,8 +32,11 @@ def _settings(key: str):
 
 
 def _writes_its_parts(key: str) -> bool:
-    """Whether the preset's exporter writes every part it has (score centering: verl's alone so far)."""
-    return not needs_head(key) or "centering" in getattr(EXPORTERS[PRESETS[key].export_framework], "PARTS", ())
+    """Whether the preset's exporter writes every part it has: a framework's own preset is written knob by knob
+    (score centering too, issue 42: tests/test_export_own_framework.py); through a composition, score centering is
+    verl's alone so far (vime's presets, written as Miles flags, are refused naming it)."""
+    fw = PRESETS[key].export_framework
+    return is_own(key, fw) or not needs_head(key) or "centering" in getattr(EXPORTERS[fw], "PARTS", ())
 
 
 OWN_EXPORT = [k for k in PRESETS if PRESETS[k].export_framework in EXPORTERS]

@@ -12,6 +12,7 @@ from dataclasses import replace
 from ..core.compose import SAFETY_BOUND, Composition
 from . import slime
 from ._format import Settings
+from ._own import own_settings
 
 HEADER = ["Miles training flags (slime's, same code)"]
 SUFFIX = "miles.sh"
@@ -34,3 +35,36 @@ def settings(comp: Composition) -> Settings:
 
 
 write = slime.write
+
+
+# Score centering in Miles (#3317, open; the preset: seqis/presets/miles.py SC_SOURCE, radixark/miles@857598f): its
+# docs page "Score Centering" (the search index's copy, id 69361986316): --use-score-centering with
+# --score-centering-head-size (128, the paper's) and --use-miles-router; --use-tis (clamp) or the built-in IcePop
+# function on both the sampled token and the head; exact-support centering when the rollout's sampling is truncated
+# (--rollout-top-p below 1 or a positive --rollout-top-k: sampling-support replay), the modelled tail otherwise,
+# which needs --rollout-top-p 1 --rollout-top-k -1 at --rollout-temperature 1.
+SC_HEAD = 128
+_SC_FLAGS = {"--use-score-centering": True, "--score-centering-head-size": SC_HEAD, "--use-miles-router": True}
+_MODELLED_TAIL = {"--rollout-top-p": 1.0, "--rollout-top-k": -1, "--rollout-temperature": 1.0}
+_REPLAY = ("Miles has no flag for it: it centers over the replayed support when the rollout's sampling is truncated "
+           "(--rollout-top-p below 1 or a positive --rollout-top-k: set your run's), over the modelled tail with "
+           "--rollout-top-p 1 --rollout-top-k -1")
+
+
+def own_key(name: str, cfg=None) -> str:
+    return slime.own_key(name)
+
+
+def own_value(name: str, v):
+    return slime.own_value(name, v, _ICEPOP)
+
+
+def own(cfg) -> Settings:
+    """Miles's own preset: slime's flags with Miles's function paths; a score-centering preset's flags with the
+    rollout sampling its mode needs."""
+    if not hasattr(cfg, "use_sampling_support_replay"):
+        return slime.own(cfg, _ICEPOP, _MIS)
+    exact = cfg.use_sampling_support_replay
+    s = own_settings(cfg, own_key, value=own_value, skip={"use_sampling_support_replay": _REPLAY},
+                     extra={**_SC_FLAGS, **({} if exact else _MODELLED_TAIL)})
+    return Settings(s.keys, s.notes, comments=s.comments)
