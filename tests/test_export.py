@@ -42,21 +42,24 @@ def _writes_its_parts(key: str) -> bool:
 OWN_EXPORT = [k for k in PRESETS if PRESETS[k].export_framework in EXPORTERS]
 
 
-@pytest.mark.parametrize("key", [k for k in OWN_EXPORT if not _writes_its_parts(k)])
-def test_a_preset_whose_exporter_has_no_score_centering_is_refused_naming_it(key):
-    snip = export(key, PRESETS[key].export_framework)
+@pytest.mark.parametrize("key,framework", [(k, fw) for k in PRESETS if needs_head(k) for fw in EXPORTERS
+                                           if not is_own(k, fw) and "centering" not in getattr(EXPORTERS[fw], "PARTS",
+                                                                                               ())])
+def test_a_score_centered_preset_in_an_exporter_without_centering_is_refused_naming_it(key, framework):
+    snip = export(key, framework)
     assert not snip.expressible and "centering" in snip.text, snip.text
 
 
 @pytest.mark.parametrize("key", [k for k in OWN_EXPORT if _writes_its_parts(k)])
 def test_a_preset_exports_exactly_to_its_own_framework(key):
     """Exactly, except the seed's ablations in pre-March-2026 prime-rl, which weighed every kept token by rho_t
-    (geo_mask, mis_po weigh 1) and capped log w at 10 (seq_mis's weight is untruncated): a NOTE says so."""
+    (geo_mask, mis_po weigh 1) and capped log w at 10 (seq_mis's weight is untruncated), and vime's presets as Miles
+    flags (Miles floors the sampler's tail at 0, vime at 1e-6): a NOTE says so."""
     p = PRESETS[key]
     snip = export(key, p.export_framework)
     assert snip.expressible, snip.text
     assert snip.text.startswith(f"# seqis {key}") and snip.filename.startswith(key.replace("/", "_"))
-    if p.estimator not in ESTIMATORS.values():
+    if is_own(key, p.export_framework):  # knob by knob: tests/test_export_own_framework.py
         assert snip.exact and "NOTE" not in snip.text, snip.text
     else:
         assert snip.exact == ("NOTE" not in snip.text)

@@ -254,3 +254,19 @@ def test_a_score_centered_composition_in_a_framework_without_it_names_centering(
     """verl's SC preset in TRL: refused by TRL's own rule first, and the centering it lacks is named as well."""
     snip = export("verl/bypass_pg_token_tis_sc", "trl")
     assert not snip.expressible and "centering" in snip.text, snip.text
+
+
+@pytest.mark.parametrize("key", sorted(k for k in PRESETS if PRESETS[k].framework == "vime"))
+def test_vimes_presets_as_miles_flags_carry_the_rule_and_note_the_tail_floors(key):
+    """vime has no exporter: its presets are Miles flags through their composition (the same flags for the rule and
+    --use-score-centering); vime floors both tails at 1e-6, Miles the sampler's at 0: a NOTE, never silence."""
+    cfg = PRESETS[key].config
+    snip = export(key, "miles")
+    doc = read_back(snip.text, snip.filename)
+    assert snip.expressible and not snip.exact and doc["--use-score-centering"] is True
+    assert any("tail" in u and "1e-06" in u for u in snip.uncarried), snip.text
+    if cfg.use_tis:
+        assert (doc["--tis-clip-low"], doc["--tis-clip"]) == (cfg.tis_clip_low, cfg.tis_clip)
+        assert ("--custom-tis-function-path" in doc) == cfg.icepop
+    else:
+        assert "--use-tis" not in doc
