@@ -101,7 +101,9 @@ def own_key(name: str, cfg=None) -> str:
 
 def own_value(name: str, v, icepop: str = _ICEPOP):
     """The function path a TIS-function knob names (vanilla TIS: the flag left out, slime's default)."""
-    return (icepop if v in ("icepop", True) else None) if name in _FUNCTION else v
+    if name not in _FUNCTION:
+        return v
+    return None if v in (False, "vanilla") else icepop  # tis_function's other value, or icepop=True
 
 
 def own(cfg, icepop: str = _ICEPOP, mis: str = _MIS, extra: dict | None = None,
