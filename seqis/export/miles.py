@@ -47,6 +47,9 @@ write = slime.write
 # which needs --rollout-top-p 1 --rollout-top-k -1 at --rollout-temperature 1.
 SC_HEAD = 128
 _SC_FLAGS = {"--use-score-centering": True, "--score-centering-head-size": SC_HEAD, "--use-miles-router": True}
+SC_REFUSALS = ["Miles's score centering (its docs page) runs with policy_loss and token-level objectives (not GSPO); it",
+               "refuses OPSM, OPD, unbiased KL, mismatch-metric recomputation, custom policy-loss reducers and prefill",
+               "log-prob recomputation; the modelled tail needs --rollout-temperature 1 and no top-p / top-k / min-p"]
 _MODELLED_TAIL = {"--rollout-top-p": 1.0, "--rollout-top-k": -1, "--rollout-temperature": 1.0}
 _REPLAY_HOW = ("Miles centers over the replayed support when the rollout's sampling is truncated (--rollout-top-p "
                "below 1 or a positive --rollout-top-k: set your run's), over the modelled tail with --rollout-top-p 1 "
@@ -93,7 +96,7 @@ def _centering(comp: Composition) -> Settings:
         notes.append(f"Miles's TIS clamps no log-ratio (this correction: +-{comp.log_ratio_clamp})")
     adv_tau_note(comp.adv_tau, notes)
     return Settings({**keys, **_SC_FLAGS, **({} if sc.exact else _MODELLED_TAIL)}, notes,
-                    comments=[_REPLAY_HOW] if sc.exact else [])
+                    comments=[*SC_REFUSALS, *([_REPLAY_HOW] if sc.exact else [])])
 
 
 def own_key(name: str, cfg=None) -> str:
@@ -111,5 +114,5 @@ def own(cfg) -> Settings:
         return slime.own(cfg, _ICEPOP, _MIS)
     exact = cfg.use_sampling_support_replay
     s = own_settings(cfg, own_key, value=own_value, skip={"use_sampling_support_replay": _REPLAY},
-                     extra={**_SC_FLAGS, **({} if exact else _MODELLED_TAIL)})
+                     extra={**_SC_FLAGS, **({} if exact else _MODELLED_TAIL)}, comments=tuple(SC_REFUSALS))
     return Settings(s.keys, s.notes, comments=s.comments)

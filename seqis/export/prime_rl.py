@@ -135,6 +135,8 @@ _MARCH = "# the [loss] table of v0.5.0 (#1930, March 2026): IPO's band with its 
 # Score centering in prime-rl (IPOLoss.score_centering_loss): the keys of its docs page "Score centering" (the search
 # index's copy, id 70285517586, commit not recorded; the preset's code: seqis/presets/prime_rl.py NOW): score_centering
 # in [trainer.loss], an unfused output layer, the sampler's top-k recorded by the orchestrator, processed log-probs
+SC_NEEDS = ["score centering (prime-rl's docs page) needs a positive rollout temperature, processed log-probs and an",
+            "unfused output layer; a missing head on an RL token, or a head outside the replayed support, is an error"]
 SC_TABLES = {"trainer.model.fused_lm_head_token_chunk_size": "disabled",
              "orchestrator.train.sampling.score_centering_top_k": 128,
              "inference.vllm.logprobs_mode": "processed_logprobs", "inference.vllm.max_logprobs": 128}
@@ -155,7 +157,8 @@ def own(cfg) -> Settings:
     s = own_settings(cfg, lambda n: own_key(n, cfg), skip=skip, adv_tau_key=True,
                      extra=SC_TABLES if sc else {})
     keys = {**({f"{table}.type": kind} if kind else {}), **s.keys}
-    return Settings(keys, s.notes, comments=[c.lstrip("# ") for c in lead] + s.comments)
+    needs = SC_NEEDS if sc else []
+    return Settings(keys, s.notes, comments=[c.lstrip("# ") for c in lead] + s.comments + needs)
 
 
 def write(s: Settings) -> list[str]:
