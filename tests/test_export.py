@@ -60,7 +60,8 @@ def test_a_preset_exports_exactly_to_its_own_framework(key):
     assert snip.expressible, snip.text
     assert snip.text.startswith(f"# seqis {key}") and snip.filename.startswith(key.replace("/", "_"))
     if is_own(key, p.export_framework):  # knob by knob: tests/test_export_own_framework.py
-        assert snip.exact and "NOTE" not in snip.text, snip.text
+        # exact, but for a knob the framework has no key for (Miles's exact centering: the run's sampling decides)
+        assert snip.exact == (snip.uncarried == ()) and len(snip.uncarried) <= 1, snip.text
     else:
         assert snip.exact == ("NOTE" not in snip.text)
 

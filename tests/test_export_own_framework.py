@@ -144,8 +144,12 @@ def test_a_framework_preset_exported_to_its_own_framework_is_its_config_knob_by_
     p = PRESETS[key]
     exporter = EXPORTERS[p.export_framework]
     snip = export(key, p.export_framework)
-    assert snip.expressible and snip.exact and snip.uncarried == (), snip.text
-    doc, skipped = read_back(snip.text, snip.filename), not_written(snip.text)
+    # exact unless a knob sets what the framework has no key for: each such knob is a NOTE and in `uncarried`
+    assert snip.expressible and snip.exact == (snip.uncarried == ()), snip.text
+    assert all(f"# NOTE: {u}" in snip.text for u in snip.uncarried)
+    named = {u.split("=", 1)[0] for u in snip.uncarried}
+    assert named <= set(p.config.as_dict()), named  # only the preset's own knobs: every other key is carried
+    doc, skipped = read_back(snip.text, snip.filename), not_written(snip.text) | named
     own_value = getattr(exporter, "own_value", lambda _, v: v)
     for name, value in p.config.as_dict().items():
         if name in skipped:
@@ -218,9 +222,12 @@ def test_a_score_centering_preset_exports_its_frameworks_keys(key):
 
 
 def test_miles_exact_centering_writes_no_modelled_tail_sampling_and_says_how_it_is_chosen():
+    """Miles has no flag for the exact variant: the run's truncated sampling chooses it (its docs page), which the
+    snippet cannot know: a NOTE, and the snippet is not exact; the modelled tail writes the sampling it needs."""
     snip = export("miles/score_centering_exact", "miles")
     assert "--rollout-top-p" not in read_back(snip.text, snip.filename)
-    assert "use_sampling_support_replay" in not_written(snip.text)
+    assert not snip.exact and [u.split("=")[0] for u in snip.uncarried] == ["use_sampling_support_replay"]
+    assert export("miles/score_centering", "miles").exact
 
 
 def test_every_score_centering_preset_of_a_framework_with_an_exporter_is_checked():

@@ -20,19 +20,21 @@ NOT_WRITTEN = "not written"  # the comment's lead word: "not written: a, b: why"
 
 def own_settings(cfg: Config, own_key: Callable[[str], str], *, value: Callable[[str, Any], Any] | None = None,
                  skip: dict[str, str] | None = None, extra: dict[str, Any] | None = None,
-                 comments: tuple[str, ...] = (), adv_tau_key: bool = False) -> Settings:
+                 comments: tuple[str, ...] = (), adv_tau_key: bool = False,
+                 uncarried: dict[str, str] | None = None) -> Settings:
     """Every knob of `cfg` at own_key(knob), its value as value(knob, v) gives it (the knob's own by default).
-    skip: knob -> why it is left out (a comment names it); extra: keys the framework needs that the config does not
-    record (a mode its knobs imply), written after the knobs. adv_tau is seqis's (a NOTE where it is not 1) unless
-    the framework has the key (adv_tau_key)."""
-    skip = skip or {}
+    skip: knob -> why it needs no key here (off, a default, a block written otherwise: a comment names it);
+    uncarried: knob -> why the framework has no key for what it sets (a NOTE: the snippet is not exact); extra: keys
+    the framework needs that the config does not record (a mode its knobs imply), written after the knobs. adv_tau
+    is seqis's (a NOTE where it is not 1) unless the framework has the key (adv_tau_key)."""
+    skip, uncarried = skip or {}, uncarried or {}
     keys: dict[str, Any] = {}
     for name, v in cfg.as_dict().items():
-        if name in skip or (name == "adv_tau" and not adv_tau_key):
+        if name in skip or name in uncarried or (name == "adv_tau" and not adv_tau_key):
             continue
         keys[own_key(name)] = v if value is None else value(name, v)
     keys.update(extra or {})
-    notes: list[str] = []
+    notes: list[str] = [f"{name}={getattr(cfg, name)}: {why}" for name, why in uncarried.items()]
     if not adv_tau_key:
         adv_tau_note(cfg.adv_tau, notes)
     why: dict[str, list[str]] = {}

@@ -54,7 +54,7 @@ _MODELLED_TAIL = {"--rollout-top-p": 1.0, "--rollout-top-k": -1, "--rollout-temp
 _REPLAY_HOW = ("Miles centers over the replayed support when the rollout's sampling is truncated (--rollout-top-p "
                "below 1 or a positive --rollout-top-k: set your run's), over the modelled tail with --rollout-top-p 1 "
                "--rollout-top-k -1")
-_REPLAY = f"Miles has no flag for it; {_REPLAY_HOW}"
+_REPLAY = f"Miles has no flag for it; {_REPLAY_HOW}"  # a NOTE: the snippet cannot carry the run's truncation
 
 
 SC_FLOORS = (0.0, 1e-6)  # _score_modeled_tail: the sampler's tail floored at 0, the trainer's at 1e-6
@@ -112,7 +112,9 @@ def own(cfg) -> Settings:
     rollout sampling its mode needs."""
     if not hasattr(cfg, "use_sampling_support_replay"):
         return slime.own(cfg, _ICEPOP, _MIS)
-    exact = cfg.use_sampling_support_replay
-    s = own_settings(cfg, own_key, value=own_value, skip={"use_sampling_support_replay": _REPLAY},
-                     extra={**_SC_FLAGS, **({} if exact else _MODELLED_TAIL)}, comments=tuple(SC_REFUSALS))
-    return Settings(s.keys, s.notes, comments=s.comments)
+    exact = cfg.use_sampling_support_replay  # no flag: the rollout's sampling decides (the docs page)
+    where = ({"uncarried": {"use_sampling_support_replay": _REPLAY}} if exact else
+             {"skip": {"use_sampling_support_replay": "off: it is the --rollout-top-p 1 --rollout-top-k -1 written here"}})
+    s = own_settings(cfg, own_key, value=own_value, extra={**_SC_FLAGS, **({} if exact else _MODELLED_TAIL)},
+                     comments=tuple(SC_REFUSALS), **where)
+    return s
