@@ -96,3 +96,25 @@ def test_a_registry_estimator_beside_a_preset():
     assert count(at.table[0].value.loc["seq_tis", "verl/bypass_pg_is"]) == int(
         (kept["seq_tis"] & ~kept["verl/bypass_pg_is"]).sum())
     assert torch.equal(kept["seq_tis"], kept["verl/bypass_pg_is"])  # both seq TIS at 2: they agree everywhere
+
+
+def test_a_columns_export_is_seqis_exports_own_config_read_back():
+    """Compare and seqis.export share the exporter (issue 43): SkyRL's CISPO on the rollout is exported as its own
+    policy_loss_type cispo, not as token TIS at 5 (the composition's reading, the same first gradient), and verl's
+    decoupled preset stays decoupled; the page's code is seqis.export's text."""
+    import yaml
+
+    from seqis.export import export
+
+    keys = ["skyrl/cispo_rollout", "verl/decoupled_token_is"]
+    at = compare(**{"cmp.picks": ",".join(keys)})
+    assert not at.error
+    codes = {c.value.splitlines()[0].split(":")[0].removeprefix("# seqis "): c.value for c in at.code
+             if c.value.startswith("# seqis ")}
+    for key in keys:
+        want = export(key, PRESETS[key].export_framework).text
+        assert codes[key] == want.rstrip("\n"), key  # st.code drops the last newline
+    skyrl = yaml.safe_load(codes["skyrl/cispo_rollout"])["trainer"]["algorithm"]
+    assert skyrl["policy_loss_type"] == "cispo" and skyrl["off_policy_correction"]["tis_ratio_type"] is None
+    verl = yaml.safe_load(codes["verl/decoupled_token_is"])["algorithm"]["rollout_correction"]
+    assert verl["bypass_mode"] is False

@@ -80,32 +80,48 @@ def export(x: str | Composition, framework: str, cfg: Config | None = None, *,
     comp = composition if composition is not None else resolve(x, cfg)
     exporter = EXPORTERS[framework]
     stem = "custom" if isinstance(x, Composition) else x.replace("/", "_")
-    preset = PRESETS.get(x) if isinstance(x, str) else None
-    if preset is not None and preset.export_framework == framework and hasattr(exporter, "own"):
+    if isinstance(x, str) and is_own(x, framework):
         return _own(x, framework, entry(x)[1] if cfg is None else cfg, f"{stem}.{exporter.SUFFIX}")
+    missing = sorted(later_parts(comp) - getattr(exporter, "PARTS", frozenset()))
     try:
         s: Settings = exporter.settings(comp)  # its own refusal first: it names the part most to the point
-        if missing := later_parts(comp) - getattr(exporter, "PARTS", frozenset()):
-            raise CannotExpress(f"{framework} has no setting for {', '.join(sorted(missing))}")
+        if missing:
+            raise CannotExpress(f"{framework} has no setting for {', '.join(missing)}")
         if note := edge_note(comp, framework, getattr(exporter, "EDGE_SPACE", None)):
             s.notes.append(note)
     except CannotExpress as why:
-        text = f"# seqis {describe(x, cfg)}\n# cannot express in {framework}: {why}\n"
+        also = [f"# cannot carry either: {part} ({framework} has no setting for it)" for part in missing
+                if part not in str(why)]  # every part it lacks is named, not only the first refusal
+        text = "\n".join([f"# seqis {describe(x, cfg)}", f"# cannot express in {framework}: {why}", *also]) + "\n"
         return Snippet(framework, text, False, False, f"{stem}.{exporter.SUFFIX}")
-    comments = [f"seqis {describe(x, cfg)}", *exporter.HEADER, *s.comments, *(f"NOTE: {n}" for n in s.notes)]
+    return _text(x, framework, cfg, exporter.HEADER, s, f"{stem}.{exporter.SUFFIX}")
+
+
+def is_own(key: str, framework: str) -> bool:
+    """Whether `key` is a preset of `framework` on the framework's own knobs, which its exporter writes knob by knob
+    (`own`): not a seed estimator shown under a framework's name, nor another framework's preset (vime's are written
+    as Miles flags through their composition, so Miles's tail floors, which differ, are noted)."""
+    preset = PRESETS.get(key)
+    return (preset is not None and preset.export_framework == framework and framework.startswith(preset.framework)
+            and preset.estimator.reference is None and hasattr(EXPORTERS.get(framework), "own"))
+
+
+def _text(x: str | Composition, framework: str, cfg: Config | None, header: list[str], s: Settings,
+          filename: str) -> Snippet:
+    """The snippet: its comments (what it is, the exporter's header, what the run needs, each NOTE), the settings
+    in the framework's format, and any side file; each NOTE is also in `uncarried`."""
+    comments = [f"seqis {describe(x, cfg)}", *header, *s.comments, *(f"NOTE: {n}" for n in s.notes)]
     files = [line for name, lines in s.files.items() for line in (f"# --- {name} ---", *lines)]
-    text = "\n".join([*(f"# {c}" for c in comments), *exporter.write(s), *files]) + "\n"
-    return Snippet(framework, text, True, not s.notes, f"{stem}.{exporter.SUFFIX}")
+    text = "\n".join([*(f"# {c}" for c in comments), *EXPORTERS[framework].write(s), *files]) + "\n"
+    return Snippet(framework, text, True, not s.notes, filename, tuple(s.notes))
 
 
 def _own(key: str, framework: str, cfg: Config, filename: str) -> Snippet:
     """A framework's own preset in its own framework: the preset's settings key by key (the exporter's `own`), never
     a composition's reading of them, which can name another algorithm with the same first gradient."""
     exporter = EXPORTERS[framework]
-    s: Settings = exporter.own(cfg)
-    comments = [f"seqis {describe(key, cfg)}", *exporter.OWN_HEADER, *s.comments, *(f"NOTE: {n}" for n in s.notes)]
-    text = "\n".join([*(f"# {c}" for c in comments), *exporter.write(s)]) + "\n"
-    return Snippet(framework, text, True, not s.notes, filename, tuple(s.notes))
+    header = getattr(exporter, "OWN_HEADER", [*exporter.HEADER, "every knob of the preset as it sets it"])
+    return _text(key, framework, cfg, header, exporter.own(cfg), filename)
 
 
 def export_all(x: str | Composition, cfg: Config | None = None) -> dict[str, Snippet]:
@@ -126,4 +142,4 @@ def verl_yaml(x: str | Composition, cfg: Config | None = None) -> Snippet:
 
 
 __all__ = ["EXPORTERS", "CannotExpress", "Snippet", "describe", "export", "export_all",
-           "prime_rl_toml", "verl_yaml"]
+           "is_own", "prime_rl_toml", "verl_yaml"]

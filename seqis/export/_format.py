@@ -63,11 +63,19 @@ def yaml(keys: dict[str, Any]) -> list[str]:
 
 def toml(table: str, keys: dict[str, Any]) -> list[str]:
     """A TOML table (a dotted name: "trainer.loss") of the keys that have a value (TOML has no null)."""
+    return toml_tables({f"{table}.{k}": v for k, v in keys.items()})
+
+
+def toml_tables(keys: dict[str, Any]) -> list[str]:
+    """TOML tables from dotted keys ("trainer.loss.type", "inference.vllm.max_logprobs"), those with a value."""
     tree: dict[str, Any] = {}
-    node = tree
-    for p in table.split("."):
-        node = node.setdefault(p, {})
-    node.update({k: _clean(v) for k, v in keys.items() if v is not None})
+    for dotted, v in keys.items():
+        *path, name = dotted.split(".")
+        node = tree
+        for p in path:
+            node = node.setdefault(p, {})
+        if v is not None:
+            node[name] = _clean(v)
     return tomli_w.dumps(tree).splitlines()
 
 

@@ -11,6 +11,7 @@ import math
 
 from ..core.compose import Composition
 from ._format import CannotExpress, Settings, adv_tau_note, yaml
+from ._own import own_settings, prefixed
 
 HEADER = ["AReaL actor rejection sampling (decoupled loss)"]
 SUFFIX = "areal.yaml"
@@ -74,3 +75,20 @@ def settings(comp: Composition) -> Settings:
 
 def write(s: Settings) -> list[str]:
     return yaml(s.keys)
+
+
+_RULE = ("level", "action", "metric", "agg", "upper", "lower")  # actor.rejection_sampling's keys
+own_key = prefixed("actor.", {k: f"actor.rejection_sampling.{k}" for k in _RULE})
+
+
+def own(cfg) -> Settings:
+    """AReaL's own preset: the actor's keys; the rejection_sampling block only when the preset turns it on (off,
+    its knobs have no place: a comment names them). pi_old is the sampler's without the decoupled loss
+    (recompute_logprob: false)."""
+    on = cfg.rejection_sampling
+    skip = ({"rejection_sampling": "on: it is the actor.rejection_sampling block written here"} if on else
+            {k: "rejection_sampling is off (actor.rejection_sampling: null)" for k in ("rejection_sampling", *_RULE)})
+    extra = {} if cfg.use_decoupled_loss else {"actor.recompute_logprob": False}
+    if not on:
+        extra["actor.rejection_sampling"] = None
+    return own_settings(cfg, own_key, skip=skip, extra=extra)

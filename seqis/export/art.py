@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from ..core.compose import SAFETY_BOUND, Composition
 from ._format import CannotExpress, Settings, adv_tau_note, clamp_note, python_kwargs
+from ._own import own_settings
 
 HEADER = ["ART experimental train config (art.dev.TrainConfig)"]
 SUFFIX = "art.py"
@@ -52,3 +53,12 @@ def settings(comp: Composition) -> Settings:
 
 def write(s: Settings) -> list[str]:
     return python_kwargs("art.dev.TrainConfig", s.keys)
+
+
+def own_key(name: str, cfg=None) -> str:
+    """An ArtConfig knob is the art.dev.TrainConfig field of the same name (None: ART's default)."""
+    return name
+
+
+def own(cfg) -> Settings:
+    return own_settings(cfg, own_key)

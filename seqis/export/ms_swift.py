@@ -11,6 +11,7 @@ import math
 
 from ..core.compose import SAFETY_BOUND, Composition, Criterion
 from ._format import CannotExpress, Settings, adv_tau_note, clamp_note, flags
+from ._own import own_settings
 from ._parts import each_token_clamped, open_low
 
 HEADER = ["ms-swift GRPO arguments (swift rlhf --rlhf_type grpo)"]
@@ -70,3 +71,13 @@ def settings(comp: Composition) -> Settings:
 
 def write(s: Settings) -> list[str]:
     return flags({"swift rlhf": True, **s.keys})
+
+
+def own_key(name: str, cfg=None) -> str:
+    """An MsSwiftConfig knob is the swift rlhf argument of the same name (None: left out, ms-swift's default off)."""
+    return f"--{name}"
+
+
+def own(cfg) -> Settings:
+    s = own_settings(cfg, own_key)
+    return Settings({"--rlhf_type": "grpo", **s.keys}, s.notes, comments=s.comments)

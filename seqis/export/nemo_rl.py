@@ -12,6 +12,7 @@ from dataclasses import replace
 
 from ..core.compose import Composition
 from ._format import CannotExpress, Settings, adv_tau_note, yaml
+from ._own import own_settings, prefixed
 from ._parts import token_is_mode
 
 HEADER = ["NeMo-RL GRPO loss_fn (ClippedPGLossFn)"]
@@ -69,3 +70,21 @@ def _settings(comp: Composition) -> Settings:
 
 def write(s: Settings) -> list[str]:
     return yaml(s.keys)
+
+
+own_key = prefixed("loss_fn.", {"seq_logprob_error_threshold": "grpo.seq_logprob_error_threshold"})
+# loss_fn.score_centering: NeMo-RL's nightly (nemo_rl/algorithms/loss/score_centering.py, compute_score_centering_term,
+# as its API page and docs/guides/score-centering.md name it; the code itself and its head-size key are not in the
+# search index: seqis/presets/nemo_rl.py SC_SOURCE). Written only when on: NeMo-RL's releases have no such key.
+SC_COMMENTS = ["loss_fn.score_centering is NeMo-RL's nightly key (docs/guides/score-centering.md; in no release yet);",
+               "not written: the head size (the sampler's top-k it reads): its key is in NeMo-RL's nightly code",
+               "(nemo_rl/algorithms/loss/score_centering.py), which seqis has not read; set it as that guide says"]
+
+
+def own(cfg) -> Settings:
+    """NeMo-RL's own preset: every loss_fn key the preset sets, grpo.seq_logprob_error_threshold, and
+    token_level_loss: false where the ratio is a rollout's (NeMo-RL requires it with sequence-level ratios)."""
+    sc = cfg.score_centering
+    skip = {} if sc else {"score_centering": "off, NeMo-RL's default; its releases have no such key (nightly only)"}
+    extra = {"loss_fn.token_level_loss": False} if cfg.sequence_level_importance_ratios else {}
+    return own_settings(cfg, own_key, skip=skip, extra=extra, comments=tuple(SC_COMMENTS) if sc else ())

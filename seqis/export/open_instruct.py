@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from ..core.compose import Composition
 from ._format import CannotExpress, Settings, adv_tau_note, clamp_note, flags
+from ._own import own_settings
 from ._parts import each_token_clamped, open_high, open_low
 
 HEADER = ["open-instruct grpo_fast.py flags"]
@@ -61,3 +62,13 @@ def settings(comp: Composition) -> Settings:
 
 def write(s: Settings) -> list[str]:
     return flags({"python open_instruct/grpo_fast.py": True, **s.keys})
+
+
+def own_key(name: str, cfg=None) -> str:
+    """An OpenInstructConfig knob is the grpo_fast.py flag of the same name."""
+    return f"--{name}"
+
+
+def own(cfg) -> Settings:
+    """grpo_fast.py's flags, booleans spelled True / False (its argument parser takes them as words)."""
+    return own_settings(cfg, own_key, value=lambda _, v: str(v) if isinstance(v, bool) else v)

@@ -52,3 +52,32 @@ def settings(comp: Composition) -> Settings:
 
 def write(s: Settings) -> list[str]:
     return flags(s.keys)
+
+
+# a knob -> (its flag, its place among the flag's values): two knobs are one flag's pair of values
+OWN_FLAGS = {"is_correction_level": (f"{_A}_level", 0), "is_correction_mode": (f"{_A}_mode", 0),
+             "is_correction_threshold_low": (f"{_A}_threshold", 0),
+             "is_correction_threshold_high": (f"{_A}_threshold", 1),
+             "policy_loss_type": ("--actor.policy_loss_type", 0), "eps_clip_low": ("--actor.eps_clip_low_high", 0),
+             "eps_clip_high": ("--actor.eps_clip_low_high", 1), "dual_clip": ("--actor.dual_clip", 0)}
+
+
+def own_key(name: str, cfg=None) -> tuple[str, int]:
+    return OWN_FLAGS.get(name, (f"--{name}", 0))
+
+
+def own(cfg) -> Settings:
+    """OpenRLHF's own preset: every flag the preset sets (a pair of knobs as one flag's two values); the gating
+    metric is the ratio (what the preset's thresholds bound), and GSPO's loss is a per-rollout mean."""
+    keys: dict = {}
+    for name, v in cfg.as_dict().items():
+        if name != "adv_tau":
+            flag, _ = OWN_FLAGS[name]  # in OWN_FLAGS's order: low before high
+            keys[flag] = (*keys.get(flag, ()), v)
+    keys = {k: v[0] if len(v) == 1 else v for k, v in keys.items()}
+    keys[f"{_A}_gating"] = "ratio"
+    if cfg.policy_loss_type == "gspo":
+        keys["--actor.loss_agg_mode"] = "seq-mean-token-mean"
+    notes: list[str] = []
+    adv_tau_note(cfg.adv_tau, notes)
+    return Settings(keys, notes)

@@ -15,7 +15,17 @@ from __future__ import annotations
 import math
 
 from ..core.compose import Composition
-from ._format import CannotExpress, Settings, toml
+from ..presets.prime_rl import (
+    CISPOLossConfig,
+    DefaultLossConfig,
+    IcePopLossConfig,
+    IPOLossConfig,
+    KLIPOLossConfig,
+    MarchIPOConfig,
+    PPOLossConfig,
+)
+from ._format import CannotExpress, Settings, toml, toml_tables
+from ._own import own_settings
 
 HEADER = ["prime-rl trainer loss (the [trainer.loss] table of rl.toml)"]
 SUFFIX = "prime-rl.toml"
@@ -116,7 +126,44 @@ def settings(comp: Composition) -> Settings:
                         "sign-conditioned DPPO pair of v0.6.0 - v0.8.0)")
 
 
+# a preset's config class -> (its table, its type): the config records the knobs, the class which loss they set
+_OWN_TABLE = {IPOLossConfig: ("trainer.loss", "ipo"), KLIPOLossConfig: ("trainer.loss", "ipo"),
+              PPOLossConfig: ("trainer.loss", "ppo"), CISPOLossConfig: ("trainer.loss", "cispo"),
+              IcePopLossConfig: ("trainer.loss", "icepop"), DefaultLossConfig: ("trainer.loss", "default"),
+              MarchIPOConfig: ("loss", None)}
+_MARCH = "# the [loss] table of v0.5.0 (#1930, March 2026): IPO's band with its sides apart, before [trainer.loss]"
+# Score centering in prime-rl (IPOLoss.score_centering_loss): the keys of its docs page "Score centering" (the search
+# index's copy, id 70285517586, commit not recorded; the preset's code: seqis/presets/prime_rl.py NOW): score_centering
+# in [trainer.loss], an unfused output layer, the sampler's top-k recorded by the orchestrator, processed log-probs
+SC_NEEDS = ["score centering (prime-rl's docs page) needs a positive rollout temperature, processed log-probs and an",
+            "unfused output layer; a missing head on an RL token, or a head outside the replayed support, is an error"]
+SC_TABLES = {"trainer.model.fused_lm_head_token_chunk_size": "disabled",
+             "orchestrator.train.sampling.score_centering_top_k": 128,
+             "inference.vllm.logprobs_mode": "processed_logprobs", "inference.vllm.max_logprobs": 128}
+
+
+def own_key(name: str, cfg=None) -> str:
+    """A prime-rl knob is the key of the same name in its loss table (adv_tau too: prime-rl has it)."""
+    return f"{_OWN_TABLE[type(cfg)][0] if cfg is not None else 'trainer.loss'}.{name}"
+
+
+def own(cfg) -> Settings:
+    """prime-rl's own preset: its loss table with the type its config class is and every knob; score_centering only
+    when on (with the tables it needs), the March IPO in v0.5.0's [loss] table."""
+    table, kind = _OWN_TABLE[type(cfg)]
+    sc = getattr(cfg, "score_centering", False)
+    skip = {"score_centering": "off, prime-rl's default"} if hasattr(cfg, "score_centering") and not sc else {}
+    lead = {"default": [_REMOVED], None: [_MARCH]}.get(kind, [_BEFORE_CAP] if hasattr(cfg, "kl_tau") else [])
+    s = own_settings(cfg, lambda n: own_key(n, cfg), skip=skip, adv_tau_key=True,
+                     extra=SC_TABLES if sc else {})
+    keys = {**({f"{table}.type": kind} if kind else {}), **s.keys}
+    needs = SC_NEEDS if sc else []
+    return Settings(keys, s.notes, comments=[c.lstrip("# ") for c in lead] + s.comments + needs)
+
+
 def write(s: Settings) -> list[str]:
     keys = s.keys
+    if all("." in k for k in keys):  # an own preset's tables, every key in full
+        return toml_tables(keys)
     lead = [_REMOVED] if keys["type"] == "default" else [_BEFORE_CAP] if "kl_tau" in keys else []
     return lead + toml("trainer.loss", keys)

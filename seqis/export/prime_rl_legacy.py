@@ -13,6 +13,7 @@ import math
 
 from ..core.compose import Composition
 from ._format import CannotExpress, Settings, toml
+from ._own import own_settings
 
 HEADER = ["prime-rl before March 2026: the trainer's [loss] table ([trainer.loss] in a combined rl.toml);",
           "0 / inf switch a band off"]
@@ -54,3 +55,15 @@ def settings(comp: Composition) -> Settings:
 
 def write(s: Settings) -> list[str]:
     return toml("loss", s.keys)
+
+
+def own_key(name: str, cfg=None) -> str:
+    """A legacy knob is the [loss] key of the same name (adv_tau too)."""
+    return f"loss.{name}"
+
+
+def own(cfg) -> Settings:
+    """v0.2 - v0.4's masked IS: the preset's bands, ratio_type token, the bands it leaves at their defaults (no
+    sequence_mask_low, no sequence clip) and its kl_tau at its default 0."""
+    extra = dict(ratio_type="token", sequence_mask_low=0.0, sequence_clip_high=math.inf, kl_tau=0.0)
+    return own_settings(cfg, lambda name: name, adv_tau_key=True, extra=extra)

@@ -11,6 +11,7 @@ import math
 
 from ..core.compose import Composition
 from ._format import CannotExpress, Settings, adv_tau_note, clamp_note, yaml
+from ._own import own_settings
 
 HEADER = ["ROLL pipeline config (train_infer_correction)"]
 SUFFIX = "roll.yaml"
@@ -53,3 +54,23 @@ def settings(comp: Composition) -> Settings:
 
 def write(s: Settings) -> list[str]:
     return yaml(s.keys)
+
+
+def own_key(name: str, cfg=None) -> str:
+    """is_weight_<key> is train_infer_correction.is_weight.<key>; filter_<key> is the <key> of the one filter in
+    train_infer_correction.filters (filters.0.<key>)."""
+    group, key = name.split("_", 1)
+    if group == "is":  # is_weight_<key>
+        return f"{BLOCK}.is_weight.{name.removeprefix('is_weight_')}"
+    return f"{BLOCK}.filters.0.{key}"
+
+
+def own(cfg) -> Settings:
+    """ROLL's own preset: the is_weight block and one filter, every key as the preset sets it (a filter it leaves
+    off is written with enabled: false); the weight is detached, as ROLL's correction is."""
+    s = own_settings(cfg, own_key)
+    head = f"{BLOCK}.filters.0."
+    one = {k.removeprefix(head): v for k, v in s.keys.items() if k.startswith(head)}
+    keys = {k: v for k, v in s.keys.items() if not k.startswith(head)}
+    keys.update({f"{BLOCK}.is_weight.detach": True, f"{BLOCK}.filters": [one]})
+    return Settings(keys, s.notes, comments=s.comments)

@@ -12,6 +12,7 @@ import math
 
 from ..core.compose import SAFETY_BOUND, Composition, Criterion, Weight
 from ._format import CannotExpress, Settings, adv_tau_note, yaml
+from ._own import own_settings, prefixed
 
 HEADER = ["SkyRL off-policy correction"]
 SUFFIX = "skyrl.yaml"
@@ -106,3 +107,35 @@ def settings(comp: Composition) -> Settings:
 
 def write(s: Settings) -> list[str]:
     return yaml(s.keys)
+
+
+_ALGO_KEYS = ("policy_loss_type", "eps_clip_low", "eps_clip_high")
+own_key = prefixed(f"{BLOCK}.", {**{k: f"{ALGO}.{k}" for k in _ALGO_KEYS},
+                                 **{k: f"{ALGO}.dppo.{k}" for k in ("dppo_type", "delta_low", "delta_high")},
+                                 **{k: f"{ALGO}.cispo.{k}" for k in ("cispo_eps_clip_low", "cispo_eps_clip_high",
+                                                                     "cispo_anchor")},
+                                 "score_centering": f"{ALGO}.score_centering_topk"})
+# Score centering in SkyRL (#2244, open): trainer.algorithm.score_centering_topk, the head width (0: off), with the
+# generator returning as many log-probs (generator.sampling_params.logprobs). The key as SkyRL's score-centering
+# tests configure it (skyrl_train tests, "score_centering_topk": the search index's copies ids 69204233923 and
+# 70242331882) and Marin's SkyRL fork runs it (marin-community/MarinSkyRL@1b5dd6b, docs: =32); #2244's own
+# commit is not recorded. Its runs used 32.
+SC_TOPK = 32
+SC_COMMENTS = ["score centering (SkyRL #2244, open): trainer.algorithm.score_centering_topk is the sampler's head",
+               f"width (0 turns it off; {SC_TOPK} as its runs), the generator returning as many log-probs; full-",
+               "distribution sampling (top_p 1, top_k -1, min_p 0), regular PPO with one token TIS truncation"]
+
+
+def own(cfg) -> Settings:
+    """SkyRL's own preset: every knob at its key (the policy loss's under trainer.algorithm, DPPO's and CISPO's in
+    their blocks, the rest in off_policy_correction); score_centering as the head width, only when on."""
+    sc = cfg.score_centering
+    skip = {} if sc else {"score_centering": "off (score_centering_topk 0, SkyRL's default; #2244 is open)"}
+    extra = {"generator.sampling_params.logprobs": SC_TOPK} if sc else {}
+    return own_settings(cfg, own_key, skip=skip, extra=extra, value=own_value,
+                        comments=tuple(SC_COMMENTS) if sc else ())
+
+
+def own_value(name: str, v):
+    """score_centering on is the head width SkyRL reads (score_centering_topk)."""
+    return (SC_TOPK if v else 0) if name == "score_centering" else v

@@ -8,6 +8,7 @@ import math
 
 from ..core.compose import SAFETY_BOUND, Composition, Criterion
 from ._format import CannotExpress, Settings, adv_tau_note, flags, yaml
+from ._own import dashed, own_settings
 
 HEADER = ["slime training flags"]
 SUFFIX = "slime.sh"
@@ -82,3 +83,42 @@ def settings(comp: Composition, icepop: str = _ICEPOP, mis: str = _MIS) -> Setti
 
 def write(s: Settings) -> list[str]:
     return flags(s.keys)
+
+
+MIS_FILE = "mis.yaml"
+_MIS_KNOBS = ("tis_level", "tis_mode", "tis_lower_bound", "tis_upper_bound", "use_rs", "rs_level", "rs_lower_bound",
+              "rs_upper_bound", "rs_veto_threshold", "tis_batch_normalize")  # the MIS example's YAML keys
+_FUNCTION = ("tis_function", "icepop")  # knobs naming the TIS function: --custom-tis-function-path
+
+
+def own_key(name: str, cfg=None) -> str:
+    """A knob as its flag (tis_clip_low: --tis-clip-low), the MIS example's knobs as keys of its YAML file
+    ("mis.yaml:tis_level"), the TIS function as --custom-tis-function-path."""
+    if name in _MIS_KNOBS:
+        return f"{MIS_FILE}:{name}"
+    return "--custom-tis-function-path" if name in _FUNCTION else dashed(name)
+
+
+def own_value(name: str, v, icepop: str = _ICEPOP):
+    """The function path a TIS-function knob names (vanilla TIS: the flag left out, slime's default)."""
+    if name not in _FUNCTION:
+        return v
+    return None if v in (False, "vanilla") else icepop  # tis_function's other value, or icepop=True
+
+
+def own(cfg, icepop: str = _ICEPOP, mis: str = _MIS, extra: dict | None = None,
+        comments: tuple[str, ...] = ()) -> Settings:
+    """slime's own preset (Miles's with its function paths): every knob as its flag, the MIS example's in its YAML
+    with the flags that load it; OPSM reads the sampler's log-probs (--use-rollout-logprobs)."""
+    s = own_settings(cfg, own_key, value=lambda n, v: own_value(n, v, icepop), extra=extra, comments=comments)
+    keys = {k: v for k, v in s.keys.items() if not k.startswith(f"{MIS_FILE}:")}
+    side = {k.split(":", 1)[1]: v for k, v in s.keys.items() if k.startswith(f"{MIS_FILE}:")}
+    lead: dict = {}
+    if side:
+        lead = {"--use-tis": True, "--custom-tis-function-path": mis, "--custom-config-path": MIS_FILE}
+        side = {"use_tis": True, **side}
+    elif "--opsm-delta" in keys:
+        lead = {"--use-rollout-logprobs": True, "--use-opsm": True}
+    elif "--tis-clip" in keys and "--use-tis" not in keys:
+        lead = {"--use-tis": True}
+    return Settings({**lead, **keys}, s.notes, files={MIS_FILE: yaml(side)} if side else {}, comments=s.comments)

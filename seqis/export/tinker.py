@@ -8,6 +8,7 @@ import math
 
 from ..core.compose import Composition
 from ._format import CannotExpress, Settings, adv_tau_note, clamp_note, literal
+from ._own import own_settings
 
 HEADER = ["Tinker forward_backward loss (the server computes it)"]
 SUFFIX = "tinker.py"
@@ -44,3 +45,17 @@ def write(s: Settings) -> list[str]:
     if any(isinstance(v, float) and math.isinf(v) for v in keys.values()):
         return [call + ")", "# an open threshold is passed as inf"]
     return [call + ")"]
+
+
+def own_key(name: str, cfg=None) -> str:
+    """loss_fn is forward_backward's argument; the thresholds are loss_fn_config's keys."""
+    return name if name == "loss_fn" else f"loss_fn_config.{name}"
+
+
+def own(cfg) -> Settings:
+    """Tinker's own preset: its loss and, where the loss takes them, the clip thresholds (importance_sampling has
+    none: a threshold the preset leaves unset is named, not passed)."""
+    why = ("importance_sampling takes no clip threshold" if cfg.loss_fn == "importance_sampling"
+           else f"unset in the preset: Tinker's own default for {cfg.loss_fn} applies")
+    unset = {n: why for n in ("clip_low_threshold", "clip_high_threshold") if getattr(cfg, n) is None}
+    return own_settings(cfg, lambda n: n, skip=unset)  # write() puts every key but loss_fn in loss_fn_config

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from ..core.compose import Composition
 from ._format import CannotExpress, Settings, adv_tau_note
+from ._own import own_settings
 
 HEADER = ["torchforge loss (forge.losses)"]
 SUFFIX = "torchforge.py"
@@ -35,3 +36,12 @@ def settings(comp: Composition) -> Settings:
 def write(s: Settings) -> list[str]:
     loss = s.keys["loss"]
     return [f"from forge.losses.{_MODULE[loss]} import {loss}", f"loss_fn = {loss}()"]
+
+
+def own_key(name: str, cfg=None) -> str:
+    """TorchforgeConfig's one knob, the loss class, is what the snippet builds as loss_fn."""
+    return "loss_fn" if name == "loss" else name
+
+
+def own(cfg) -> Settings:
+    return own_settings(cfg, lambda name: name)  # write() imports and builds keys["loss"]

@@ -10,6 +10,7 @@ import math
 
 from ..core.compose import SAFETY_BOUND, Composition
 from ._format import CannotExpress, Settings, adv_tau_note, python_kwargs
+from ._own import own_settings
 
 HEADER = ["TRL GRPOConfig arguments (use_vllm=True)"]
 SUFFIX = "trl.py"
@@ -55,3 +56,13 @@ def settings(comp: Composition) -> Settings:
 
 def write(s: Settings) -> list[str]:
     return python_kwargs("GRPOConfig", s.keys)
+
+
+def own_key(name: str, cfg=None) -> str:
+    """A TRLConfig knob is the GRPOConfig argument of the same name."""
+    return name
+
+
+def own(cfg) -> Settings:
+    """TRL's own preset: every GRPOConfig argument the preset sets (the VESPO knobs too: inert under dapo)."""
+    return own_settings(cfg, own_key)

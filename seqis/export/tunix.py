@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from ..core.compose import SAFETY_BOUND, Composition
 from ._format import CannotExpress, Settings, adv_tau_note, clamp_note, python_kwargs
+from ._own import own_settings
 
 HEADER = ["Tunix GRPOConfig arguments (tunix.rl.grpo.grpo_learner; the agentic GRPOConfig has the same two)"]
 SUFFIX = "tunix.py"
@@ -28,3 +29,12 @@ def settings(comp: Composition) -> Settings:
 
 def write(s: Settings) -> list[str]:
     return python_kwargs("GRPOConfig", s.keys)
+
+
+def own_key(name: str, cfg=None) -> str:
+    """A TunixConfig knob is the GRPOConfig argument of the same name."""
+    return name
+
+
+def own(cfg) -> Settings:
+    return own_settings(cfg, own_key)
