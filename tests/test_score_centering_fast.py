@@ -16,10 +16,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from strategies import examples
 from test_evaluators import FORMS, fast, same_output, tolerance
+from test_score_centering import head_batch
 from test_score_centering import reference as formula
 from test_score_centering_presets import EXACT, EXACT_TOKEN_W, FORMULAS, exact_reference
 
-from seqis import AGGREGATIONS, Batch
+from seqis import AGGREGATIONS, Batch, run_many
 from seqis.core.compose import Centering
 from seqis.evaluators import fast as fast_module
 from seqis.evaluators.plain import evaluate
@@ -123,3 +124,17 @@ def test_a_wrong_f_or_tail_floor_fails_on_the_drawn_batches(key):
 
     check()
     assert caught == set(range(len(wrongs))), [w for i, w in enumerate(wrongs) if i not in caught]
+
+
+def test_two_keys_naming_one_centered_composition_get_a_loss_each():
+    """run_many: a preset and its own composition are one composition with two outputs; each loss is differentiated
+    alone (its centering term a graph of its own) and gives the same gradients."""
+    batch, _, _ = head_batch(4)
+    comp = resolve("verl/bypass_pg_token_tis_sc")
+    outs = run_many(["verl/bypass_pg_token_tis_sc", comp], batch)
+    first = torch.autograd.grad(outs["verl/bypass_pg_token_tis_sc"].loss,
+                                (batch.trainer_logprobs, batch.topk_trainer_logprobs))
+    second = torch.autograd.grad(outs[comp].loss, (batch.trainer_logprobs, batch.topk_trainer_logprobs))
+    for a, b in zip(first, second):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+    assert float(first[1].abs().sum()) > 0
