@@ -70,11 +70,12 @@ def reference(batch: Batch, sc: Centering, weight, whole: bool = False) -> tuple
             slots = [k for k in range(batch.topk_ids.shape[-1]) if batch.topk_ids[j, t, k] >= 0]
             p = {k: math.exp(float(batch.topk_trainer_logprobs[j, t, k].detach())) for k in slots}
             q = {k: math.exp(float(batch.topk_inference_logprobs[j, t, k])) for k in slots}
-            tail_q, tail_p = 1 - sum(q.values()), 1 - sum(p.values())
-            tail_q = tail_q if sc.sampler_floor is None else max(tail_q, sc.sampler_floor)
-            tail_p = tail_p if sc.trainer_floor is None else max(tail_p, sc.trainer_floor)
+            # the tail masses, never below 0 (a head summing past 1 is rounding), floored; rho their ratio
+            tail_q = max(1 - sum(q.values()), sc.sampler_floor or 0.0)
+            tail_p = max(1 - sum(p.values()), sc.trainer_floor or 0.0)
             rho = 1.0 if whole else tail_q / tail_p  # no tail (whole): alpha = 1
-            alpha = rho * f(1 / rho if rho else math.inf)  # a sampler's tail of 0: rho f(inf) = 0 for a bounded f
+            big = 1e300  # a sampler's tail of 0: alpha is the limit of rho f(1 / rho), f(x) / x for large x
+            alpha = rho * f(1 / rho) if rho else f(big) / big
             for k in slots:
                 c = q[k] * f(p[k] / q[k]) - alpha * p[k]
                 loss += A * c * math.log(p[k]) / N
@@ -172,6 +173,18 @@ def test_a_whole_vocabulary_head_without_floors_has_no_tail(sc, dtype):
                   topk_trainer_logprobs=batch.topk_trainer_logprobs.detach().requires_grad_(), topk_support=support)
     ecomp = Composition(comp.weight, centering=Centering(sc.rule, low=sc.low, high=sc.high, exact=True))
     torch.testing.assert_close(run(ecomp, exact).head_weights, out.head_weights, **tol)  # the same c_v
+
+
+def test_untruncated_is_over_a_whole_vocabulary_head_is_zero_with_only_the_trainer_floored():
+    """NeMo-RL's floors (the trainer's tail only) with f = x on a head of the whole vocabulary: the sampler's tail is 0
+    or rounding either side of it. rho = 0 made alpha 0 * inf = NaN, a tail under 0 made alpha 0 (c = p); the tail is
+    never below 0 and alpha takes its limit, 1, so the coefficient is 0 ("untruncated IS makes it zero")."""
+    sc = Centering("clamp", low=0.0, high=math.inf, sampler_floor=None, trainer_floor=1e-6)
+    for seed in range(4):
+        batch, _, _ = head_batch(seed, V=9, K=9, drift=0.5)
+        out = run(Composition(Weight("token"), centering=sc), batch)
+        torch.testing.assert_close(out.head_weights, torch.zeros_like(out.head_weights), atol=1e-12, rtol=0)
+        assert math.isfinite(float(out.loss.detach()))
 
 
 def expected_gradient(sc: Centering | None, V: int = 7, support: torch.Tensor | None = None):

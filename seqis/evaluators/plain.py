@@ -390,16 +390,19 @@ def head_coefficients(sc: Centering, batch: Batch, m: torch.Tensor, zero: torch.
 
 
 def tail_alpha(sc: Centering, tail_q: torch.Tensor, tail_p: torch.Tensor, K: int) -> torch.Tensor:
-    """(B, T) alpha = rho_tail f(1 / rho_tail), rho_tail = max(1 - Q, sampler_floor) / max(1 - P, trainer_floor);
-    1 where neither side has a (positive) floor and both tails are within rounding of 0: no tail, nothing to model."""
+    """(B, T) alpha = rho_tail f(1 / rho_tail), rho_tail = max(1 - Q, sampler_floor) / max(1 - P, trainer_floor), a
+    mass never below 0 (1 - Q under 0 is rounding). A sampler's tail of 0 over a floored trainer's (rho = 0): the
+    limit, lim f(x) / x as x grows (1 for f = x, untruncated IS; 0 for a bounded f), not 0 * inf. No floor either
+    side and both tails within rounding of 0 (the whole vocabulary in the head): no tail, alpha = 1."""
     eps = K * torch.finfo(tail_q.dtype).eps  # a head of K probabilities sums to 1 within about K ulps
-    tails = []
-    for tail, floor in ((tail_q, sc.sampler_floor), (tail_p, sc.trainer_floor)):
-        tails.append(tail.clamp(min=floor) if floor is not None else tail)
-    none = ((tails[0].abs() <= eps) & (tails[1].abs() <= eps) if not sc.sampler_floor and not sc.trainer_floor
+    tq, tp = tail_q.clamp(min=sc.sampler_floor or 0.0), tail_p.clamp(min=sc.trainer_floor or 0.0)
+    none = ((tq <= eps) & (tp <= eps) if not sc.sampler_floor and not sc.trainer_floor
             else torch.zeros_like(tail_q, dtype=torch.bool))
-    rho = torch.where(none, 1.0, tails[0]) / torch.where(none, 1.0, tails[1])  # (B, T)
-    return torch.where(none, 1.0, rho * sc.f(1 / rho))
+    rho = torch.where(none, 1.0, tq) / torch.where(none, 1.0, tp)  # (B, T)
+    top = torch.finfo(rho.dtype).max
+    edge = sc.f(rho.new_full((), top)) / top  # lim rho f(1 / rho) as rho -> 0
+    inv = 1 / rho
+    return torch.where(none, 1.0, torch.where(torch.isfinite(inv), rho * sc.f(inv), edge))
 
 
 def centered_score(sc: Centering, batch: Batch, slots: torch.Tensor, c: torch.Tensor, zero: torch.Tensor):
