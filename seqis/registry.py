@@ -125,7 +125,7 @@ def skipped_note(skipped: dict) -> str:
         return ""
     fields = sorted({f for lacks in skipped.values() for f in lacks})
     names = ", ".join(str(x) for x in skipped)
-    return f"Not run (this batch has no {', '.join(fields)}: the sampler's head score centering reads): {names}."
+    return f"Not run (this batch has no {', '.join(fields)}, which score centering reads): {names}."
 
 
 def run(x: Correctable, batch: Batch, cfg: Config | None = None, *, agg: str = "token-mean") -> EstimatorOutput:

@@ -76,7 +76,7 @@ def test_a_knob_move_reaches_its_config_and_the_disagreement():
 def test_the_picker_groups_presets_by_framework_then_the_estimators():
     at = compare()
     picker = at.multiselect(key="cmp.picks")
-    assert picker.value == KEYS  # three frameworks' defaults to start with
+    assert picker.value == [*KEYS, "verl/bypass_pg_sc"]  # three frameworks' defaults, and SC: the batch has a head
     frameworks = [k.split(" · ")[0] for k in picker.options]
     order = [f for f in FRAMEWORKS if f in frameworks] + ["seqis"]
     assert list(dict.fromkeys(frameworks)) == order  # grouped, in Learn's order, estimators last
@@ -118,3 +118,24 @@ def test_a_columns_export_is_seqis_exports_own_config_read_back():
     assert skyrl["policy_loss_type"] == "cispo" and skyrl["off_policy_correction"]["tis_ratio_type"] is None
     verl = yaml.safe_load(codes["verl/decoupled_token_is"])["algorithm"]["rollout_correction"]
     assert verl["bypass_mode"] is False
+
+
+def test_a_head_correction_is_a_column_beside_the_others_on_a_batch_with_a_head():
+    """Score centering as a column (its rollout map, knobs, config and its own numbers), its metrics in the side by
+    side table beside the others' (blank for those that do not report them)."""
+    at = compare(**{"cmp.picks": "verl/decoupled_token_is,verl/bypass_pg_sc"})
+    assert not at.error and not at.warning
+    assert any("score centering: sc_correction" in m.value for m in at.markdown)
+    metrics = next(t.value for t in at.table if "sc_correction" in t.value.index)
+    assert list(metrics.columns) == ["verl/decoupled_token_is", "verl/bypass_pg_sc"]
+    assert "Where they disagree on this batch" in [s.value for s in at.subheader]
+
+
+def test_a_head_correction_on_a_batch_without_a_head_is_named_and_skipped():
+    at = compare(**{"cmp.picks": "verl/decoupled_token_is,verl/bypass_pg_sc,trl/sequence_mask",
+                    "ex.sc.gaussian.head_k": "0"})
+    assert not at.exception and not at.error
+    assert any("Not run (this batch has no topk_ids" in w.value and "verl/bypass_pg_sc" in w.value
+               for w in at.warning)
+    assert any("has no sampler head" in i.value and "`verl/bypass_pg_sc`" in i.value for i in at.info)
+    assert "Where they disagree on this batch" in [s.value for s in at.subheader]  # the other two still compared

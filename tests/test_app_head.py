@@ -59,6 +59,8 @@ def test_the_token_table_is_the_library_s_output_on_the_smaller_head(draw, label
         torch.testing.assert_close(torch.tensor(table["sampler tail 1 - Q_H"].to_numpy()), 1 - q)
         C = (-out.head_weights[j] * small.topk_trainer_logprobs[j]).sum(-1)
         torch.testing.assert_close(torch.tensor(table["C_t"].to_numpy()), C)
+        torch.testing.assert_close(torch.tensor(table["largest coefficient |c_v|"].to_numpy()),
+                                   out.head_weights[j].abs().amax(-1).double())
         torch.testing.assert_close(torch.tensor(table["SC's gradient (L1 over the head)"].to_numpy()),
                                    g[j].abs().sum(-1))
         # the formula's pieces: d loss / d log p_v = A / N c_v (token-mean), c_v = -head_weights

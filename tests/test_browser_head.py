@@ -1,7 +1,8 @@
-"""Explore's and Compare's head corrections in a real browser (issue 42 item 6): an uploaded file with the sampler's
-top-16 head shows the score-centering section (K a slider, per token the head masses and what SC adds, one token's
-head coefficients) and Compare the centered corrections side by side; the synthetic batch without a head says which
-corrections need one. SEQIS_SHOTS=folder keeps the screenshots. Skips without Playwright or a chromium."""
+"""Explore's and Compare's head corrections in a real browser (issue 42 item 6): an uploaded vLLM-style JSONL file
+with the sampler's top-16 head shows the score-centering section (K a slider, per token the head masses and what SC
+adds, one token's head coefficients) and Compare score centering as a column and the centered corrections side by
+side; the synthetic batch without a head says which corrections need one. SEQIS_SHOTS=folder keeps the screenshots.
+Skips without Playwright or a chromium."""
 
 from __future__ import annotations
 
@@ -12,15 +13,22 @@ pytestmark = pytest.mark.browser
 
 
 def _head_file(tmp_path):
-    from seqis import Batch
-    from seqis.io import save_batch
+    """A vLLM-style JSONL file: per rollout the sampled tokens' log-probs, an advantage, and per position the
+    sampler's top-16 as {token_id: logprob} (vLLM's top_logprobs) beside the trainer's log-probs of those ids."""
+    import json
+
     from seqis.lab.head_lm import HeadLM, head_batch
 
     batch, _ = head_batch(HeadLM(vocab=256, positions=12, rollouts=8, mismatch=0.5).draw(0), 16)
-    path = tmp_path / "head.npz"
-    save_batch(Batch(batch.trainer_logprobs.detach(), batch.inference_logprobs, batch.advantages,
-                     topk_ids=batch.topk_ids, topk_inference_logprobs=batch.topk_inference_logprobs,
-                     topk_trainer_logprobs=batch.topk_trainer_logprobs.detach()), path, layout="padded")
+    ids, logq, logp, _ = batch.head()
+    path = tmp_path / "head.jsonl"
+    with path.open("w") as f:
+        for j in range(batch.shape[0]):
+            f.write(json.dumps({
+                "trainer_logprobs": batch.trainer_logprobs[j].tolist(),
+                "inference_logprobs": batch.inference_logprobs[j].tolist(), "advantages": float(batch.advantages[j]),
+                "topk_logprobs": [{str(int(i)): float(v) for i, v in zip(ids[j, t], logq[j, t])} for t in range(12)],
+                "topk_trainer_logprobs": logp[j].detach().tolist()}) + "\n")
     return path
 
 
@@ -39,6 +47,7 @@ def test_an_uploaded_head_shows_its_corrections_in_explore_and_compare(server, b
     page.locator('[data-testid="stSidebarNav"] a').filter(has_text="Compare").first.click()  # the same session
     _settle(page)
     _no_exceptions(page, "compare with a head")
+    assert page.get_by_text("score centering: sc_correction", exact=False).count()  # a column beside the others
     page.get_by_text("Head corrections side by side", exact=True).scroll_into_view_if_needed()
     assert page.get_by_text("sc_sampler_head_mass", exact=False).count()
     _shot(page, "compare-head-upload")

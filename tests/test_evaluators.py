@@ -123,7 +123,7 @@ def test_reference_plain_and_fast_agree_for_every_estimator(name, batch, data):
     fast_agrees(comp, batch, agg, data.draw(st.sampled_from(FORMS)), plain, f"{name} fast vs plain")
 
 
-@pytest.mark.parametrize("key", sorted(k for k in PRESETS if not needs_head(k)))  # SC: the plain evaluator only
+@pytest.mark.parametrize("key", sorted(k for k in PRESETS if not needs_head(k)))  # SC: test_score_centering_fast
 @settings(max_examples=examples(10), deadline=None)
 @given(batch=batches(), agg=st.sampled_from(AGGREGATIONS), form=st.sampled_from(FORMS))
 def test_plain_and_fast_agree_for_every_preset(key, batch, agg, form):

@@ -1,4 +1,5 @@
-"""Score centering over the sampler's top-k head (seqis/core/compose.py Centering; evaluated by the plain evaluator).
+"""Score centering over the sampler's top-k head (seqis/core/compose.py Centering; plain.add_centering, which both
+evaluators call; tests/test_score_centering_fast.py holds the fast one to the plain one).
 
 The reference below is written from the formula in docs (DESIGN.md, "The sampler's head"), one token and one slot at
 a time in float64, sharing no code with the evaluator; a wrong rule f or tail floor in the evaluator fails it (the
@@ -46,9 +47,10 @@ def head_batch(seed: int = 0, B: int = 4, T: int = 6, V: int = 12, K: int = 5, d
     return batch, log_p, log_q
 
 
-def reference(batch: Batch, sc: Centering, weight) -> tuple[float, torch.Tensor, torch.Tensor]:
+def reference(batch: Batch, sc: Centering, weight, whole: bool = False) -> tuple[float, torch.Tensor, torch.Tensor]:
     """(loss, d loss / d trainer_logprobs, d loss / d topk_trainer_logprobs) of weight(rho_t) REINFORCE plus the
-    centering term, token-mean, in plain float64 loops: the formula, slot by slot."""
+    centering term, token-mean, in plain float64 loops: the formula, slot by slot. whole: the head is the whole
+    vocabulary, so there is no tail to model (alpha = 1: c_v = q_v f(p_v / q_v) - p_v, the exact-support form)."""
     f = {"none": lambda x: 1.0, "truncate": lambda x: min(x, sc.high),
          "band": lambda x: x if sc.low <= x <= sc.high else 0.0,
          "clamp": lambda x: min(max(x, sc.low), sc.high)}[sc.rule]
@@ -68,11 +70,12 @@ def reference(batch: Batch, sc: Centering, weight) -> tuple[float, torch.Tensor,
             slots = [k for k in range(batch.topk_ids.shape[-1]) if batch.topk_ids[j, t, k] >= 0]
             p = {k: math.exp(float(batch.topk_trainer_logprobs[j, t, k].detach())) for k in slots}
             q = {k: math.exp(float(batch.topk_inference_logprobs[j, t, k])) for k in slots}
-            tail_q, tail_p = 1 - sum(q.values()), 1 - sum(p.values())
-            tail_q = tail_q if sc.sampler_floor is None else max(tail_q, sc.sampler_floor)
-            tail_p = tail_p if sc.trainer_floor is None else max(tail_p, sc.trainer_floor)
-            rho = tail_q / tail_p
-            alpha = rho * f(1 / rho)
+            # the tail masses, never below 0 (a head summing past 1 is rounding), floored; rho their ratio
+            tail_q = max(1 - sum(q.values()), sc.sampler_floor or 0.0)
+            tail_p = max(1 - sum(p.values()), sc.trainer_floor or 0.0)
+            rho = 1.0 if whole else tail_q / tail_p  # no tail (whole): alpha = 1
+            big = 1e300  # a sampler's tail of 0: alpha is the limit of rho f(1 / rho), f(x) / x for large x
+            alpha = rho * f(1 / rho) if rho else f(big) / big
             for k in slots:
                 c = q[k] * f(p[k] / q[k]) - alpha * p[k]
                 loss += A * c * math.log(p[k]) / N
@@ -142,6 +145,46 @@ def test_with_untruncated_is_the_coefficient_is_zero():
     batch, _, _ = head_batch(4)
     out = run(Composition(Weight("token"), centering=Centering("clamp", low=0.0, high=math.inf)), batch)
     torch.testing.assert_close(out.head_weights, torch.zeros_like(out.head_weights), atol=1e-12, rtol=0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("sc", RULES[:4], ids=lambda sc: sc.rule)
+def test_a_whole_vocabulary_head_without_floors_has_no_tail(sc, dtype):
+    """Both floors None and the head the whole vocabulary: both tail masses are 0 (or rounding), rho_tail = 0 / 0
+    was NaN. With no tail the term is the exact-support form, alpha = 1; the float64 formula says so, and the
+    exact variant over an all-True support has the same coefficients."""
+    bare = Centering(sc.rule, low=sc.low, high=sc.high, sampler_floor=None, trainer_floor=None)
+    batch, _, _ = head_batch(2, V=9, K=9, drift=0.5, dtype=dtype)
+    comp, weight = composition(bare)
+    out = run(comp, batch)
+    g_tok, g_head = gradients(out, batch)
+    assert torch.isfinite(g_head).all() and torch.isfinite(out.loss.detach())
+    wide = Batch(batch.trainer_logprobs.detach().double().requires_grad_(), batch.inference_logprobs.double(),
+                 batch.advantages.double(), batch.loss_mask, topk_ids=batch.topk_ids,
+                 topk_inference_logprobs=batch.topk_inference_logprobs.double(),
+                 topk_trainer_logprobs=batch.topk_trainer_logprobs.detach().double())
+    _, want_tok, want_head = reference(wide, bare, weight, whole=True)
+    tol = dict(rtol=1e-9, atol=1e-12) if dtype == torch.float64 else dict(rtol=1e-4, atol=1e-6)
+    torch.testing.assert_close(g_tok.double(), want_tok, **tol)
+    torch.testing.assert_close(g_head.double(), want_head, **tol)
+    support = torch.ones(batch.topk_ids.shape, dtype=torch.bool)
+    exact = Batch(batch.trainer_logprobs.detach().requires_grad_(), batch.inference_logprobs, batch.advantages,
+                  batch.loss_mask, topk_ids=batch.topk_ids, topk_inference_logprobs=batch.topk_inference_logprobs,
+                  topk_trainer_logprobs=batch.topk_trainer_logprobs.detach().requires_grad_(), topk_support=support)
+    ecomp = Composition(comp.weight, centering=Centering(sc.rule, low=sc.low, high=sc.high, exact=True))
+    torch.testing.assert_close(run(ecomp, exact).head_weights, out.head_weights, **tol)  # the same c_v
+
+
+def test_untruncated_is_over_a_whole_vocabulary_head_is_zero_with_only_the_trainer_floored():
+    """NeMo-RL's floors (the trainer's tail only) with f = x on a head of the whole vocabulary: the sampler's tail is 0
+    or rounding either side of it. rho = 0 made alpha 0 * inf = NaN, a tail under 0 made alpha 0 (c = p); the tail is
+    never below 0 and alpha takes its limit, 1, so the coefficient is 0 ("untruncated IS makes it zero")."""
+    sc = Centering("clamp", low=0.0, high=math.inf, sampler_floor=None, trainer_floor=1e-6)
+    for seed in range(4):
+        batch, _, _ = head_batch(seed, V=9, K=9, drift=0.5)
+        out = run(Composition(Weight("token"), centering=sc), batch)
+        torch.testing.assert_close(out.head_weights, torch.zeros_like(out.head_weights), atol=1e-12, rtol=0)
+        assert math.isfinite(float(out.loss.detach()))
 
 
 def expected_gradient(sc: Centering | None, V: int = 7, support: torch.Tensor | None = None):

@@ -47,6 +47,8 @@ EXACT = {
     "miles/score_centering_exact": lambda p, q: q,  # f = 1 (no --use-tis)
     "prime-rl/ipo_score_centering": lambda p, q: q * min(p / q, 1e4) * (abs(p - q) <= 0.3),  # IPO's own weight
 }
+EXACT_TOKEN_W = {"miles/score_centering_exact": lambda p, q: 1.0,  # the sampled token's weight, of (p, q)
+                 "prime-rl/ipo_score_centering": lambda p, q: min(p / q, 1e4) * (abs(p - q) <= 0.3)}
 
 
 def test_every_score_centering_preset_is_in_a_table_here():
@@ -139,7 +141,9 @@ def exact_reference(batch: Batch, coef, token_w):
     for j in range(B):
         A = float(batch.advantages[j])
         for t in range(T):
-            S = [k for k in range(K) if batch.topk_support[j, t, k]]
+            if not batch.loss_mask[j, t]:
+                continue
+            S = [k for k in range(K) if batch.topk_support[j, t, k] and batch.topk_ids[j, t, k] >= 0]
             p = {k: math.exp(float(batch.topk_trainer_logprobs[j, t, k].detach())) for k in S}
             P = sum(p.values())
             pn = {k: p[k] / P for k in S}
@@ -159,9 +163,7 @@ def test_an_exact_support_preset_is_its_frameworks_formula_slot_by_slot(key, see
     """The frameworks add sum_S q f log p' without seqis's - p' (the gradient is the same: sum p' grad log p' is
     0), so the gradients are compared."""
     batch = _support_batch(seed)
-    token_w = {"miles/score_centering_exact": lambda p, q: 1.0,
-               "prime-rl/ipo_score_centering": lambda p, q: min(p / q, 1e4) * (abs(p - q) <= 0.3)}[key]
-    want_tok, want_head = exact_reference(batch, EXACT[key], token_w)
+    want_tok, want_head = exact_reference(batch, EXACT[key], EXACT_TOKEN_W[key])
     got_tok, got_head = grads(key, batch)
     torch.testing.assert_close(got_head, want_head, rtol=1e-9, atol=1e-13)
     torch.testing.assert_close(got_tok, want_tok, rtol=1e-9, atol=1e-13)

@@ -10,6 +10,7 @@ aggregation's normaliser (token-mean: 1 / N):
 
     base weight      the weight on the sampled token (EstimatorOutput.weights)
     Q_H, P_H         the sampler's and the trainer's mass on the head; tail = 1 - Q_H (the sampler's)
+    |c_v| max        the head's largest coefficient (one token's every c_v: slot_table)
     C_t              sum over the head of c_v log p_v (verl's sc_correction, per token)
     SC's gradient    d loss / d log p_v = s_t adv_tau A_t c_v on each head token v: its L1 sum over the head here
 """
@@ -88,8 +89,8 @@ def _centered(batch: Batch, correction, K: int):
 
 
 def token_table(batch: Batch, correction, K: int, rollout: int) -> pd.DataFrame:
-    """One row per loss token of the rollout: position, l_t, base weight, Q_H, P_H, tail, C_t and the L1 of what
-    score centering adds to the gradient over the head (token-mean loss, the head cut to top K)."""
+    """One row per loss token of the rollout: position, l_t, base weight, Q_H, P_H, tail, the largest |c_v|, C_t and
+    the L1 of what score centering adds to the gradient over the head (token-mean loss, the head cut to top K)."""
     cut, out, g_head = _centered(batch, correction, K)
     tl = cut.trainer_logprobs
     ids, logq, logp, _ = cut.head()
@@ -107,6 +108,7 @@ def token_table(batch: Batch, correction, K: int, rollout: int) -> pd.DataFrame:
         "sampler head mass Q_H": q[pos].numpy(),
         "trainer head mass P_H": p[pos].numpy(),
         "sampler tail 1 - Q_H": (1 - q[pos]).numpy(),
+        "largest coefficient |c_v|": torch.where(filled, out.head_weights[j].double().abs(), 0.0).amax(-1)[pos].numpy(),
         "C_t": C[pos].numpy(),
         "SC's gradient (L1 over the head)": g_head[j].abs().sum(-1)[pos].numpy(),
     })

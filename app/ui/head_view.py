@@ -48,16 +48,15 @@ def explore_section(batch, prefix: str) -> None:
     offered = _heading("The sampler's head: score centering", batch)
     if offered is None:
         return
-    c1, c2, c3 = st.columns([2, 2, 1], vertical_alignment="bottom")
+    c1, c2 = st.columns([3, 1], vertical_alignment="bottom")
     with c1:
         label = bound(st.selectbox, "Score-centering correction", f"{prefix}head", next(iter(offered)),
                       options=list(offered), valid=lambda v: v in offered)
-    with c2:
-        K = _k(prefix, batch)
     B = batch.shape[0]
-    with c3:
+    with c2:
         j = bound(st.number_input, "Rollout (head)", f"{prefix}head.rollout", 0, min_value=0, max_value=B - 1, step=1,
                   valid=lambda v: isinstance(v, int) and 0 <= v < B)
+    K = _k(prefix, batch)
     x = offered[label]
     frame = head_data.token_table(batch, x, K, j)
     if frame.empty:

@@ -23,11 +23,13 @@ from ui.widgets import knob_widgets
 
 from seqis import ESTIMATORS
 from seqis.presets import FRAMEWORKS, presets_of
+from seqis.registry import runnable, skipped_note
 
 P = "cmp."
 PER_ROW = 4
 MAX_SHOWN = 8
 FIRST = COMPARE_FIRST  # three frameworks' defaults
+HEAD_FIRST = "verl/bypass_pg_sc"  # on a batch with the sampler's head: score centering as a fourth column
 # the picker's options grouped by framework (in the order Learn lists them), the registry's estimators last
 GROUP = {k: fw for fw in FRAMEWORKS for k in presets_of(fw)}  # a preset key -> its framework
 OPTIONS = [*GROUP, *ESTIMATORS]
@@ -64,6 +66,10 @@ def draw_numbers(view: data.ExploreView, key: str, where) -> None:
     eff = v.effective
     where.markdown(f"tokens kept **{eff['tokens_kept_frac']:.1%}** · rollouts accepted "
                    f"**{eff['rollouts_kept_frac']:.1%}** · ESS **{number(eff['ess'])}** of {int(eff['rollouts'])}")
+    m = v.metrics
+    if "sc_correction" in m:  # a head correction: what score centering reads and adds, in its own column
+        where.markdown(f"score centering: sc_correction **{number(m['sc_correction'])}** · sampler head mass "
+                       f"**{number(m['sc_sampler_head_mass'])}** · trainer's **{number(m['sc_train_head_mass'])}**")
 
 
 def draw_export(view: data.ExploreView, key: str, where) -> None:
@@ -104,11 +110,20 @@ st.caption("Any mix of the frameworks' shipped corrections and the registry's es
            "this batch.")
 src, payload = batch_source()
 first_look(src)  # seen here: Explore will not send it to Diagnose
-picks = bound(st.multiselect, "Corrections", f"{P}picks", FIRST, options=OPTIONS, format_func=label,
+batch = data.load_batch(src, payload)
+picks = bound(st.multiselect, "Corrections", f"{P}picks", [*FIRST, HEAD_FIRST] if batch.has_head else FIRST,
+              options=OPTIONS, format_func=label,
               valid=lambda v: isinstance(v, list) and all(k in OPTIONS for k in v) and len(v) <= MAX_SHOWN,
               max_selections=MAX_SHOWN, placeholder="Type a framework or a correction to search",
               help="Grouped by framework (verl, trl, nemo-rl, prime-rl, ...), then the registry's estimators "
-                   "(seqis); type to search. Each starts at its framework's defaults.")
+                   "(seqis); type to search. Each starts at its framework's defaults. Score centering's corrections "
+                   "need a batch with the sampler's top-k head.")
+picks, skipped = runnable(picks, batch)  # score centering on a batch without a head: named, not run
+if skipped:
+    st.warning(skipped_note(skipped))
+if not batch.has_head:
+    st.caption("This batch has no sampler head: score centering's corrections cannot run on it (the end of the page "
+               "names them and the fields they read).")
 if not picks:
     st.info("Pick at least one correction; two or more to see where they disagree.")
     st.stop()
@@ -132,7 +147,7 @@ for key in view.names:
     draw_export(view, key, exports[key])
 
 if len(view.corrections) < 2:
-    head_view.compare_section(data.load_batch(src, payload), P)  # the sampler's head: score centering
+    head_view.compare_section(batch, P)  # the sampler's head: score centering
     st.stop()
 
 st.subheader("Where they disagree on this batch")
@@ -175,4 +190,4 @@ c2.download_button("Disagreement CSV", disagreement_csv(d), file_name="seqis-dis
 c3.download_button("Metrics CSV", view.csv_later()[0], file_name="seqis-metrics.csv", mime="text/csv",
                    on_click="ignore", key=f"{P}metrics_csv")
 
-head_view.compare_section(data.load_batch(src, payload), P)  # the sampler's head, last: score centering
+head_view.compare_section(batch, P)  # the sampler's head, last: score centering at each head size K

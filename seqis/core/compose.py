@@ -268,7 +268,9 @@ class Centering:
     that subtracts the sampler-expected score, so a constant reward moves nothing. Per loss token t, q_v and p_v the
     sampler's and the trainer's probability of head token v (normalised over the whole vocabulary):
 
-        rho_tail = max(1 - Q_H, sampler_floor) / max(1 - P_H, trainer_floor)   (a floor of None: no floor)
+        rho_tail = max(1 - Q_H, sampler_floor) / max(1 - P_H, trainer_floor)   (a floor of None: 0, a mass is
+                   never below 0; no floor either side and both tails 0 within rounding, the whole vocabulary in
+                   H: alpha = 1; rho_tail = 0: alpha is its limit, lim f(x) / x, 1 for f = x)
         alpha    = rho_tail * f(1 / rho_tail)
         c_v      = sg(q_v f(p_v / q_v) - alpha p_v);   C_t = sum over v in H of c_v log p_v
         loss    += s_t * adv_tau * A_t * C_t            (s_t the aggregation's normaliser, every loss token)

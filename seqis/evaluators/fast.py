@@ -286,5 +286,4 @@ def reads_extremes(comp: Composition) -> bool:
 def supports(comp: Composition) -> bool:
     """Whether this module evaluates the composition (every part one it knows), or the plain evaluator does."""
     return (comp.weight.level in WEIGHT_LEVELS and all(c.agg in AGGREGATES for c in comp.criteria)
-            and (comp.penalty is None or comp.penalty.statistic in PENALTIES)
-            and comp.centering is None)  # score centering reads the sampler's head: the plain evaluator's
+            and (comp.penalty is None or comp.penalty.statistic in PENALTIES))

@@ -15,6 +15,7 @@ from ..core.compose import Composition, Penalty
 from ..core.ratios import Ratios, as_dtype, as_float, dot
 from ..core.types import Batch, EstimatorOutput, Masks
 from .kernels import SharedGradient, any_per_row, dot_rows, gated, known_losses, masked_mean, scaled, tokens_of
+from .plain import add_centering
 from .rows import Correction, row_sums, spread
 from .rules import Cache
 
@@ -176,8 +177,11 @@ def outputs_of(r: Ratios, pieces: Cache, batch: Batch, c: Correction, comp: Comp
         "kept_fraction": kept_len / length,
     }
     logp = as_dtype(batch.trainer_logprobs, r.dtype)  # (B, T) differentiable: the loss nodes' input
-    return [EstimatorOutput(loss=loss, weights=weights, masks=masks, metrics=dict(metrics), rollouts=dict(rollouts))
+    outs = [EstimatorOutput(loss=loss, weights=weights, masks=masks, metrics=dict(metrics), rollouts=dict(rollouts))
             for loss in known_losses(logp, value, grad_of, n)]
+    if comp.centering is not None:  # score centering's term over the sampler's head: the plain evaluator's own
+        add_centering(comp.centering, batch, r.mask, scale, adv, outs)
+    return outs
 
 
 

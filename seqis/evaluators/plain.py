@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..core.compose import Composition, Criterion
+from ..core.compose import Centering, Composition, Criterion
 from ..core.ratios import MAX_LOG_WEIGHT, compute_dtype
 from ..core.types import Batch, EstimatorOutput
 
@@ -337,9 +337,32 @@ def outputs(p: Pieces, v: Verdicts, w: Weighting, kept: torch.Tensor, weights: t
 
 def centered(comp: Composition, batch: Batch, p: Pieces, kept: torch.Tensor, agg: str, out: EstimatorOutput) -> None:
     """Step 6: score centering (seqis/core/compose.py, Centering) added to the loss on every loss token (as verl adds
-    it: a token the IS weight zeroes keeps its centering term), with its metrics (verl's names: sc_correction, the
-    mean of C_t without the advantage; the mean head masses) and the head's coefficients."""
-    sc, m, zero = comp.centering, p.m, p.zero
+    it: a token the IS weight zeroes keeps its centering term), with its metrics and the head's coefficients."""
+    add_centering(comp.centering, batch, p.m, normaliser(p, kept, agg), p.adv * comp.adv_tau, [out])
+
+
+def add_centering(sc: Centering, batch: Batch, m: torch.Tensor, s: torch.Tensor, adv: torch.Tensor,
+                  outs: list[EstimatorOutput]) -> None:
+    """Adds s_t * adv_t * C_t (s: the aggregation's normaliser, () or (B, 1); adv: A times adv_tau, (B,) or (B, T))
+    to each output's loss, a graph of its own per output (each may be differentiated alone), with verl's metrics
+    (sc_correction: the mean of C_t without the advantage; the mean head masses) and head_weights = -c. The plain
+    and the fast evaluator both add the term here: it is one definition."""
+    zero = s.new_zeros(())
+    slots, c, P, Q = head_coefficients(sc, batch, m, zero)
+    A = torch.where(m, adv if adv.dim() == 2 else adv[:, None].expand(m.shape), zero)  # (B, T)
+    mean = lambda x: torch.where(m, x, zero).sum() / m.sum().clamp(min=1)
+    for out in outs:
+        C = centered_score(sc, batch, slots, c, zero)  # (B, T) C_t, differentiable in the head's log p
+        out.loss = out.loss + (s * A * C).sum()
+        out.metrics.update(sc_correction=mean(C.detach()), sc_sampler_head_mass=mean(Q), sc_train_head_mass=mean(P))
+        out.head_weights = -c  # d loss / d log p_v = s * adv_tau * A_t * c_v = -head_weights * adv_tau * A_t * s
+
+
+def head_coefficients(sc: Centering, batch: Batch, m: torch.Tensor, zero: torch.Tensor):
+    """(slots, c, P, Q): the head's filled slots on loss tokens (B, T, K) (the support's, exact), the detached
+    coefficients c_v (B, T, K), and the trainer's and the sampler's head masses (B, T). With no floor on either side
+    and both tail masses within rounding of 0 (the whole vocabulary in the head) there is no tail: alpha = 1, so c_v
+    is the exact-support form q_v f(p_v / q_v) - p_v (rho_tail would be 0 / 0)."""
     if not batch.has_head:
         raise ValueError("score centering needs the sampler's top-k head: Batch(topk_ids=..., "
                          "topk_inference_logprobs=..., topk_trainer_logprobs=...)")
@@ -349,9 +372,9 @@ def centered(comp: Composition, batch: Batch, p: Pieces, kept: torch.Tensor, agg
         if support is None:
             raise ValueError("exact score centering needs the replayed support: Batch(topk_support=...)")
         slots = slots & support
-    logp_h = torch.where(slots, logp_h.to(zero.dtype), zero)  # (B, T, K) log p_v, differentiable
-    logq_h = torch.where(slots, logq_h.to(zero.dtype), zero)  # (B, T, K) log q_v
     with torch.no_grad():
+        logp_h = torch.where(slots, logp_h.to(zero.dtype), zero)  # (B, T, K) log p_v
+        logq_h = torch.where(slots, logq_h.to(zero.dtype), zero)  # (B, T, K) log q_v
         pv = torch.where(slots, logp_h.exp(), zero)  # (B, T, K) p_v
         qv = torch.where(slots, logq_h.exp(), zero)  # (B, T, K) q_v
         P, Q = pv.sum(-1), qv.sum(-1)  # (B, T) the head's masses
@@ -360,24 +383,36 @@ def centered(comp: Composition, batch: Batch, p: Pieces, kept: torch.Tensor, agg
             ratio = torch.where(slots, pv / qv.clamp(min=1e-30), zero)
             c = qv * sc.head_rule(ratio, pv, qv) - pv  # (B, T, K)
         else:
-            tail_q, tail_p = 1 - Q, 1 - P  # (B, T)
-            if sc.sampler_floor is not None:
-                tail_q = tail_q.clamp(min=sc.sampler_floor)
-            if sc.trainer_floor is not None:
-                tail_p = tail_p.clamp(min=sc.trainer_floor)
-            rho_tail = tail_q / tail_p  # (B, T)
-            alpha = rho_tail * sc.f(1 / rho_tail)  # (B, T)
             ratio = torch.where(slots, (logp_h - logq_h).exp(), zero)  # (B, T, K) p_v / q_v
-            c = qv * sc.head_rule(ratio, pv, qv) - alpha[..., None] * pv  # (B, T, K)
+            c = qv * sc.head_rule(ratio, pv, qv) - tail_alpha(sc, 1 - Q, 1 - P, ids.shape[-1])[..., None] * pv
         c = torch.where(slots, c, zero)
-    log_p = logp_h - torch.logsumexp(torch.where(slots, logp_h, -math.inf), -1, keepdim=True).nan_to_num(
-        0.0, 0.0, 0.0) if sc.exact else logp_h  # (B, T, K) log p'_v renormalised on the support, or log p_v
-    C = (c * torch.where(slots, log_p, zero)).sum(-1)  # (B, T) C_t, differentiable in the head's log p
-    A = p.adv if p.adv.dim() == 2 else p.adv[:, None].expand_as(p.l)  # (B, T)
-    out.loss = out.loss + (normaliser(p, kept, agg) * comp.adv_tau * torch.where(m, A, zero) * C).sum()
-    mean = lambda x: torch.where(m, x, zero).sum() / p.N.clamp(min=1)
-    out.metrics.update(sc_correction=mean(C.detach()), sc_sampler_head_mass=mean(Q), sc_train_head_mass=mean(P))
-    out.head_weights = -c  # d loss / d log p_v = s * adv_tau * A_t * c_v = -head_weights * adv_tau * A_t * s
+    return slots, c, P, Q
+
+
+def tail_alpha(sc: Centering, tail_q: torch.Tensor, tail_p: torch.Tensor, K: int) -> torch.Tensor:
+    """(B, T) alpha = rho_tail f(1 / rho_tail), rho_tail = max(1 - Q, sampler_floor) / max(1 - P, trainer_floor), a
+    mass never below 0 (1 - Q under 0 is rounding). A sampler's tail of 0 over a floored trainer's (rho = 0): the
+    limit, lim f(x) / x as x grows (1 for f = x, untruncated IS; 0 for a bounded f), not 0 * inf. No floor either
+    side and both tails within rounding of 0 (the whole vocabulary in the head): no tail, alpha = 1."""
+    eps = K * torch.finfo(tail_q.dtype).eps  # a head of K probabilities sums to 1 within about K ulps
+    tq, tp = tail_q.clamp(min=sc.sampler_floor or 0.0), tail_p.clamp(min=sc.trainer_floor or 0.0)
+    none = ((tq <= eps) & (tp <= eps) if not sc.sampler_floor and not sc.trainer_floor
+            else torch.zeros_like(tail_q, dtype=torch.bool))
+    rho = torch.where(none, 1.0, tq) / torch.where(none, 1.0, tp)  # (B, T)
+    top = torch.finfo(rho.dtype).max
+    edge = sc.f(rho.new_full((), top)) / top  # lim rho f(1 / rho) as rho -> 0
+    inv = 1 / rho
+    return torch.where(none, 1.0, torch.where(torch.isfinite(inv), rho * sc.f(inv), edge))
+
+
+def centered_score(sc: Centering, batch: Batch, slots: torch.Tensor, c: torch.Tensor, zero: torch.Tensor):
+    """(B, T) C_t = sum over the head of c_v log p_v (log p'_v renormalised on the support, exact), differentiable in
+    topk_trainer_logprobs."""
+    logp_h = torch.where(slots, batch.topk_trainer_logprobs.to(zero.dtype), zero)  # (B, T, K)
+    if sc.exact:
+        logp_h = logp_h - torch.logsumexp(torch.where(slots, logp_h, -math.inf), -1, keepdim=True).nan_to_num(
+            0.0, 0.0, 0.0)
+    return (c * torch.where(slots, logp_h, zero)).sum(-1)
 
 
 def statistic(name: str, lc: torch.Tensor, logp: torch.Tensor, logq: torch.Tensor) -> torch.Tensor:

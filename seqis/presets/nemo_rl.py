@@ -110,7 +110,9 @@ ESTIMATOR = framework_estimator("nemo-rl", compose, NemoRLConfig, "NeMo-RL Clipp
 SOURCE = "NVIDIA-NeMo/RL@7ea279a: nemo_rl/algorithms/loss/loss_functions.py (ClippedPGLossFn)"
 _SEQ_LEVEL = dict(sequence_level_importance_ratios=True)
 SC_SOURCE = ("NVIDIA-NeMo/RL@nightly: nemo_rl/algorithms/loss/score_centering.py (compute_score_centering_term), as "
-             "its API page and docs/guides/score-centering.md state it (the code itself not read)")
+             "its API page and docs/guides/score-centering.md state it. The code itself is not read: the newest "
+             "stored snapshot of NVIDIA-NeMo/RL (7ea279a, 2026-08-22, every branch and PR ref) predates the paper and "
+             "has no score centering, and no fork in the code index carries it (searched 2026-12-05)")
 SC_VERSIONS = ("in NeMo-RL's nightly, after arXiv 2609.20807 of 2026-09-17 "
                "(loss_fn.score_centering, experimental, off by "
                "default); in no release yet")
