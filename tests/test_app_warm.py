@@ -10,8 +10,8 @@ pytest.importorskip("streamlit")
 from pages import APP, charts, open_view  # noqa: E402
 
 sys.path.insert(0, APP.rsplit("/", 1)[0])
-from ui import explore_data, warm  # noqa: E402
-from ui.presets import PRESETS  # noqa: E402
+from ui import explore_data, head_data, warm  # noqa: E402
+from ui.presets import PRESETS, compare_first  # noqa: E402
 from ui.state import dump  # noqa: E402
 
 import seqis.samplers.scenarios  # noqa: E402
@@ -23,6 +23,7 @@ def _no_computing(monkeypatch):
 
     monkeypatch.setattr(seqis.samplers.scenarios, "make_batch", refuse)
     monkeypatch.setattr(explore_data, "run_many", refuse)
+    monkeypatch.setattr(head_data, "_evaluate_centered", refuse)  # the head section's score centering
 
 
 def test_the_first_view_is_computed_before_the_page_opens(monkeypatch):
@@ -71,7 +72,8 @@ def test_compares_first_view_is_computed_by_the_warm_up(monkeypatch):
     warm.compare_view()
     _no_computing(monkeypatch)
     at = open_view("views/compare.py")
-    assert not at.error and len(charts(at)) == 3
+    first = compare_first(explore_data.load_batch(warm.scenario(warm.FIRST_SCENARIO)).has_head)
+    assert not at.error and len(charts(at)) == len(first) == 4  # a rollout map each; the first batch has a head
 
 
 def test_the_background_warm_up_waits_while_a_page_runs(monkeypatch):
@@ -137,4 +139,5 @@ def test_the_background_steps_hold_every_scenario_and_compares_first_view(monkey
     warm.run_when_quiet([warm.compare_view])
     _no_computing(monkeypatch)
     at = open_view("views/compare.py")
-    assert not at.error and len(charts(at)) == 3
+    first = compare_first(explore_data.load_batch(warm.scenario(warm.FIRST_SCENARIO)).has_head)
+    assert not at.error and len(charts(at)) == len(first) == 4  # a rollout map each; the first batch has a head

@@ -88,6 +88,12 @@ class Source:
                                         f"{self.config!r}")
 
     @property
+    def is_file(self) -> bool:
+        """An upload or an example, not a scenario: Explore opens its advice at first (a scenario's compares the
+        whole registry only when asked: seconds a first chart should not wait for)."""
+        return self.kind != "synthetic"
+
+    @property
     def label(self) -> str:
         if self.kind == "synthetic":
             return f"synthetic {self.name} (seed {self.seed})"
@@ -591,17 +597,10 @@ class ExploreView:
         self.heatmap(self.names[0], rollout)
         self.coefficients(rollout)
         self.weights()
-        if advice_open_at_first(self.src):
+        if self.src.is_file:  # Explore shows a file's advice at first; a scenario's when its expander is opened
             self.advice()
         self.tables()
         self.export(*self.export_pick(None, None))
-
-
-def advice_open_at_first(src: Source) -> bool:
-    """Whether Explore shows the advice on a batch's first view: for a file, yes (a person uploads one to be told
-    what to do with it); for a scenario, only once its expander is opened (the advice compares the whole registry,
-    seconds a first chart should not wait for)."""
-    return src.kind != "synthetic"
 
 
 def explore(src: Source, picks: Estimators, payload: bytes | None = None) -> ExploreView:

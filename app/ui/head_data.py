@@ -18,6 +18,7 @@ aggregation's normaliser (token-mean: 1 / N):
 from __future__ import annotations
 
 import math
+import weakref
 
 import pandas as pd
 import torch
@@ -25,7 +26,7 @@ import torch
 from seqis import ESTIMATORS, PRESETS, run
 from seqis.core.types import Batch
 from seqis.lab.centering import CORRECTIONS
-from seqis.registry import resolve
+from seqis.registry import lacking, resolve
 
 HEAD_FIELDS = ", ".join(Batch.HEAD)
 
@@ -53,6 +54,25 @@ def needs_head_message(batch: Batch) -> str | None:
             "tokens to see them.")
 
 
+def offered(batch: Batch) -> tuple[dict[str, object], dict[str, tuple]]:
+    """(the corrections that need a head and that this batch can run, label -> correction; those it cannot, label
+    -> the head fields it lacks: an exact variant reads topk_support too)."""
+    corrections = centered_corrections()
+    lacks = {label: lacking(c, batch) for label, c in corrections.items()}
+    return ({label: c for label, c in corrections.items() if not lacks[label]},
+            {label: fields for label, fields in lacks.items() if fields})
+
+
+def warm(batch: Batch, page: str = "explore") -> None:
+    """What a page's head section computes on a first view at the whole head (Explore: its first correction's
+    evaluation; Compare: every correction's row): the warm-up's call, so the page finds it done."""
+    runs, _ = offered(batch) if batch.has_head else ({}, {})
+    if runs and page == "explore":
+        _centered(batch, next(iter(runs.values())), head_size(batch))
+    elif runs:
+        summary(batch, runs, head_size(batch))
+
+
 def head_size(batch: Batch) -> int:
     return int(batch.topk_ids.shape[-1]) if batch.has_head else 0
 
@@ -75,9 +95,33 @@ def top_k(batch: Batch, K: int) -> Batch:
                  topk_trainer_logprobs=take(logp), topk_support=take(support))
 
 
+# the last evaluations, by (id(batch), correction, K): the page's tables and its reruns read one evaluation of
+# the whole batch in float64 (a second or two each; the explorer's batches are cached objects: one id while they
+# live, checked through a weak reference); _rows keeps Compare's small per-correction rows, many more of them
+_memo: dict = {}
+_rows: dict = {}
+MEMO, ROWS = 8, 256
+
+
+def _memoized(store: dict, limit: int, batch: Batch, key: tuple, compute):
+    hit = store.get((id(batch), *key))
+    if hit is not None and hit[0]() is batch:
+        return hit[1]
+    value = compute()
+    store[(id(batch), *key)] = (weakref.ref(batch), value)
+    while len(store) > limit:
+        store.pop(next(iter(store)))
+    return value
+
+
 def _centered(batch: Batch, correction, K: int):
     """The correction on the batch with its head cut to top K, the head's trainer log-probs a float64 leaf:
-    (cut batch, its output, (B, T, K) d loss / d log p_v, what score centering adds to each head token)."""
+    (cut batch, its output, (B, T, K) d loss / d log p_v, what score centering adds to each head token); the last
+    MEMO kept."""
+    return _memoized(_memo, MEMO, batch, (correction, int(K)), lambda: _evaluate_centered(batch, correction, int(K)))
+
+
+def _evaluate_centered(batch: Batch, correction, K: int):
     cut = top_k(batch.to("cpu"), K)
     ids, logq, logp, support = cut.head()
     leaf = logp.detach().double().clone().requires_grad_()
@@ -134,13 +178,14 @@ def slot_table(batch: Batch, correction, K: int, rollout: int, position: int) ->
 def summary(batch: Batch, corrections: dict[str, object], K: int) -> pd.DataFrame:
     """One row per correction at head size K: verl's metrics (sc_correction, the head masses), the sampler's mean
     tail mass, and the L1 of what score centering adds to the gradient over the head, summed over the batch."""
-    rows = {}
-    for label, x in corrections.items():
-        _, out, g_head = _centered(batch, x, K)
-        s = out.scalars()
-        rows[label] = {"K": min(int(K), head_size(batch)), "sc_correction": s["sc_correction"],
-                       "sc_sampler_head_mass": s["sc_sampler_head_mass"],
-                       "sc_train_head_mass": s["sc_train_head_mass"],
-                       "sampler tail 1 - Q_H": 1 - s["sc_sampler_head_mass"],
-                       "SC's gradient (L1, whole batch)": float(g_head.abs().sum())}
-    return pd.DataFrame(rows).T
+    return pd.DataFrame({label: _memoized(_rows, ROWS, batch, (x, int(K)), lambda x=x: _summary_row(batch, x, K))
+                         for label, x in corrections.items()}).T
+
+
+def _summary_row(batch: Batch, x, K: int) -> dict[str, float]:
+    _, out, g_head = _evaluate_centered(batch, x, int(K))
+    s = out.scalars()
+    return {"K": min(int(K), head_size(batch)), "sc_correction": s["sc_correction"],
+            "sc_sampler_head_mass": s["sc_sampler_head_mass"], "sc_train_head_mass": s["sc_train_head_mass"],
+            "sampler tail 1 - Q_H": 1 - s["sc_sampler_head_mass"],
+            "SC's gradient (L1, whole batch)": float(g_head.abs().sum())}

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from seqis.registry import lacking, skipped_note
+from seqis.registry import skipped_note
 
 from . import head_data
 from .numbers import number
@@ -34,12 +34,10 @@ def _heading(title: str, batch) -> dict | None:
     if msg is not None:
         st.info(msg)
         return None
-    offered = head_data.centered_corrections()
-    lacks = {label: lacking(c, batch) for label, c in offered.items()}
-    skipped = {label: fields for label, fields in lacks.items() if fields}
+    runs, skipped = head_data.offered(batch)
     if skipped:
         st.caption(skipped_note(skipped))
-    return {label: c for label, c in offered.items() if not lacks[label]}
+    return runs
 
 
 def explore_section(batch, prefix: str) -> None:

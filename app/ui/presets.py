@@ -27,6 +27,12 @@ FIRST_BATCH = {"max_len": 4096}
 FIRST_ESTIMATORS = list(SEED_ESTIMATORS)
 # Compare's first view: three frameworks' defaults (verl's token TIS, TRL's default sequence mask, prime-rl's IPO)
 COMPARE_FIRST = ["verl/decoupled_token_is", "trl/sequence_mask", "prime-rl/default"]
+COMPARE_HEAD = "verl/bypass_pg_sc"  # on a batch with the sampler's head: score centering as a fourth column
+
+
+def compare_first(has_head: bool) -> list[str]:
+    """Compare's first picks: three frameworks' defaults, and score centering where the batch has a head."""
+    return [*COMPARE_FIRST, COMPARE_HEAD] if has_head else list(COMPARE_FIRST)
 
 
 def key_estimators() -> str:

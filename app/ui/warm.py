@@ -23,9 +23,9 @@ from typing import Any
 from seqis.samplers.scenarios import SCENARIOS
 
 from . import explore_data as data
-from . import lab_data, lessons_data
+from . import head_data, lab_data, lessons_data
 from .device import device
-from .presets import COMPARE_FIRST, FIRST_BATCH, FIRST_ESTIMATORS, FIRST_SCENARIO, PREFIX, PRESETS, key_estimators
+from .presets import FIRST_BATCH, FIRST_ESTIMATORS, FIRST_SCENARIO, PREFIX, PRESETS, compare_first, key_estimators
 from .st_private import quiet_threads
 
 _started = threading.Lock()  # held for good once the background warm-up has started
@@ -54,6 +54,7 @@ def view(src: data.Source, ests: data.Estimators, payload: bytes | None = None) 
     """Every cached piece Explore draws for this batch and these estimators at their first view (the longest
     rollout picked, the first estimator's drops shaded, rollouts coloured by status)."""
     data.explore(src, ests, payload).first_screen()
+    head_data.warm(data.load_batch(src, payload))
 
 
 def first_view() -> None:
@@ -63,9 +64,9 @@ def first_view() -> None:
 
 def before_serving() -> None:
     """What the launcher computes before the server listens (in a warm-up thread, waited for): Explore's first
-    screen, then every scenario's and Learn preset's Explore view a click opens at first (a few seconds). Done in the background instead,
-    this work holds the interpreter's lock while the first pages draw and slowed them (a new session's load 3.6 s
-    -> 4.7 s in an interleaved A/B)."""
+    screen, then every scenario's and Learn preset's Explore view a click opens at first (a few seconds). Done in
+    the background instead, this work holds the interpreter's lock while the first pages draw and slowed them (a new
+    session's load 3.6 s -> 4.7 s in an interleaved A/B)."""
     t = threading.Thread(target=lambda: (first_view(), explore_views()), name=f"{THREAD}-first")
     t.start()
     t.join()
@@ -114,12 +115,14 @@ def explore_views() -> None:
 
 def compare_view() -> None:
     """Compare's first view: three frameworks' presets on Explore's first batch, their maps, configs and tables."""
-    v = data.explore(scenario(FIRST_SCENARIO), estimators(COMPARE_FIRST))
+    src = scenario(FIRST_SCENARIO)
+    v = data.explore(src, estimators(compare_first(data.load_batch(src).has_head)))
     for c in v.corrections:
         v.rollout_map(c.name)
         v.export(c.name, v.frameworks(c.name)[0])
     v.disagreement()
     v.tables()
+    head_data.warm(data.load_batch(v.src), page="compare")
 
 
 def background_steps() -> list[Callable[[], object]]:

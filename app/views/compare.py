@@ -16,7 +16,7 @@ from ui import explore_data as data
 from ui import head_view
 from ui.batch_source import batch_source
 from ui.numbers import number
-from ui.presets import COMPARE_FIRST
+from ui.presets import COMPARE_FIRST, compare_first
 from ui.runtime.chart import chart
 from ui.state import bound, first_look
 from ui.widgets import knob_widgets
@@ -29,7 +29,6 @@ P = "cmp."
 PER_ROW = 4
 MAX_SHOWN = 8
 FIRST = COMPARE_FIRST  # three frameworks' defaults
-HEAD_FIRST = "verl/bypass_pg_sc"  # on a batch with the sampler's head: score centering as a fourth column
 # the picker's options grouped by framework (in the order Learn lists them), the registry's estimators last
 GROUP = {k: fw for fw in FRAMEWORKS for k in presets_of(fw)}  # a preset key -> its framework
 OPTIONS = [*GROUP, *ESTIMATORS]
@@ -111,7 +110,7 @@ st.caption("Any mix of the frameworks' shipped corrections and the registry's es
 src, payload = batch_source()
 first_look(src)  # seen here: Explore will not send it to Diagnose
 batch = data.load_batch(src, payload)
-picks = bound(st.multiselect, "Corrections", f"{P}picks", [*FIRST, HEAD_FIRST] if batch.has_head else FIRST,
+picks = bound(st.multiselect, "Corrections", f"{P}picks", compare_first(batch.has_head),
               options=OPTIONS, format_func=label,
               valid=lambda v: isinstance(v, list) and all(k in OPTIONS for k in v) and len(v) <= MAX_SHOWN,
               max_selections=MAX_SHOWN, placeholder="Type a framework or a correction to search",

@@ -294,7 +294,7 @@ if not names:
     st.stop()
 
 # the page's skeleton first: the advice, a column per estimator, then one slot per dependent chart or table
-advice_box = st.expander("What this means for your batch", expanded=data.advice_open_at_first(src), key=advice_key(src),
+advice_box = st.expander("What this means for your batch", expanded=src.is_file, key=advice_key(src),
                          on_change="rerun")
 advice_box.caption("The batch's mismatch read against each estimator's band and clip (closed forms and the "
                    "literature's thresholds; seqis.diagnosis), and a suggested start. Follows the knobs below.")
