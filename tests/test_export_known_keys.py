@@ -84,7 +84,7 @@ KNOWN: dict[str, tuple[str, frozenset[str]]] = {
     "prime-rl": ("PrimeIntellect-ai/prime-rl@559b447: packages/prime-rl-configs/src/prime_rl/configs/trainer.py "
                  "(loss configs: type, adv_tau, kl_tau, eps, dppo_mask_low/high; model.fused_lm_head_token_chunk_"
                  "size), configs/inference.py (VllmConfig, extra='allow': vLLM's max_logprobs and logprobs_mode); "
-                 "@02bdca2 (ipo_mask_low/high); the newer loss.py / configs copies in the search index "
+                 "@02bdca2: src/prime_rl/configs/trainer.py (ipo_mask_low/high); the newer loss.py / configs copies in the search index "
                  "(max_importance_ratio, ratio_low/high, score_centering: 70316872618; score_centering_top_k: its "
                  "docs page 70285517586)",
                  frozenset({"loss.adv_tau", "loss.kl_tau", "loss.ipo_mask_low", "loss.ipo_mask_high",
@@ -94,7 +94,7 @@ KNOWN: dict[str, tuple[str, frozenset[str]]] = {
                            | {f"trainer.loss.{k}" for k in ("type", "adv_tau", "kl_tau", "eps", "dppo_mask_low",
                                                             "dppo_mask_high", "max_importance_ratio", "ratio_low",
                                                             "ratio_high", "score_centering")})),
-    "prime-rl-legacy": ("PrimeIntellect-ai/prime-rl@v0.4.0: src/prime_rl/trainer/config.py (LossConfig)",
+    "prime-rl-legacy": ("PrimeIntellect-ai/prime-rl@v0.4.0: src/prime_rl/trainer/rl/config.py (the loss config)",
                         frozenset({f"loss.{k}" for k in ("adv_tau", "kl_tau", "ratio_type", "token_mask_low",
                                                          "token_mask_high", "sequence_mask_low",
                                                          "sequence_mask_high", "sequence_clip_high", "geo_mask_low",
@@ -103,12 +103,12 @@ KNOWN: dict[str, tuple[str, frozenset[str]]] = {
             frozenset({"loss_type", "off_policy_mask_threshold", "vespo_k_pos", "vespo_k_neg", "vespo_lambda_pos",
                        "vespo_lambda_neg", "vllm_importance_sampling_correction", "vllm_importance_sampling_mode",
                        "vllm_importance_sampling_clip_min", "vllm_importance_sampling_clip_max"})),
-    "open-instruct": ("allenai/open-instruct@e6c3044a: open_instruct/ (the GRPO Args dataclass fields)",
+    "open-instruct": ("allenai/open-instruct@e6c3044a: open_instruct/grpo_utils.py (the rho-correction config fields)",
                       frozenset({"--use_rho_correction", "--rho_clamp_lower_bound", "--rho_clamp_upper_bound",
                                  "--rho_mask_lower_bound", "--rho_mask_upper_bound", "--rho_mask_sequence_level",
                                  "--rho_mask_tv_divergence"})),
-    "ms-swift": ("modelscope/ms-swift@3602360a: swift/ (RLHFArguments: rlhf_type, rollout_importance_sampling_mode, "
-                 "rollout_importance_sampling_threshold)",
+    "ms-swift": ("modelscope/ms-swift@3602360a: swift/arguments/rlhf_args.py (rlhf_type), "
+                 "swift/rlhf_trainers/args_mixin.py (rollout_importance_sampling_mode, _threshold)",
                  frozenset({"--rlhf_type", "--rollout_importance_sampling_mode",
                             "--rollout_importance_sampling_threshold"})),
     "tunix": ("google/tunix@c7d8950f: tunix/rl/grpo/grpo_learner.py (GRPOConfig)",
@@ -222,3 +222,27 @@ def test_a_veto_alone_or_a_one_sided_band_is_not_widened_to_the_tis_bounds():
         snip = export(comp, "slime")
         side = {k.split(":", 1)[1]: v for k, v in read_back(snip.text, snip.filename).items() if ":" in k}
         assert snip.expressible and side["use_rs"] and _slime_rs_band(side) == want, snip.text
+
+
+# validate_score_centering_args (nanjiangwill/miles@52a21b0, miles/utils/arguments.py): what Miles refuses at startup
+_MILES_ICEPOP = {"miles.backends.training_utils.loss_hub.corrections.icepop_function",
+                 "miles.backends.training_utils.loss_hub.corrections:icepop_function"}
+SC_MILES = [(x, "miles") for x in ALL if (s := export(x, "miles")).expressible and
+            "--use-score-centering" in read_back(s.text, s.filename)]
+
+
+@pytest.mark.parametrize("x,framework", SC_MILES)
+def test_a_miles_score_centering_export_passes_miles_own_startup_checks(x, framework):
+    """--use-miles-router (or an endpoint); a custom TIS function only the built-in IcePop one, with --use-tis;
+    finite bounds 0 <= --tis-clip-low <= --tis-clip; without replay (top-p 1, top-k -1) temperature 1."""
+    snip = export(x, framework)
+    doc = read_back(snip.text, snip.filename)
+    assert doc.get("--use-miles-router") is True and doc.get("--score-centering-head-size", 128) >= 1
+    if "--custom-tis-function-path" in doc:
+        assert doc.get("--use-tis") is True and doc["--custom-tis-function-path"] in _MILES_ICEPOP
+    if doc.get("--use-tis"):
+        low, high = doc.get("--tis-clip-low", 0.0), doc.get("--tis-clip", 2.0)
+        assert math.isfinite(low) and math.isfinite(high) and 0 <= low <= high and high > 0
+    replay = doc.get("--rollout-top-p", 1.0) < 1.0 or doc.get("--rollout-top-k", -1) > 0
+    if not replay and "--rollout-top-p" in doc:
+        assert (doc["--rollout-top-p"], doc["--rollout-top-k"], doc["--rollout-temperature"]) == (1.0, -1, 1.0)

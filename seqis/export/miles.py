@@ -51,9 +51,9 @@ write = slime.write
 # --rollout-top-logprobs-num, both tails floored at 1e-6) that these presets do not model.
 SC_HEAD = 128
 _SC_FLAGS = {"--use-score-centering": True, "--score-centering-head-size": SC_HEAD, "--use-miles-router": True}
-SC_REFUSALS = ["Miles's score centering (its docs page) runs with policy_loss and token-level objectives (not GSPO); it",
-               "refuses OPSM, OPD, unbiased KL, mismatch-metric recomputation, custom policy-loss reducers and prefill",
-               "log-prob recomputation; the modelled tail needs --rollout-temperature 1 and no top-p / top-k / min-p"]
+SC_REFUSALS = ["Miles's score centering (validate_score_centering_args) runs with --loss-type policy_loss, not GSPO;",
+               "it refuses OPSM, OPD, unbiased KL, mismatch metrics, custom policy-loss reducers and prefill log-prob",
+               "recomputation; the modelled tail needs --rollout-temperature 1 and no top-p / top-k / min-p"]
 _MODELLED_TAIL = {"--rollout-top-p": 1.0, "--rollout-top-k": -1, "--rollout-temperature": 1.0}
 _REPLAY_HOW = ("Miles centers over the replayed support when the rollout's sampling is truncated (--rollout-top-p "
                "below 1 or a positive --rollout-top-k: set your run's), over the modelled tail with --rollout-top-p 1 "
@@ -89,6 +89,8 @@ def _centering(comp: Composition) -> Settings:
         raise CannotExpress(f"Miles applies the sampled token's TIS rule to the head ({rule}); this correction's "
                             f"centering rule is {sc.describe()}")
     keys: dict = {}
+    if rule != "none" and not (math.isfinite(lo) and math.isfinite(hi)):
+        raise CannotExpress(f"Miles's score centering requires finite TIS bounds (this correction: [{lo}, {hi}])")
     if rule != "none":
         keys = {"--use-tis": True, **({"--custom-tis-function-path": _ICEPOP} if rule == "band" else {}),
                 "--tis-clip": hi, "--tis-clip-low": lo}
