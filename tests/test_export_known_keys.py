@@ -246,3 +246,32 @@ def test_a_miles_score_centering_export_passes_miles_own_startup_checks(x, frame
     replay = doc.get("--rollout-top-p", 1.0) < 1.0 or doc.get("--rollout-top-k", -1) > 0
     if not replay and "--rollout-top-p" in doc:
         assert (doc["--rollout-top-p"], doc["--rollout-top-k"], doc["--rollout-temperature"]) == (1.0, -1, 1.0)
+
+
+# the values a few keys take, from the same parsers: argparse choices (OpenRLHF 0.11.2 wheel,
+# openrlhf/cli/train_ppo_ray.py) and the MIS example's documented modes (THUDM/slime@624b824 mis.yaml, mis.py)
+CHOICES = {
+    "openrlhf": {"--algo.advantage.is_correction_level": {"off", "token", "seq"},
+                 "--algo.advantage.is_correction_mode": {"mask", "clip"},
+                 "--algo.advantage.is_correction_gating": {"ratio", "binary_kl", "tv"},
+                 "--actor.policy_loss_type": {"ppo", "gspo"},
+                 "--actor.loss_agg_mode": {"token-mean", "seq-mean-token-mean"}},
+    "slime": {"mis.yaml:tis_level": {"token", "sequence", "geometric"},
+              "mis.yaml:rs_level": {"token", "sequence", "geometric"},
+              "mis.yaml:tis_mode": {"truncate", "mask", "clip"}},
+}
+CHOICES["miles"] = CHOICES["slime"]
+
+
+@pytest.mark.parametrize("framework", sorted(CHOICES))
+def test_every_choice_an_exporter_writes_is_one_its_parser_accepts(framework):
+    bad = {}
+    for x in ALL:
+        snip = export(x, framework)
+        doc = read_back(snip.text, snip.filename) if snip.expressible else {}
+        # the flag reader parses a word as YAML, which reads "off" as False; argparse gets the word
+        doc = {k: "off" if v is False else v for k, v in doc.items()}
+        wrong = {k: v for k, v in doc.items() if k in CHOICES[framework] and v not in CHOICES[framework][k]}
+        if wrong:
+            bad[x] = wrong
+    assert not bad, bad
