@@ -193,8 +193,9 @@ def test_a_changed_knob_is_carried_or_named(key):
 # NeMo-RL: loss_fn.score_centering (nightly; its docs/guides/score-centering.md and API page: the code not read).
 # SkyRL #2244 (open): trainer.algorithm.score_centering_topk (SkyRL's score-centering tests configure it; the search
 #   index's copies 69204233923 and 70242331882), Marin's fork at 1b5dd6b runs it at 32 with generator logprobs 32.
-# Miles #3317 (open, radixark/miles@857598f): --use-score-centering --score-centering-head-size 128 (its docs page,
-#   the index's copy 69361986316), --use-tis / the IcePop function on both terms.
+# Miles #3317 (open; its design read at nanjiangwill/miles@52a21b0, miles/utils/arguments.py add_algo_arguments):
+#   --use-score-centering --score-centering-head-size 128 (docs/advanced/score-centering.md there), --use-tis / the
+#   IcePop function on both terms.
 # prime-rl: [trainer.loss] score_centering = true, [orchestrator.train.sampling] score_centering_top_k = 128 (its docs
 #   page "Score centering", the index's copy 70285517586).
 SC_KEYS = {

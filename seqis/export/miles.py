@@ -39,17 +39,21 @@ def settings(comp: Composition) -> Settings:
 write = slime.write
 
 
-# Score centering in Miles (#3317, open; the preset: seqis/presets/miles.py SC_SOURCE, radixark/miles@857598f): its
-# docs page "Score Centering" (the search index's copy, id 69361986316): --use-score-centering with
-# --score-centering-head-size (128, the paper's) and --use-miles-router; --use-tis (clamp) or the built-in IcePop
-# function on both the sampled token and the head; exact-support centering when the rollout's sampling is truncated
-# (--rollout-top-p below 1 or a positive --rollout-top-k: sampling-support replay), the modelled tail otherwise,
-# which needs --rollout-top-p 1 --rollout-top-k -1 at --rollout-temperature 1.
+# Score centering in Miles (#3317, open; the preset: seqis/presets/miles.py SC_SOURCE). The flags are the ones the
+# #3317 design's parser reads, nanjiangwill/miles@52a21b0 miles/utils/arguments.py (add_algo_arguments):
+# --use-score-centering (store_true) and --score-centering-head-size (int, default 128), beside the TIS flags it shares
+# with slime (--use-tis, --tis-clip, --tis-clip-low, --custom-tis-function-path: the built-in IcePop function, read
+# by _importance_weights on both terms); --rollout-top-p / --rollout-top-k / --rollout-temperature (add_rollout_
+# arguments: top-p below 1 or a positive top-k turns on sampling-support replay, i.e. exact centering; the modelled
+# tail is refused otherwise at temperature != 1, miles/rollout/generate_utils/score_centering.py); --use-miles-router
+# (radixark/miles@31f1ca9 add_router_arguments; the design's docs page docs/advanced/score-centering.md asks for it).
+# radixark/miles@857598f carries another design (--loss-type score_centering, --score-centering-is none|tis|mis,
+# --rollout-top-logprobs-num, both tails floored at 1e-6) that these presets do not model.
 SC_HEAD = 128
 _SC_FLAGS = {"--use-score-centering": True, "--score-centering-head-size": SC_HEAD, "--use-miles-router": True}
-SC_REFUSALS = ["Miles's score centering (its docs page) runs with policy_loss and token-level objectives (not GSPO); it",
-               "refuses OPSM, OPD, unbiased KL, mismatch-metric recomputation, custom policy-loss reducers and prefill",
-               "log-prob recomputation; the modelled tail needs --rollout-temperature 1 and no top-p / top-k / min-p"]
+SC_REFUSALS = ["Miles's score centering (validate_score_centering_args) runs with --loss-type policy_loss, not GSPO;",
+               "it refuses OPSM, OPD, unbiased KL, mismatch metrics, custom policy-loss reducers and prefill log-prob",
+               "recomputation; the modelled tail needs --rollout-temperature 1 and no top-p / top-k / min-p"]
 _MODELLED_TAIL = {"--rollout-top-p": 1.0, "--rollout-top-k": -1, "--rollout-temperature": 1.0}
 _REPLAY_HOW = ("Miles centers over the replayed support when the rollout's sampling is truncated (--rollout-top-p "
                "below 1 or a positive --rollout-top-k: set your run's), over the modelled tail with --rollout-top-p 1 "
@@ -85,6 +89,8 @@ def _centering(comp: Composition) -> Settings:
         raise CannotExpress(f"Miles applies the sampled token's TIS rule to the head ({rule}); this correction's "
                             f"centering rule is {sc.describe()}")
     keys: dict = {}
+    if rule != "none" and not (math.isfinite(lo) and math.isfinite(hi)):
+        raise CannotExpress(f"Miles's score centering requires finite TIS bounds (this correction: [{lo}, {hi}])")
     if rule != "none":
         keys = {"--use-tis": True, **({"--custom-tis-function-path": _ICEPOP} if rule == "band" else {}),
                 "--tis-clip": hi, "--tis-clip-low": lo}

@@ -46,12 +46,25 @@ def _mis(comp: Composition, path: str) -> Settings:
     if math.isinf(w.upper) and w.clip_low == 0:
         raise CannotExpress("slime's MIS always bounds its weight (truncate, clip or mask)")
     r: Criterion | None = rs[0] if rs else None
-    cfg = dict(use_tis=True, use_rs=r is not None or veto is not None, tis_level=w.level, tis_mode=mode,
+    use_rs = r is not None or veto is not None
+    cfg = dict(use_tis=True, use_rs=use_rs, tis_level=w.level, tis_mode=mode,
                tis_lower_bound=w.clip_low or None, tis_upper_bound=w.upper,
-               rs_level=_AGG_LEVEL[r.agg] if r else w.level, rs_lower_bound=r.low if r else None,
-               rs_upper_bound=r.high if r else None, rs_veto_threshold=veto, tis_batch_normalize=w.self_normalize)
+               rs_level=_AGG_LEVEL[r.agg] if r else w.level, **_rs_band(r, use_rs), rs_veto_threshold=veto,
+               tis_batch_normalize=w.self_normalize)
     return Settings({"--use-tis": True, "--custom-tis-function-path": path, "--custom-config-path": "mis.yaml"},
                     files={"mis.yaml": yaml(cfg)})
+
+
+def _rs_band(r: Criterion | None, use_rs: bool) -> dict:
+    """The RS band's bounds, each written out: mis.py fills an unset one from the TIS bounds (rs_lower_bound from
+    tis_lower_bound or 1 / tis_upper_bound, rs_upper_bound from tis_upper_bound: THUDM/slime@624b824 mis.py lines
+    174-176), a band the composition may not have; the veto runs only under use_rs, so a veto alone gets [0, inf]
+    (the RS ratio is exp of a log-ratio clamped at +-20: nothing is rejected)."""
+    if not use_rs:
+        return dict(rs_lower_bound=None, rs_upper_bound=None)
+    low = r.low if r is not None and r.low is not None else 0.0
+    high = r.high if r is not None and r.high is not None else math.inf
+    return dict(rs_lower_bound=low, rs_upper_bound=high)
 
 
 def settings(comp: Composition, icepop: str = _ICEPOP, mis: str = _MIS) -> Settings:
