@@ -83,3 +83,10 @@ def test_the_layering_contracts_hold():
         pytest.skip("import-linter is not installed (pip install -e '.[test]')")
     done = subprocess.run([lint], cwd=ROOT, capture_output=True, text=True)
     assert done.returncode == 0, done.stdout[-3000:]
+
+
+def test_no_module_is_over_600_lines():
+    # a module a newcomer can read in one sitting: past 600 lines, a file holds more than one job (issue 41)
+    long = {str(p.relative_to(ROOT)): n for folder in ("seqis", "app") for p in (ROOT / folder).rglob("*.py")
+            if (n := len(p.read_text().splitlines())) > 600}
+    assert not long, f"modules over 600 lines: {long}"

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import streamlit as st
 
+from seqis.io import BatchFormatError
 from seqis.io.columns import ALIASES, MAX_BYTES, size_text
 from seqis.samplers.scenarios import SCENARIOS, describe
 
@@ -31,6 +32,25 @@ REFUSED = {".pkl": "a pickle", ".pickle": "a pickle", ".joblib": "a joblib pickl
 # a rollout index, a metadata column, the head size K and a head position of the old batch: their widgets start over
 BATCH_DEPENDENT = {f"{P}rollout": 0, f"{P}color": None, f"{P}head.k": 1, f"{P}head.rollout": 0, f"{P}head.token": None,
                    "cmp.head.k": 1}
+
+
+def upload_formats() -> list[str]:
+    """File suffixes the loader reads (without the dot), for st.file_uploader's `type`."""
+    from seqis.io.columns import FORMATS
+
+    return sorted({f.lstrip(".") for f in FORMATS})
+
+
+@st.cache_data(max_entries=8, show_spinner=False)
+def file_columns(file_digest: str, name: str, _data: bytes) -> list[str]:
+    """The column (or array) names in a file (named by its digest), for the column-mapping control; [] when it
+    cannot be read."""
+    from seqis.io import column_names
+
+    try:
+        return column_names(data.Named(_data, name))
+    except BatchFormatError:
+        return []
 
 
 def _first_batch() -> data.Source:
@@ -82,7 +102,7 @@ def _file(where, kind: str) -> tuple[data.Source, bytes] | None:
     if kind == "upload":
         up = where.file_uploader(
             "Upload your batch", key=f"{P}upload",
-            help=f"{', '.join('.' + f for f in data.upload_formats())}: one row per rollout with list columns, "
+            help=f"{', '.join('.' + f for f in upload_formats())}: one row per rollout with list columns, "
                  "padded [B, T] arrays or a packed micro-batch. Nothing is executed or stored.")
         where.caption(f"Up to {size_text(MAX_BYTES)} here; a larger dump: `python -m seqis diagnose FILE "
                       "--max-bytes 1GB` on the command line.")
@@ -99,11 +119,11 @@ def _file(where, kind: str) -> tuple[data.Source, bytes] | None:
         suffix = Path(name).suffix.lower()
         if suffix in REFUSED:
             where.error(f"{name}: {REFUSED[suffix]} file is refused, because loading one can run code. Save the "
-                        f"batch as {', '.join('.' + f for f in data.upload_formats())} instead.")
+                        f"batch as {', '.join('.' + f for f in upload_formats())} instead.")
             return None
-        if suffix.lstrip(".") not in data.upload_formats():
+        if suffix.lstrip(".") not in upload_formats():
             where.error(f"{name}: {suffix or 'no suffix'} is not a batch format this loader reads; use one of "
-                        f"{', '.join('.' + f for f in data.upload_formats())}.")
+                        f"{', '.join('.' + f for f in upload_formats())}.")
             return None
         keep_in_url(f"{P}file", name, "")  # no widget holds it: the file itself is not in the link
     else:
@@ -116,7 +136,7 @@ def _file(where, kind: str) -> tuple[data.Source, bytes] | None:
         raw = found[name].read_bytes()
     columns, names = {}, []
     if kind == "upload":  # the mapping as the widgets hold it (drawn below, once we know whether the file loads)
-        names = data.file_columns(data.digest(raw), name, raw)
+        names = file_columns(data.digest(raw), name, raw)
         columns = {role: st.session_state[f"{P}map.{role}"] for role in ROLES
                    if st.session_state.get(f"{P}map.{role}", AUTO) in names}
     try:

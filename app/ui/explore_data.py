@@ -47,7 +47,6 @@ from seqis.diagnosis.summaries import (
     weight_histogram,
 )
 from seqis.export import EXPORTERS, Snippet, export, prime_rl_toml
-from seqis.io import BatchFormatError
 from seqis.registry import About, about, entry, resolve
 
 from . import explore_charts as charts
@@ -130,7 +129,7 @@ def start(name: str) -> Shown:
     return shown(name, entry(name)[1])
 
 
-class _Named(io.BytesIO):
+class Named(io.BytesIO):
     """Bytes with a file name, as the loader expects of an upload."""
 
     def __init__(self, data: bytes, name: str):
@@ -140,13 +139,6 @@ class _Named(io.BytesIO):
 
 def digest(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
-
-
-def upload_formats() -> list[str]:
-    """File suffixes the loader reads (without the dot), for st.file_uploader's `type`."""
-    from seqis.io.columns import FORMATS
-
-    return sorted({f.lstrip(".") for f in FORMATS})
 
 
 def assets() -> dict[str, Path]:
@@ -161,18 +153,6 @@ def source_of_file(data: bytes, name: str, kind: str = "upload", columns: dict[s
     src = Source(kind, name, digest=digest(data), columns=tuple(sorted((columns or {}).items())))
     load_batch(src, _payload=data)
     return src
-
-
-@st.cache_data(max_entries=8, show_spinner=False)
-def file_columns(file_digest: str, name: str, _data: bytes) -> list[str]:
-    """The column (or array) names in a file (named by its digest), for the column-mapping control; [] when it
-    cannot be read."""
-    from seqis.io import column_names
-
-    try:
-        return column_names(_Named(_data, name))
-    except BatchFormatError:
-        return []
 
 
 def _section(max_entries: int):
@@ -192,7 +172,7 @@ def load_batch(src: Source, _payload: bytes | None = None) -> Batch:
         raise ValueError(f"{src.label}: the file's bytes are gone; upload it again")
     from seqis.io import load_batch as read_file
 
-    return read_file(_Named(_payload, src.name), columns=dict(src.columns) or None).to(device())
+    return read_file(Named(_payload, src.name), columns=dict(src.columns) or None).to(device())
 
 
 @_section(BATCHES)
