@@ -16,12 +16,12 @@ import math
 import re
 
 import pytest
+from test_export_own_framework import read_back
 
 from seqis import ESTIMATORS, PRESETS
 from seqis.core.compose import SAFETY_BOUND, Composition, Criterion, Weight
 from seqis.export import EXPORTERS, export
 from seqis.registry import resolve
-from test_export_own_framework import read_back
 
 _SLIME_MIS = ("mis.yaml:use_tis", "mis.yaml:use_rs", "mis.yaml:tis_level", "mis.yaml:rs_level", "mis.yaml:tis_mode",
               "mis.yaml:tis_lower_bound", "mis.yaml:tis_upper_bound", "mis.yaml:rs_lower_bound",
@@ -84,7 +84,8 @@ KNOWN: dict[str, tuple[str, frozenset[str]]] = {
     "prime-rl": ("PrimeIntellect-ai/prime-rl@559b447: packages/prime-rl-configs/src/prime_rl/configs/trainer.py "
                  "(loss configs: type, adv_tau, kl_tau, eps, dppo_mask_low/high; model.fused_lm_head_token_chunk_"
                  "size), configs/inference.py (VllmConfig, extra='allow': vLLM's max_logprobs and logprobs_mode); "
-                 "@02bdca2: src/prime_rl/configs/trainer.py (ipo_mask_low/high); the newer loss.py / configs copies in the search index "
+                 "@02bdca2: src/prime_rl/configs/trainer.py (ipo_mask_low/high); the newer loss.py / configs copies "
+                 "in the search index "
                  "(max_importance_ratio, ratio_low/high, score_centering: 70316872618; score_centering_top_k: its "
                  "docs page 70285517586)",
                  frozenset({"loss.adv_tau", "loss.kl_tau", "loss.ipo_mask_low", "loss.ipo_mask_high",
@@ -133,7 +134,7 @@ KNOWN: dict[str, tuple[str, frozenset[str]]] = {
                                                                   "clip_ratio_high", "policy_loss.loss_mode")}
                        | {f"actor_rollout_ref.actor.policy_loss.rollout_correction.{k}" for k in (
                            "score_centering", "rollout_is", "rollout_is_threshold", "bypass_mode", "loss_type")}
-                       | {"actor_rollout_ref.rollout.calculate_log_probs", "actor_rollout_ref.rollout.topk_log_probs"})),
+                       | {f"actor_rollout_ref.rollout.{k}" for k in ("calculate_log_probs", "topk_log_probs")})),
 }
 
 ALL = [*ESTIMATORS, *PRESETS]

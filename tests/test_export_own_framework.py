@@ -199,7 +199,8 @@ def test_a_changed_knob_is_carried_or_named(key):
 # prime-rl: [trainer.loss] score_centering = true, [orchestrator.train.sampling] score_centering_top_k = 128 (its docs
 #   page "Score centering", the index's copy 70285517586).
 SC_KEYS = {
-    "nemo-rl/tis-score-centering": {"loss_fn.score_centering": True, "loss_fn.truncated_importance_sampling_type": "tis"},
+    "nemo-rl/tis-score-centering": {"loss_fn.score_centering": True,
+                                    "loss_fn.truncated_importance_sampling_type": "tis"},
     "nemo-rl/icepop-score-centering": {"loss_fn.score_centering": True,
                                        "loss_fn.truncated_importance_sampling_type": "icepop"},
     "skyrl/token_tis_score_centering": {"trainer.algorithm.score_centering_topk": 32,

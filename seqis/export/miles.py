@@ -120,7 +120,8 @@ def own(cfg) -> Settings:
         return slime.own(cfg, _ICEPOP, _MIS)
     exact = cfg.use_sampling_support_replay  # no flag: the rollout's sampling decides (the docs page)
     where = ({"uncarried": {"use_sampling_support_replay": _REPLAY}} if exact else
-             {"skip": {"use_sampling_support_replay": "off: it is the --rollout-top-p 1 --rollout-top-k -1 written here"}})
+             {"skip": {"use_sampling_support_replay":
+                           "off: it is the --rollout-top-p 1 --rollout-top-k -1 written here"}})
     s = own_settings(cfg, own_key, value=own_value, extra={**_SC_FLAGS, **({} if exact else _MODELLED_TAIL)},
                      comments=tuple(SC_REFUSALS), **where)
     return s

@@ -84,8 +84,9 @@ _SCORE = framework_estimator("miles/score_centering", compose_miles_sc, ScoreCen
                              "Miles --use-score-centering (#3317).")
 SC_SOURCE = ("nanjiangwill/miles@52a21b0 (the #3317 design, open): miles/backends/training_utils/score_centering.py "
              "(compute_score_centering_terms, _score_modeled_tail, _score_exact_support, _importance_weights); flags "
-             "in miles/utils/arguments.py (--use-score-centering, --score-centering-head-size). radixark/miles@857598f's "
-             "loss_hub/score_centering.py is another design (--loss-type score_centering, both tails floored at 1e-6)")
+             "in miles/utils/arguments.py (--use-score-centering, --score-centering-head-size). "
+             "radixark/miles@857598f's loss_hub/score_centering.py is another design (--loss-type score_centering, "
+             "both tails floored at 1e-6)")
 SC_VERSIONS = "open pull request (Miles #3317), not merged"
 _SC_ROWS = [
     ("score_centering", ScoreCenteringConfig(), "REINFORCE, weight 1, plus score centering over the sampler's top-k "
