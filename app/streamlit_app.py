@@ -33,7 +33,7 @@ def frame() -> None:
     from ui import warm
     from ui.device import device_label
     from ui.runtime import chart
-    from ui.state import ADVANCED, PRESENT, bound, present
+    from ui.state import ADVANCED, PRESENT, bound, note_page, present
     from ui.style import PRESENT_CSS, RESPONSIVE_CSS
 
     st.set_page_config(page_title="seqis: sequence-level IS explorer", page_icon="⚖️", layout="wide")
@@ -60,6 +60,7 @@ def frame() -> None:
         st.Page(explore_by_name, title="Explore", url_path="explore", visibility="hidden"),
     ]
     page = st.navigation(pages)
+    note_page(page.url_path)
     st.html(RESPONSIVE_CSS)
     st.sidebar.caption(f"Device: **{device_label()}**")
     if present():  # presenter mode: larger chart text (ui/runtime/chart.py), kept in the URL across page switches

@@ -61,3 +61,16 @@ def test_a_batch_without_a_head_says_which_corrections_need_one(server, browser)
     assert note.count()
     _shot(page, "explore-no-head")
     page.close()
+
+
+def test_the_sidebar_takes_explores_batch_to_compare(server, browser):  # noqa: F811
+    # Streamlit's sidebar navigation kept only some of the batch's knobs in the URL: Compare then showed the default
+    # batch, not Explore's (state.keep_view restores the held batch's knobs on arrival)
+    page = _open(browser, f"{server}/?{SMALL}", "explore, small")
+    assert page.get_by_text("64 rollouts x 512 positions", exact=False).count()
+    page.locator('[data-testid="stSidebarNav"] a').filter(has_text="Compare").first.click()
+    _settle(page)
+    _no_exceptions(page, "compare after the sidebar")
+    assert page.get_by_text("ESS 64 of 64", exact=False).count(), "Compare does not show Explore's 64 rollouts"
+    assert "ex.sc.gaussian.n_rollouts=64" in page.url
+    page.close()

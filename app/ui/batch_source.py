@@ -18,7 +18,7 @@ from seqis.samplers.scenarios import SCENARIOS, describe
 from . import explore_data as data
 from .device import device
 from .presets import FIRST_BATCH, FIRST_SCENARIO, PREFIX
-from .state import bound, current_batch, forget, hold_batch, keep_in_url, literal
+from .state import arrived, bound, current_batch, forget, hold_batch, keep_in_url, keep_view, literal
 from .widgets import knob_widgets
 
 P = PREFIX  # "ex."
@@ -168,8 +168,19 @@ def is_about_columns(message: str) -> bool:
     return any(s in message for s in (": looked for ", "(given for ", "is not a role"))
 
 
+def knobs_of(src: data.Source) -> dict[str, object]:
+    """The chooser's widget values that make a synthetic Source: the scenario, its knobs and the seed."""
+    name = src.name
+    return {f"{P}source": "synthetic", f"{P}scenario": name, f"{P}seed": src.seed,
+            **{f"{P}sc.{name}.{k}": getattr(src.config, k) for k in src.config.__dataclass_fields__}}
+
+
 def batch_source() -> tuple[data.Source, bytes | None]:
-    """Draw the batch chooser (main area and sidebar) and return the batch to show."""
+    """Draw the batch chooser (main area and sidebar) and return the batch to show: on a page just arrived at, the
+    batch the session holds (Explore's), whatever the URL kept of it."""
+    held = current_batch()
+    if arrived() and held is not None and held[0].kind == "synthetic":
+        keep_view(knobs_of(held[0]))
     box = st.container(border=True)
     kind = bound(box.radio, "Batch", f"{P}source", "synthetic", options=list(SOURCES), format_func=SOURCES.get,
                  valid=lambda v: v in SOURCES, horizontal=True, label_visibility="collapsed")

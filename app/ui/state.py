@@ -307,6 +307,30 @@ def switches() -> dict[str, str]:
 BATCH_KEY = "batch.current"  # (explore_data.Source, payload bytes or None): the batch Explore shows
 
 
+_PAGES = "_view_pages"  # session-state list: the page this run shows, and the one the run before showed
+
+
+def note_page(path: str) -> None:
+    """The frame's call, before the page runs: which page this run shows (for `arrived`)."""
+    pages = st.session_state.setdefault(_PAGES, [None, None])
+    pages[:] = [pages[1], path]
+
+
+def arrived() -> bool:
+    """Whether this run is the first on its page since another page ran (a switch, from a link or the sidebar)."""
+    before, now = st.session_state.get(_PAGES, [None, None])
+    return before != now
+
+
+def keep_view(params: dict[str, Any]) -> None:
+    """Carry a view's values (a shared batch's knobs) onto a page just arrived at, where neither the URL nor a reset
+    says otherwise: Streamlit's sidebar navigation keeps only some bound values in the URL (Explore's 64 x 512 batch
+    arrived on Compare as the default 256 x 4096, checked in Chromium), so a page that shows "Explore's batch" sets
+    the knobs of the batch Explore holds before its widgets are drawn."""
+    reset = _store(_RESET)
+    set_view({k: v for k, v in params.items() if k not in st.query_params and k not in reset})
+
+
 def current_batch():
     """The (Source, payload) Explore holds, or None before Explore has shown a batch. Build it with
     ui.explore_data.load_batch(src, _payload=payload)."""
