@@ -49,7 +49,7 @@ def run_tests(p: _Pairs, z_detect: float = Z_DETECT) -> dict[str, Any]:
             temp = {**temp, "detected": False}
     if _fired(temp):
         keep = ~((p.l - temp["line"]).abs() > CATASTROPHIC_LOG_RATIO)
-        if not bool(keep.equal(~catastrophic)):  # its tail was left out of the fit too: fit again with it
+        if temp["uses_entropy"] and not bool(keep.equal(~catastrophic)):  # its tail was left out: fit with it
             temp = _refit(p, keep, z_detect, temp)
     raw = None if trunc["detected"] or _fired(temp) else raw_logprobs_test(p, keep, z_detect)
     lag = policy_lag_test(p, keep, z_detect)
@@ -61,7 +61,9 @@ def run_tests(p: _Pairs, z_detect: float = Z_DETECT) -> dict[str, Any]:
 def _refit(p: _Pairs, keep: torch.Tensor, z_detect: float, first: dict[str, Any]) -> dict[str, Any]:
     """The temperature fitted again on the tokens its line keeps: leaving out every |l| > ln 20 drops the
     temperature's own tail (a sharp sampler's rare draws, further out under a coarse format's rounding), and
-    biases the slope toward 0. The first fit stands when the second no longer fires."""
+    biases the slope toward 0. The first fit stands when the second no longer fires. With the entropy only: there
+    the line holds each context's log-partition; without it the line is s a + a constant, too coarse to say which
+    tokens are the tail."""
     again = temperature_fit(p, keep, z_detect)
     return again if _fired(again) else first
 
