@@ -62,9 +62,10 @@ def test_an_fp8_temperature_is_found_within_5_percent_with_the_entropy(generator
     assert ev["ci"][0] < ev["temperature"] < ev["ci"][1]
 
 
-@pytest.mark.xfail(strict=True, reason="not identified without the entropy: one moment, E_mu[(rho - 1) l] = s E_mu[(rho "
-                   "- 1) a] + sigma^2 E_mu[1 - mu], kills the per-context log-partition, and the rounding's sigma^2 "
-                   "depends on the logits' absolute size, which log-probs do not carry (the fit lands 12-20% out)")
+@pytest.mark.xfail(strict=True, reason="not identified without the entropy: one moment, E_mu[(rho - 1) l] = "
+                   "s E_mu[(rho - 1) a] + sigma^2 E_mu[1 - mu], kills the per-context log-partition, and the "
+                   "rounding's sigma^2 depends on the logits' absolute size, which log-probs do not carry (the fit "
+                   "lands 12-20% out)")
 @pytest.mark.parametrize("tau", [0.7, 1.3])
 def test_an_fp8_temperature_without_the_entropy_is_found_within_5_percent(tau):
     found = {f.kind: f for f in diagnose(bare(batch("random_next_token", tau)))}

@@ -103,7 +103,8 @@ def test_the_bf16_power_script_reports_the_smallest_size_found_90_percent():
     spec = importlib.util.spec_from_file_location("measure_power_bf16", path)
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)
-    sizes, faults = (1, 2), {"top-p 0.9": script.FAULTS["top-p 0.9"], "temperature 1.02": script.FAULTS["temperature 1.02"]}
+    sizes = (1, 2)
+    faults = {name: script.FAULTS[name] for name in ("top-p 0.9", "temperature 1.02")}
     rows = script.power_table("random_next_token", 2, sizes, faults)
     assert rows[0].startswith("| fault | found 90% at") and "rate at 1 / 2 rollouts" in rows[0]
     for name, row in zip(faults, rows[2:]):
