@@ -66,9 +66,21 @@ def any_alarm(b: Batch) -> bool:
     return any(f.kind in SAMPLER_SIDE for f in diagnose(b))
 
 
+def found_90(sizes, rates, tokens) -> tuple[int, int] | None:
+    """(rollouts, median tokens) of the smallest size from which every larger size is found in >= 90% of the seeds
+    (one rollout can be found by chance where two are not: a single cluster has no spread), None if none."""
+    at = None
+    for i in reversed(range(len(sizes))):
+        if rates[i] < 0.9:
+            break
+        at = (sizes[i], int(tokens[i]))
+    return at
+
+
 def power_table(generator: str, seeds: int, sizes=SIZES, faults=FAULTS) -> list[str]:
-    """The markdown rows: per fault the smallest size found in >= 90% of the seeds (rollouts, median loss tokens), the
-    rate at every size, and the false alarms of as many clean batches of the generator at every size."""
+    """The markdown rows: per fault the smallest size from which it is found in >= 90% of the seeds (rollouts, median
+    loss tokens), the rate at every size, and the false alarms of as many clean batches of the generator at every
+    size; the last row the clean batches' median loss tokens at each size."""
     rows = [f"| fault | found 90% at (rollouts, tokens) | rate at {' / '.join(map(str, sizes))} rollouts "
             "| false alarms (clean) |",
             "|---|---|---|---|"]
@@ -78,10 +90,12 @@ def power_table(generator: str, seeds: int, sizes=SIZES, faults=FAULTS) -> list[
         per_seed = [found_at_sizes(draw(generator, s, max(sizes), **knobs), kind, sizes) for s in range(seeds)]
         rates = [sum(ps[i][0] for ps in per_seed) / seeds for i in range(len(sizes))]
         tokens = [statistics.median(ps[i][1] for ps in per_seed) for i in range(len(sizes))]
-        at = next(((sizes[i], int(tokens[i])) for i in range(len(sizes)) if rates[i] >= 0.9), None)
+        at = found_90(sizes, rates, tokens)
         said = f"{at[0]}, {at[1]:,}" if at else f"beyond {sizes[-1]}"
         rows.append(f"| {name} | {said} | {' / '.join(f'{r:.2f}' for r in rates)} | "
                     f"{alarms} of {seeds * len(sizes)} |")
+    toks = [statistics.median(int(b.loss_mask[:r].sum()) for b in clean) for r in sizes]
+    rows.append(f"| (loss tokens, median) | | {' / '.join(f'{int(t):,}' for t in toks)} | |")
     return rows
 
 
