@@ -72,6 +72,20 @@ def test_an_fp8_temperature_without_the_entropy_is_found_within_5_percent(tau):
     assert found["temperature_mismatch"].evidence["temperature"] == pytest.approx(tau, rel=0.05)
 
 
+@pytest.mark.parametrize("tau", [0.7, 1.3])
+def test_without_the_entropy_what_is_said_holds_the_fp8_temperature(tau):
+    """Before: the bare fit's interval (0.51-0.57 for 0.7, 1.44-1.49 for 1.3) excluded the sampler's temperature. The
+    rounding pushes the bare fit away from 1, so the stated interval runs on to 1 and the finding says so."""
+    findings = diagnose(bare(batch("random_next_token", tau)))
+    said = next(f for f in findings if f.kind in ("temperature_mismatch", "precision_noise"))
+    lo, hi = said.evidence["temperature_interval"]
+    assert lo <= tau <= hi and min(abs(lo - 1), abs(hi - 1)) < 1e-12
+    if said.kind == "temperature_mismatch":
+        assert "pushes it away from 1: the sampler's temperature is between it and 1" in said.message
+    else:
+        assert "A temperature in" in said.message and "cannot be ruled out with 96 rollouts" in said.message
+
+
 @pytest.mark.parametrize("fmt", ["fp8", pytest.param("bf16", marks=pytest.mark.slow)])
 def test_clean_samplers_raise_no_sampler_fault_over_seeds(fmt):
     """8 seeds x (with, without the entropy) per format, 32 rollouts of 50-150 tokens, both generators."""
