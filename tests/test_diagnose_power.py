@@ -91,3 +91,29 @@ def test_the_committed_table_meets_the_issue(table):
         c = cells(table, "raw log-probs")[value]
         assert c["rate"] >= rate and c["accurate"] >= 0.9, (value, c)
     assert cells(table, "catastrophic")[0.005]["rate"] == 1.0
+
+
+def test_the_bf16_power_script_reports_the_smallest_size_found_90_percent():
+    """scripts/measure_power_bf16.py (docs/diagnose.md's bf16 tables) on a tiny size: its "found 90% at" is the
+    smallest size from which every size's rate, counted here from `found_at_sizes` seed by seed, is at least 0.9."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "scripts" / "measure_power_bf16.py"
+    spec = importlib.util.spec_from_file_location("measure_power_bf16", path)
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    sizes = (2, 4)
+    faults = {name: script.FAULTS[name] for name in ("top-p 0.9", "temperature 1.02")}
+    rows = script.power_table("random_next_token", 2, sizes, faults)
+    assert rows[0].startswith("| fault | found 90% at") and "rate at 2 / 4 rollouts" in rows[0]
+    assert rows[-1].startswith("| (loss tokens, median) |")
+    for name, row in zip(faults, rows[2:-1]):
+        kind, knobs = faults[name]
+        found = [script.found_at_sizes(script.draw("random_next_token", s, 4, **knobs), kind, sizes) for s in (0, 1)]
+        rates = [sum(f[i][0] for f in found) / 2 for i in range(2)]
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        assert cells[0] == name and cells[2] == " / ".join(f"{r:.2f}" for r in rates)
+        first = 2 if min(rates) >= 0.9 else 4 if rates[1] >= 0.9 else None  # found from there on
+        assert cells[1].startswith(f"{first}, ") if first else cells[1] == "beyond 4"
+        assert cells[3].endswith("of 4")

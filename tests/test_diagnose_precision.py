@@ -78,8 +78,9 @@ def test_a_temperature_under_rounding_is_found_with_and_without_the_entropy(fmt,
 
 @pytest.mark.slow
 def test_a_temperature_under_fp8_rounding_is_found_or_its_interval_stated():
-    """fp8 rounding moves the top logits by up to a nat: the line explains under 80% of l's variance, so the
-    temperature may not be confirmed; then the verdict's interval holds it and says it cannot be ruled out."""
+    """fp8 rounding moves the top logits by up to a nat: the line explains under 80% of l's variance, and the
+    temperature is confirmed when what it leaves is the format's rounding (tests/test_diagnose_fp8.py); if not, the
+    verdict's interval holds it and says it cannot be ruled out."""
     for tau in (0.7, 1.3):
         b = rnt(3, sampler_format="fp8", temperature=tau)
         findings = diagnose(b)

@@ -31,7 +31,9 @@ rollout (the tokens of a rollout are dependent, rollouts are not). In order:
                        fitted to the residual (a control variate: c = s H + O(s^2) to first order). A
                        temperature must also explain the mismatch: the line s (a + H) + f explains at least
                        TEMPERATURE_R2 of l's variance (policy lag, also partly linear in log pi, explains
-                       0-50%), its share of the symmetric divergence E_mu[l (rho - 1)] = KL(pi || mu) +
+                       0-50%), or what it leaves is a format's rounding (variance sigma^2 (1 - mu), no larger
+                       where the line moves l most: ROUNDING_GROWTH),
+                       its share of the symmetric divergence E_mu[l (rho - 1)] = KL(pi || mu) +
                        KL(mu || pi) is positive and l takes both signs (a truncation's l = log Z <= 0 is
                        one-sided, and its share negative). A detected temperature overrides the truncation
                        test: a sampler sharper than the trainer misses the rare tokens where rho is large, so
@@ -117,6 +119,7 @@ from .levels import (  # noqa: F401
     MIN_GROUP_ROLLOUTS,
     MIN_TEMPERATURE_SHIFT,
     NEMO_MULT_PROB_ERROR,
+    ROUNDING_GROWTH,
     ROUNDING_RANGE,
     SAMPLER_SIDE,
     SEVERITY_RANK,

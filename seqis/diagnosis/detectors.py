@@ -15,6 +15,7 @@ from .levels import (
     MIN_DEFICIT,
     MIN_ENTROPY_GAP,
     MIN_TEMPERATURE_SHIFT,
+    ROUNDING_GROWTH,
     ROUNDING_RANGE,
     TEMPERATURE_R2,
     TEMPERATURE_R2_BARE,
@@ -48,11 +49,23 @@ def run_tests(p: _Pairs, z_detect: float = Z_DETECT) -> dict[str, Any]:
             temp = {**temp, "detected": False}
     if _fired(temp):
         keep = ~((p.l - temp["line"]).abs() > CATASTROPHIC_LOG_RATIO)
+        if temp["uses_entropy"] and not bool(keep.equal(~catastrophic)):  # its tail was left out: fit with it
+            temp = _refit(p, keep, z_detect, temp)
     raw = None if trunc["detected"] or _fired(temp) else raw_logprobs_test(p, keep, z_detect)
     lag = policy_lag_test(p, keep, z_detect)
     if _fired(temp) and not temp["uses_entropy"] and _fired(lag):
         temp = {**temp, "detected": False}
     return {"truncation": trunc, "temperature": temp, "raw": raw, "lag": lag, "keep": keep}
+
+
+def _refit(p: _Pairs, keep: torch.Tensor, z_detect: float, first: dict[str, Any]) -> dict[str, Any]:
+    """The temperature fitted again on the tokens its line keeps: leaving out every |l| > ln 20 drops the
+    temperature's own tail (a sharp sampler's rare draws, further out under a coarse format's rounding), and
+    biases the slope toward 0. The first fit stands when the second no longer fires. With the entropy only: there
+    the line holds each context's log-partition; without it the line is s a + a constant, too coarse to say which
+    tokens are the tail."""
+    again = temperature_fit(p, keep, z_detect)
+    return again if _fired(again) else first
 
 
 def _fired(test: dict[str, Any] | None) -> bool:
@@ -148,13 +161,35 @@ def temperature_fit(p: _Pairs, keep: torch.Tensor, z_detect: float = Z_DETECT) -
         r2 = float(torch.corrcoef(torch.stack([a[sel], l[sel]]))[0, 1] ** 2) if int(sel.sum()) > 2 else 0.0
         r2 = r2 if math.isfinite(r2) else 0.0
     z = abs(s) / se if se > 0 else math.inf
-    residual_floor = _residual_floor(l - kept(line, keep).double(), a)
-    explains = r2 >= (TEMPERATURE_R2 if uses_entropy else TEMPERATURE_R2_BARE)
+    resid = l - kept(line, keep).double()
+    residual_floor = _residual_floor(resid, a)
+    growth = _residual_growth(resid, s * (a + h), (a - l).exp()) if uses_entropy else None
+    noise = growth is not None and growth <= ROUNDING_GROWTH and bool(rounding_formats(residual_floor))
+    explains = r2 >= (TEMPERATURE_R2 if uses_entropy else TEMPERATURE_R2_BARE) or noise
     detected = (z > z_detect and abs(tau - 1) > MIN_TEMPERATURE_SHIFT and explains
                 and (share is None or share > 0) and not one_sided(l))
     return {"slope": s, "temperature": tau, "ci": tau_ci, "slope_ci": _ci(s, se), "z": z, "share": share, "r2": r2,
             "n_fit": n, "line": line, "uses_entropy": uses_entropy, "detected": detected,
-            "residual_floor": residual_floor, "residual_dtype": rounding_dtype(residual_floor)}
+            "residual_floor": residual_floor, "residual_dtype": rounding_dtype(residual_floor),
+            "residual_growth": growth, "explained_by_rounding": bool(noise and r2 < TEMPERATURE_R2)}
+
+
+def _residual_growth(resid: torch.Tensor, shift: torch.Tensor, mu: torch.Tensor) -> float | None:
+    """How much larger the residual is where the line moves l most than where it moves it least, each token's
+    squared residual divided by the rounding's own variance there. Rounding a logit by a relative error delta
+    moves log mu by z delta / tau whatever the temperature's shift, and the renormalisation leaves 1 - mu of it on
+    the drawn token: its variance is sigma^2 (1 - mu), sigma set by the format and the logits' size (one value
+    for a batch). So r^2 / (1 - mu) has the same mean in the two halves of the branching tokens sorted by the
+    line's |s (a + H)|, and the ratio is ~1; a residual that is a temperature the line misses (one group's
+    temperature in a mixed batch, a trainer-side change) grows with the shift. None with too few tokens."""
+    sel = (1 - mu) > 0.5  # branching draws: where 1 - mu is not near 0 (a tiny divisor)
+    if int(sel.sum()) < 2 * _MIN_FIT_TOKENS:
+        return None
+    scaled = resid[sel].pow(2) / (1 - mu[sel])  # (n,) ~ sigma^2 for rounding
+    order = shift[sel].abs().argsort()
+    low, high = scaled[order[: order.numel() // 2]], scaled[order[order.numel() // 2:]]
+    base = float(low.mean())
+    return float(high.mean()) / base if base > 0 else None
 
 
 def _residual_floor(resid: torch.Tensor, a: torch.Tensor) -> float:

@@ -59,7 +59,11 @@ def _temperature(fit: dict[str, Any], stats: dict[str, float]) -> Finding:
     tau = fit["temperature"]
     level = _level(stats)
     how = (f"the line explains {fit['r2']:.0%} of its variance" if fit["uses_entropy"] else
-           "fitted without the trainer's entropy, so how much of the mismatch it explains is not known")
+           "fitted without the trainer's entropy, so how much of the mismatch it explains is not known, and a "
+           "coarse format's rounding pushes it away from 1: the sampler's temperature is between it and 1")
+    if fit.get("explained_by_rounding"):
+        how += (", the rest two-sided noise no larger where the line moves the log-ratio most: a format's rounding "
+                f"({fit['residual_dtype']})")
     if temperature_estimable(fit):
         said = (f"The sampler runs at {tau:.3g}x the trainer's temperature (95% CI {tau_interval(fit['ci'])}; "
                 f"log-ratio linear in log pi, slope {fit['slope']:+.3f} = 1 - 1/tau, {how}): divide the trainer's "

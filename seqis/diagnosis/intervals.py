@@ -6,7 +6,9 @@ A detector fires beyond Z_DETECT standard errors, so a fault smaller than that i
 which faulty values the interval still holds. Two parameters, each from its own test:
 
   temperature   tau = 1 / (1 - s), s the slope of the temperature fit (`temperature_fit`); a fault is |tau - 1| >
-                MIN_TEMPERATURE_SHIFT (the smallest temperature the detector reports).
+                MIN_TEMPERATURE_SHIFT (the smallest temperature the detector reports). Without the entropy the
+                interval runs on to 1: the sampler's rounding adds sigma^2 E_mu[1 - mu] > 0 to the fit's one
+                moment, pushing its slope away from 0 by an amount the log-probs do not give (docs/diagnose.md).
   kept mass     E_mu[pi / mu] (`truncation_test`), the trainer's mass on the sampler's kept set: top-p and top-k both
                 keep a set and give the same statistic (nucleus mass or top-k mass: the batch does not tell which);
                 a fault is a deficit 1 - mass > MIN_DEFICIT.
@@ -39,6 +41,8 @@ def temperature_interval(fit: dict[str, Any] | None, n_rollouts: int) -> dict[st
     s_lo, s_hi = fit["slope_ci"]
     se = (s_hi - s_lo) / (2 * Z_CI)
     lo, hi = fit["ci"]  # tau = 1 / (1 - s): increasing in s, infinite from s = 1
+    if not fit.get("uses_entropy", True):  # rounding pushes a bare fit away from 1 by an unknown amount: run to 1
+        lo, hi = min(lo, 1.0), max(hi, 1.0)
     faulty = [(lo, min(hi, 1 - MIN_TEMPERATURE_SHIFT))] if lo < 1 - MIN_TEMPERATURE_SHIFT else []
     faulty += [(max(lo, 1 + MIN_TEMPERATURE_SHIFT), hi)] if hi > 1 + MIN_TEMPERATURE_SHIFT else []
     far = max(abs(s_lo), abs(s_hi))  # the far end's slope: its distance from the null s = 0

@@ -27,6 +27,9 @@ Z_CI = 1.959964  # evidence["ci"] is a 95% interval
 MIN_DEFICIT = 1e-4  # a kept-mass deficit below this per token is below any correction's notice
 MIN_TEMPERATURE_SHIFT = 0.02  # a temperature within 2% of the trainer's is not reported
 TEMPERATURE_R2 = 0.8  # the temperature's line explains 80% of l's variance (policy lag: 0-50%)
+# ... or what it leaves is rounding: two-sided, of a format's size, and no larger where the line moves l most
+# (r^2 / (1 - mu), the heteroscedastic rounding's scale, at most this many times its mean where the line moves least)
+ROUNDING_GROWTH = 1.5
 # without the entropy: l's squared correlation with log pi at branching tokens. A temperature leaves 0.5-0.95 (the
 # per-context log-partition c, not known without the entropy, is the rest), rounding 0-0.02 and policy lag 0-0.12
 # on the five generators (issue 45: 0.6 missed tau 0.7 on LLM-like peaked contexts, where c spreads the most)
