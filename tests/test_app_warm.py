@@ -27,7 +27,9 @@ def _no_computing(monkeypatch):
 
 
 def test_the_first_view_is_computed_before_the_page_opens(monkeypatch):
+    # before the server listens: its charts; the background's first step: its head section (below every chart)
     warm.first_view()
+    warm.background_steps()[0]()
     _no_computing(monkeypatch)
     at = open_view("views/explore.py")
     assert not at.error

@@ -50,16 +50,18 @@ def scenario(name: str, knobs: dict[str, Any] | None = None, seed: int = 0) -> d
     return data.Source("synthetic", name, SCENARIOS[name](**{**start, **(knobs or {})}), seed)
 
 
-def view(src: data.Source, ests: data.Estimators, payload: bytes | None = None) -> None:
+def view(src: data.Source, ests: data.Estimators, payload: bytes | None = None, head: bool = True) -> None:
     """Every cached piece Explore draws for this batch and these estimators at their first view (the longest
-    rollout picked, the first estimator's drops shaded, rollouts coloured by status)."""
+    rollout picked, the first estimator's drops shaded, rollouts coloured by status); head: and its head section
+    (score centering on the whole batch in float64: seconds the server does not wait for, but for the first view)."""
     data.explore(src, ests, payload).first_screen()
-    head_data.warm(data.load_batch(src, payload))
+    if head:
+        head_data.warm(data.load_batch(src, payload))
 
 
-def first_view() -> None:
-    """Explore's first screen."""
-    view(scenario(FIRST_SCENARIO), estimators(FIRST_ESTIMATORS))
+def first_view(head: bool = False) -> None:
+    """Explore's first screen (head: and its head section, which comes after every chart on the page)."""
+    view(scenario(FIRST_SCENARIO), estimators(FIRST_ESTIMATORS), head=head)
 
 
 def before_serving() -> None:
@@ -87,13 +89,14 @@ def explore_inputs(view: dict[str, Any]) -> tuple[data.Source, data.Estimators]:
 
 
 def explore_view_steps(examples: bool = True) -> list[Callable[[], None]]:
-    """Each scenario's first view, the views Learn's presets open and (examples=True) each example file's, one
-    call each. An example's first view shows the advice (as any file's does), whose comparison over the registry
-    takes seconds: the server does not wait for those before it listens."""
+    """Each scenario's first view, the views Learn's presets open and (examples=True, the background's) each
+    example file's and every head section, one call each. An example's first view shows the advice (as any file's
+    does), whose comparison over the registry takes seconds: the server does not wait for those before it
+    listens, nor for the head sections past the first view's."""
     first = estimators(FIRST_ESTIMATORS)
-    steps = [partial(view, scenario(name), first) for name in SCENARIOS]
+    steps = [partial(view, scenario(name), first, head=examples) for name in SCENARIOS]
     for presets in PRESETS.values():
-        steps += [partial(view, *explore_inputs(preset.view)) for preset in presets]
+        steps += [partial(view, *explore_inputs(preset.view), head=examples) for preset in presets]
     if examples:
         steps += [partial(_asset_view, name, path, first) for name, path in sorted(data.assets().items())]
     return steps
@@ -126,10 +129,11 @@ def compare_view() -> None:
 
 
 def background_steps() -> list[Callable[[], object]]:
-    """Explore's other views (cache hits after `before_serving`), Compare's first view, Bias & variance's first
-    run, and every Lessons screen at every setting it offers (the lag lesson's training runs included): one
+    """Explore's first view's head section, its other views (cache hits after `before_serving`, but for their head
+    sections and the examples), Compare's first view, Bias & variance's first run, and every Lessons screen at every setting it offers (the lag lesson's training runs included): one
     cached call each."""
-    return [*explore_view_steps(), compare_view, partial(lab_data.default_run, str(device())),
+    return [partial(first_view, head=True), *explore_view_steps(), compare_view,
+            partial(lab_data.default_run, str(device())),
             *lessons_data.warm_steps(str(device()))]
 
 
