@@ -21,6 +21,15 @@ every variant seen so far:
 prime-rl's own per-token results (`mismatch_kl`, `importance_ratio`, `is_masked`, ...: float32 k3 over all
 tokens, its DPPO mask) are never read: seqis recomputes what it reports.
 
+The sampler's head: none. prime-rl's exporter writes one sampler log-prob per token and nothing of the sampler's
+top-k or sampling support (token_export.py at 559b44772e, 2026-08-21, the newest main fetched; likewise at
+004274ec and d2f82fa). Its sampling replay and its IPO score centering carry `sampling_mask` (per token, the kept
+ids) and `sampling_mask_logprobs` (the sampler's log-probs of them) from the inference server to the trainer only,
+and the trainer's log-probs of those ids (`trainer_mask_logprobs`) exist only inside its loss; the newer trainer has
+no token exporter at all (trace annotations instead: trainer_logprobs, entropies, mismatch_kl, is_masked). A Batch
+read here has no head, and a score-centering correction on it says which fields it lacks (NO_HEAD, in a scan's
+notes; docs/score-centering.md, "Heads in files").
+
 Refusals (BatchFormatError) name the file and the 1-based line: a truncated last line (a file still being
 written; `tolerate_truncated=True`, as for a step folder, skips it with a warning instead), a line that is
 not JSON or has a field of the wrong type, a missing field, an unknown schema_version, token lists of
@@ -47,6 +56,9 @@ from .prime_rl_lines import (
     _parse,
     line_stats,
 )
+
+NO_HEAD = ("prime-rl's token export (schema_version 1) writes no sampler head: its sampling mask and the sampler's "
+           "and trainer's log-probs of it stay inside prime-rl (docs/score-centering.md, \"Heads in files\")")
 
 
 def rank_files(folder: Path) -> list[Path]:

@@ -15,7 +15,8 @@ the same estimators and `by`); only new or changed steps are read. Steps still b
 marker) are left out unless `include_unstable=True` (and never cached). A step that cannot be read is
 reported (file and line) in the summary and warned about, and the scan goes on. A step whose batch has no
 `by` column is scanned as one group (its rows have group None alone) and listed in the summary's
-"ungrouped", with a note in its "notes".
+"ungrouped", with a note in its "notes". A correction that reads the sampler's head (score centering) has no rows
+for a step whose batch has none (a prime-rl token export never has one): a note names it, the steps and the fields.
 
 Live: `follow(path, out="scan.parquet", interval=5)` keeps a `Scanner` (each step's rows under its files'
 fingerprint) and looks at the run again every `interval` seconds, reading only the steps that landed or changed
@@ -37,6 +38,8 @@ import pandas as pd
 
 from ..estimators import ESTIMATORS
 from ..io import MAX_BYTES
+from ..io.prime_rl import NO_HEAD
+from ..registry import head_fields
 from .engines import ENGINES
 from .layout import NoSteps
 from .run import load_run
@@ -126,6 +129,7 @@ class Scanner:
         self.failed: dict[int, tuple[str, str]] = {}  # step -> (fingerprint, what went wrong)
         self.notes: dict[int, list[str]] = {}  # step -> lines skipped
         self.unstable: list[int] = []
+        self.prime_rl = False  # the run is a prime-rl token export (no sampler head: score centering cannot run)
         self.run_path: str = str(path)
         self.scanned = 0  # steps read by this scanner
         self.seconds = 0.0
@@ -136,6 +140,7 @@ class Scanner:
         self.run_path = str(run.path)
         self.unstable = [] if self.include_unstable else run.unstable_steps
         steps = [run.files(s) for s in run.steps + (run.unstable_steps if self.include_unstable else [])]
+        self.prime_rl = any(f.prime_rl for f in steps)
         on_disk = {f.step for f in steps}
         for gone in set(self.rows) - on_disk:
             del self.rows[gone]
@@ -203,6 +208,7 @@ class Scanner:
                    "skipped": [note for step in sorted(self.rows) for note in self.notes.get(step, [])],
                    "unstable_left_out": self.unstable, "seconds": self.seconds}
         summary["ungrouped"], summary["notes"] = _ungrouped(df, self.settings.by)
+        summary["notes"] += _not_run(df, self.settings.estimators, self.prime_rl)
         df.attrs.update(settings=self.settings.key(), summary=summary, path=self.run_path)
         return df
 
@@ -280,10 +286,32 @@ def _ungrouped(df: pd.DataFrame, by: str | None) -> tuple[list[int], list[str]]:
     steps = sorted(int(s) for s in set(df["step"]) - grouped)
     if not steps:
         return [], []
-    shown = ", ".join(map(str, steps[:20])) + (f", ... ({len(steps)} in all)" if len(steps) > 20 else "")
     n = df["step"].nunique()
     return steps, [f"{len(steps)} of {n} steps have no metadata column {by!r}: each is scanned as one group "
-                   f"(group None): steps {shown}"]
+                   f"(group None): steps {_steps_text(steps)}"]
+
+
+def _steps_text(steps: list[int]) -> str:
+    return ", ".join(map(str, steps[:20])) + (f", ... ({len(steps)} in all)" if len(steps) > 20 else "")
+
+
+def _not_run(df: pd.DataFrame, estimators, prime_rl: bool) -> list[str]:
+    """A note for the corrections asked for that some steps could not run (their batches lack the sampler's
+    head, which score centering reads; step_rows leaves them out), naming the fields; one note per set of
+    fields and steps. Read off the rows, so steps reused from the cache count too."""
+    if df.empty:
+        return []
+    steps = set(df["step"])
+    missing: dict[tuple, list[str]] = {}  # (fields, steps without rows) -> the corrections
+    for x in estimators:
+        fields = head_fields(x)
+        lacking = tuple(sorted(int(s) for s in steps - set(df.loc[df["estimator"] == x, "step"])))
+        if fields and lacking:
+            missing.setdefault((fields, lacking), []).append(str(x))
+    why = f"; {NO_HEAD}" if prime_rl else ""
+    return [f"{', '.join(names)}: not run on {len(lacking)} of {len(steps)} steps (steps {_steps_text(list(lacking))})"
+            f": their batches carry no {', '.join(fields)}, which score centering reads{why}"
+            for (fields, lacking), names in missing.items()]
 
 
 def write_scan(df: pd.DataFrame, path) -> None:
