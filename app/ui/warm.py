@@ -130,8 +130,8 @@ def compare_view() -> None:
 
 def background_steps() -> list[Callable[[], object]]:
     """Explore's first view's head section, its other views (cache hits after `before_serving`, but for their head
-    sections and the examples), Compare's first view, Bias & variance's first run, and every Lessons screen at every setting it offers (the lag lesson's training runs included): one
-    cached call each."""
+    sections and the examples), Compare's first view, Bias & variance's first run, and every Lessons screen at every
+    setting it offers (the lag lesson's training runs included): one cached call each."""
     return [partial(first_view, head=True), *explore_view_steps(), compare_view,
             partial(lab_data.default_run, str(device())),
             *lessons_data.warm_steps(str(device()))]
