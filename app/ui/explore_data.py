@@ -354,9 +354,9 @@ def weights_figure(src: Source, cs: tuple[Shown, ...], _payload: bytes | None = 
     return charts.stacked(hist, survives, bottom_px=charts.survival_px(len(cs)))
 
 
-@_section(BATCHES)
+@st.cache_resource(max_entries=BATCHES, hash_funcs=HASH, show_spinner="Comparing every estimator and preset...")
 def _compared(src: Source, _payload: bytes | None = None):
-    """The advice's default comparison, once per batch: (candidates, outlying rollouts, readings)."""
+    """The advice's default comparison, once per batch (seconds: it says so): (candidates, outliers, readings)."""
     b, r = load_batch(src, _payload), _ratios(src, _payload)
     candidates, o = candidates_of(None, (), b)[0], fit.outlying_rollouts(r)
     return candidates, o, readings_over(b, candidates, r, batch_view(src, _payload).facts, o)

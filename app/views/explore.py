@@ -62,8 +62,10 @@ CODE_OPEN = f"{P}export.show"  # the export popover's open state
 
 
 def _knobs(knobs: dict) -> str:
+    """The knobs that are numbers (thresholds, clips): a preset's switches and names (verl's bypass_mode, loss_type,
+    its None edges) made a wall of text here; its export lists them all."""
     return ", ".join(f"{k} = {number(v)}" if isinstance(v, float) else f"{k} = {v}" for k, v in knobs.items()
-                     if k != "adv_tau")
+                     if k != "adv_tau" and isinstance(v, int | float) and not isinstance(v, bool))
 
 
 def draw_advice(slot, advice) -> None:

@@ -334,7 +334,6 @@ def show_run(load: Callable[[], pd.DataFrame | None], run_path: str | None, foll
     if run_path is not None:
         st.caption(f"Click a point to open its step in {_pages()[0][0]}.")
     clickable_chart(run_charts.mismatch_timeline(df, metric, found, new=new), "timeline", run_path)
-    warn_early(df, metric, run_path)
     step = pick_step(df, found, run_path)
     open_step(run_path, step, st.container())
 
@@ -342,6 +341,7 @@ def show_run(load: Callable[[], pd.DataFrame | None], run_path: str | None, foll
     clickable_chart(run_charts.dropped_timelines(df, names), "dropped", run_path)
     with st.expander("The scan's rows of this step"):
         st.dataframe(df[df["step"] == step], hide_index=True, width="stretch")
+    warn_early(df, metric, run_path)  # last: the step picker above reads as the early warning's when under it
 
 
 st.title("Run: every step of a training run")

@@ -34,10 +34,12 @@ import torch
 
 from ..core.compose import Composition
 from ..core.ratios import Ratios
-from ..core.types import Batch, Config
+from ..core.types import Batch, Config, EstimatorOutput
 from ..estimators import ESTIMATORS
+from ..evaluators.plain import evaluate as evaluate_plain
 from ..presets import PRESETS
-from ..registry import head_fields, resolve, resolve_config, run_many
+from ..samplers.generators import one_thread
+from ..registry import head_fields, lacking, resolve, resolve_config, run_many
 from ..theory import formulas as theory
 from . import fit
 from .statistics import diagnostics
@@ -234,10 +236,11 @@ def read(name: str, comp: Composition, effective: dict[str, float], facts: dict[
                             typical_kept=outliers[1])
 
 
-def outlier_shares(kept: torch.Tensor, r: Ratios, flags: torch.Tensor) -> tuple[float, float]:
-    """(share of the flagged rollouts' loss tokens dropped, share of the other rollouts' loss tokens kept) for a
-    (B, T) kept mask; nan for the first when nothing is flagged."""
-    per_row = (kept & r.mask).sum(-1).double()  # (B,) kept loss tokens per rollout
+def outlier_shares(kept_len: torch.Tensor, r: Ratios, flags: torch.Tensor) -> tuple[float, float]:
+    """(share of the flagged rollouts' loss tokens dropped, share of the other rollouts' loss tokens kept) for the
+    (B,) kept loss tokens per rollout (a kept mask's sum(-1): an output's masks are within the loss mask); nan for
+    the first when nothing is flagged."""
+    per_row = kept_len.double()  # (B,)
     T = r.length.double()  # (B,)
     bad, good = float(T[flags].sum()), float(T[~flags].sum())
     dropped = 1 - float(per_row[flags].sum()) / bad if bad else math.nan
@@ -355,6 +358,21 @@ def scope_text(given: bool, candidates: list, readings: list[EstimatorReading]) 
             + (f", the {shown} shown with their knobs" if shown > 0 else "") + fitted)
 
 
+def weighed(comps: list[Composition], batch: Batch, r: Ratios) -> dict[Composition, EstimatorOutput]:
+    """Each composition's weights, kept masks and per-rollout values, all the advice reads. A score-centering term
+    changes none of them (it adds to the loss and the head's coefficients: evaluators/plain.py, step 6), so a
+    centered composition is evaluated without it, by the plain evaluator that evaluates it with it (the fast one
+    takes no centering): the same numbers, without the (B, T, K) head tensors (8 of 12 s of the comparison on a
+    loaded host, 256 x 4096 with a head of 8). A batch without the head they read gets run_many's error."""
+    centered = {c for c in comps if c.centering is not None and not lacking(c, batch)}
+    outs = run_many([c for c in comps if c not in centered], batch, ratios=r)
+    bare: dict[Composition, EstimatorOutput] = {}  # centered compositions differing only in their centering
+    for comp in (c for c in comps if c in centered):  # in order
+        plain = dataclasses.replace(comp, centering=None)
+        outs[comp] = bare[plain] = bare[plain] if plain in bare else evaluate_plain(plain, batch)
+    return outs
+
+
 @torch.no_grad()
 def readings_over(batch: Batch, candidates, r: Ratios, facts: dict[str, float],
                   o: fit.Outliers) -> list[EstimatorReading]:
@@ -367,14 +385,17 @@ def readings_over(batch: Batch, candidates, r: Ratios, facts: dict[str, float],
         moved = fit.fit_bands(name, cfg, r, o)
         if moved is not None:
             rows.append((name, moved[0], moved[1], resolve(name, moved[0])))
-    outs = run_many([comp for *_, comp in rows], batch, ratios=r)
     summary: dict[Composition, tuple] = {}  # a composition several candidates share is summarised once
+    with one_thread():  # a hundred corrections' small passes: see seqis.samplers.generators.one_thread
+        outs = weighed(list(dict.fromkeys(comp for *_, comp in rows)), batch, r)
+        while outs:  # each output let go once summarised: its (B, T) weights and masks are not all held at once
+            comp, out = outs.popitem()
+            kept = effectively_kept(out)  # (B, T)
+            kept_len = kept.sum(-1)  # (B,)
+            summary[comp] = (effective_batch(out, kept, kept_len),
+                             outlier_shares(kept_len, r, o.flags) if o.count else (math.nan, math.nan))
     readings = []
     for name, cfg, fitted, comp in rows:
-        if comp not in summary:
-            kept = effectively_kept(outs[comp])  # (B, T)
-            summary[comp] = (effective_batch(outs[comp], kept),
-                             outlier_shares(kept, r, o.flags) if o.count else (math.nan, math.nan))
         effective, shares = summary[comp]
         readings.append(read(name, comp, effective, facts, knobs=dict(cfg.as_dict()), fitted=fitted, outliers=shares))
     return readings

@@ -38,7 +38,11 @@ NEGLIGIBLE = 1e-6
 def effectively_kept(out: EstimatorOutput) -> torch.Tensor:
     """(B, T) bool: the kept tokens whose weight is at least NEGLIGIBLE x the median weight of the kept tokens."""
     kept, w = out.masks["kept"], out.weights  # (B, T); weights are never negative
-    if not bool(kept.any()):
+    # the median is at most the largest weight: when no kept token weighs less than NEGLIGIBLE x that, none weighs
+    # less than NEGLIGIBLE x the median, and the rules' mask is the answer without a select over every kept weight
+    # (the advice reads a hundred corrections); an empty mask, the same
+    floor = NEGLIGIBLE * float(w.max()) if w.numel() else 0.0
+    if math.isfinite(floor) and not bool(torch.lt(w, floor).logical_and_(kept).any()):
         return kept
     # the median is one of the weights (torch's lower middle), so float32 gives it exactly: no float64 copy
     return kept & (w >= NEGLIGIBLE * float(w[kept].median()))  # one compare, no (B, T) copies
@@ -135,7 +139,8 @@ def weight_histogram(out: EstimatorOutput, kept_weights: torch.Tensor | None = N
 
 
 @torch.no_grad()
-def effective_batch(out: EstimatorOutput, kept: torch.Tensor | None = None) -> dict[str, float]:
+def effective_batch(out: EstimatorOutput, kept: torch.Tensor | None = None,
+                    kept_len: torch.Tensor | None = None) -> dict[str, float]:
     """What survives of the batch under one estimator.
 
     rollouts                            valid rollouts (T_j > 0)
@@ -148,17 +153,19 @@ def effective_batch(out: EstimatorOutput, kept: torch.Tensor | None = None) -> d
     ess / ess_frac                      (sum w)^2 / sum w^2 of the applied rollout weights (a dropped
                                         rollout weighs 0), and that over the number of valid rollouts
     clipped_frac                        valid rollouts whose weight was truncated
-    kept: effectively_kept(out), when the caller has it already (Explore's column does: not made twice).
+    kept: effectively_kept(out), when the caller has it already (Explore's column does: not made twice);
+    kept_len: kept.sum(-1), likewise (the advice reads it for its outlier shares too).
     """
     ro = out.rollouts
     valid = ro["length"] > 0  # (B,)
     n_valid = int(valid.sum())
     n_tok = float(ro["length"].sum())
     kept = effectively_kept(out) if kept is None else kept  # (B, T); a caller holding it passes it
-    tokens_kept = float(kept.sum())
-    rules_kept = float(out.masks["kept"].sum())
+    kept_len = kept.sum(-1) if kept_len is None else kept_len  # (B,) tokens kept per rollout
+    tokens_kept = float(kept_len.sum())
+    rules_kept = tokens_kept if kept is out.masks["kept"] else float(out.masks["kept"].sum())  # none negligible
     accepted = ro["accepted"] & valid  # (B,) by the rules
-    rollouts_kept = int((accepted & kept.any(-1)).sum())
+    rollouts_kept = int((accepted & (kept_len > 0)).sum())
     w = torch.where(valid, ro["weight"].double(), torch.zeros((), dtype=torch.float64, device=valid.device))
     top = w.max() if n_valid else torch.zeros((), dtype=torch.float64)
     if n_valid == 0 or float(top) <= 0:
