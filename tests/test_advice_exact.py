@@ -14,8 +14,7 @@ import torch
 from seqis import SEED_ESTIMATORS, Batch, run
 from seqis.core.ratios import Ratios
 from seqis.diagnosis import fit
-from seqis.diagnosis.advice import (advise, batch_facts, candidates_of, conclude, outlier_shares, read,
-                                    readings_over)
+from seqis.diagnosis.advice import advise, batch_facts, candidates_of, conclude, outlier_shares, read, readings_over
 from seqis.diagnosis.summaries import NEGLIGIBLE, effectively_kept
 from seqis.diagnosis.truth_cases import CASES, make_case
 from seqis.registry import resolve, resolve_config, run_many

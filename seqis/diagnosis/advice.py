@@ -38,8 +38,8 @@ from ..core.types import Batch, Config, EstimatorOutput
 from ..estimators import ESTIMATORS
 from ..evaluators.plain import evaluate as evaluate_plain
 from ..presets import PRESETS
-from ..samplers.generators import one_thread
 from ..registry import head_fields, lacking, resolve, resolve_config, run_many
+from ..samplers.generators import one_thread
 from ..theory import formulas as theory
 from . import fit
 from .statistics import diagnostics
