@@ -136,29 +136,34 @@ def row_blocks(B: int, T: int, device: torch.device) -> list[slice]:
 CHUNK = 128
 
 
-def chunk_sums(x: torch.Tensor, k: int) -> torch.Tensor:
-    """(k / CHUNK,) sums of x's first k elements (flat, row-major; k a multiple of CHUNK), in float32 at least: a
-    16-bit sum of large finite values overflows, which would only send more chunks to the token-by-token look."""
-    chunks = x[:k].view(-1, CHUNK)
-    return chunks.sum(-1) if x.dtype.itemsize >= 4 else chunks.sum(-1, dtype=torch.float32)
+def whole_chunks(x: torch.Tensor, k: int) -> torch.Tensor:
+    """(k / CHUNK, CHUNK) x's first k elements in row-major order (k a multiple of CHUNK): a view of a contiguous x."""
+    return x.view(-1, CHUNK) if k == x.numel() and x.is_contiguous() else x.reshape(-1)[:k].view(-1, CHUNK)
+
+
+def chunk_sums(x: torch.Tensor) -> torch.Tensor:
+    """(n,) the sums of the rows of x (n, CHUNK), in float32 at least: a 16-bit sum of large finite values overflows,
+    which would only send more chunks to the token-by-token look."""
+    return x.sum(-1) if x.dtype.itemsize >= 4 else x.sum(-1, dtype=torch.float32)
 
 
 def chunks_without_loss(m: torch.Tensor) -> torch.Tensor:
-    """(k / CHUNK,) bool: the chunks of the flat bool m (k elements, whole chunks) with no True. Summed as int64 words
-    of eight bools each (torch's bools are bytes 0 or 1, so a word is 0 iff its eight are False, and CHUNK / 8 = 16
-    words of at most 0x0101010101010101 sum below 2**63: no overflow, no cancelling): any(-1) is 20x slower."""
+    """(n,) bool: the rows of the bool m (n, CHUNK) with no True. Summed as int64 words of eight bools each (torch's
+    bools are bytes 0 or 1, so a word is 0 iff its eight are False, and CHUNK / 8 = 16 words of at most
+    0x0101010101010101 sum below 2**63: no overflow, no cancelling): any(-1) is 20x slower."""
     if m.storage_offset() % 8 == 0:
-        return m.view(torch.uint8).view(torch.int64).view(-1, CHUNK // 8).sum(-1) == 0
-    return m.view(-1, CHUNK).any(-1).logical_not_()  # a view that does not start on a word
+        return m.view(torch.int64).sum(-1) == 0
+    return m.any(-1).logical_not_()  # a view that does not start on a word
 
 
 def nonfinite_at(tl: torch.Tensor, il: torch.Tensor, loss: torch.Tensor) -> torch.Tensor:
-    """(n, tl.dim()) the loss tokens where either log-prob is NaN or +-inf, in row-major order; all three are
-    overwritten (pass copies). x * 0 is 0 for a finite x and NaN for NaN or +-inf, and 0 + 0 stays 0: exact, with no
-    sum of two log-probs to overflow. A sum of those zeros and NaNs is NaN iff one is there (zeros cannot overflow):
-    nonzero, the slow part, runs only then."""
-    marks = tl.mul_(0).add_(il.mul_(0)).masked_fill_(loss.logical_not_(), 0)
-    return marks.nonzero() if bool(marks.sum().isnan()) else marks.new_zeros((0, marks.dim()), dtype=torch.long)
+    """(n, tl.dim()) the loss tokens where either log-prob is NaN or +-inf, in row-major order; tl and il are
+    overwritten (pass copies). First one sum of tl + il over the loss tokens: finite, there is none (as in
+    nonfinite_loss_tokens); else the exact test: x * 0 is 0 for a finite x and NaN for NaN or +-inf, and 0 + 0 stays 0,
+    with no sum of two log-probs to overflow."""
+    if math.isfinite(torch.where(loss, tl + il, 0).sum()):
+        return loss.new_zeros((0, loss.dim()), dtype=torch.long)
+    return torch.where(loss, tl.mul_(0).add_(il.mul_(0)), 0).nonzero()
 
 
 def nonfinite_loss_tokens(tl: torch.Tensor, il: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
@@ -171,17 +176,18 @@ def nonfinite_loss_tokens(tl: torch.Tensor, il: torch.Tensor, m: torch.Tensor) -
     look, which decides. That look covers the chunks with a non-finite sum and a loss token (in a ragged batch with
     -inf padding, about one per row, where its padding starts), and the fewer than CHUNK elements past the last whole
     chunk."""
-    tf, if_, mf = (x.reshape(-1) for x in (tl, il, m))  # views of contiguous tensors, else copies
-    N = tf.numel()
+    N = tl.numel()
     k = N - N % CHUNK
-    sums = chunk_sums(tf, k).add_(chunk_sums(if_, k)).mul_(0)  # (k / CHUNK,) 0 where finite, else NaN
-    if k == N and not bool(sums.sum().isnan()):  # nothing non-finite anywhere (one read back, a sync on a GPU)
-        return torch.zeros(0, dtype=torch.long, device=tf.device)
-    chunks = sums.masked_fill_(chunks_without_loss(mf[:k]), 0).nonzero().squeeze(1)  # (K,) NaN is nonzero
-    at = nonfinite_at(*(x[:k].view(-1, CHUNK).index_select(0, chunks) for x in (tf, if_, mf)))  # (n, 2) token by token
+    tc, ic, mc = (whole_chunks(x, k) for x in (tl, il, m))  # (k / CHUNK, CHUNK)
+    sums = chunk_sums(tc).add_(chunk_sums(ic)).mul_(0)  # (k / CHUNK,) 0 where finite, else NaN
+    if k == N and not math.isnan(sums.sum()):  # nothing non-finite anywhere (one read back, a sync on a GPU)
+        return torch.zeros(0, dtype=torch.long, device=tl.device)
+    chunks = sums.masked_fill_(chunks_without_loss(mc), 0).nonzero().squeeze(1)  # (K,) NaN is nonzero
+    at = nonfinite_at(tc.index_select(0, chunks), ic.index_select(0, chunks), mc.index_select(0, chunks))  # (n, 2)
     found = [chunks[at[:, 0]] * CHUNK + at[:, 1]] if at.numel() else []
-    if k < N:  # the elements past the last whole chunk
-        found.append(k + nonfinite_at(*(x[k:].clone() for x in (tf, if_, mf))).squeeze(1))
+    if k < N:  # the elements past the last whole chunk, token by token
+        t, i, loss = (x.reshape(-1)[k:] for x in (tl, il, m))
+        found.append(k + nonfinite_at(t.clone(), i.clone(), loss).squeeze(1))
     return torch.cat(found) if found else chunks[:0]
 
 
