@@ -110,7 +110,7 @@ class Config(Knobs):
 
 
 # ---------------------------------------------------------------------------------------------------------
-# the finite check's passes (Batch._check_finite)
+# blocks of rows (the ratio pass) and the finite check (Batch._check_finite)
 
 # Elements of a (B, T) pass made at once on the CPU. glibc's malloc hands a large block back to the OS when it is
 # freed at the top of the heap (past its trim threshold: twice the largest block it has seen mmapped), and the
