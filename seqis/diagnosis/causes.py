@@ -17,6 +17,9 @@ rollout (the tokens of a rollout are dependent, rollouts are not). In order:
   token_misalignment   b agrees with a far better `shift` positions away than in place (median |a - b|, 4x):
                        the log-probs are off by one or two. Everything else reads the re-aligned pairs.
   catastrophic_tokens  |l| > ln 20 (a ratio 4x beyond IcePop's 5): a kernel bug. Left out of every test below.
+                       Those within ln 20 of the line of a temperature the batch cannot rule out are that
+                       temperature's own tail (a sharp sampler's rare tokens, pushed out by fp8 rounding); when
+                       every one is, the finding is a warning said after the verdict (`temperature_tail`).
   sampler_truncation   null: E_mu[rho] = 1. A sampler that keeps a set K (top-p / top-k) and renormalises has
                        E_mu[rho | context] = pi(K), the trainer's mass on K, below 1. When the sampler's
                        untruncated distribution is the trainer's, rho = Z (the kept mass) on every kept token,
