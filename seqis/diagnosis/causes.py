@@ -17,6 +17,9 @@ rollout (the tokens of a rollout are dependent, rollouts are not). In order:
   token_misalignment   b agrees with a far better `shift` positions away than in place (median |a - b|, 4x):
                        the log-probs are off by one or two. Everything else reads the re-aligned pairs.
   catastrophic_tokens  |l| > ln 20 (a ratio 4x beyond IcePop's 5): a kernel bug. Left out of every test below.
+                       Those within ln 20 of the line of a temperature the batch cannot rule out are that
+                       temperature's own tail (a sharp sampler's rare tokens, pushed out by fp8 rounding); when
+                       every one is, the finding is a warning said after the verdict (`temperature_tail`).
   sampler_truncation   null: E_mu[rho] = 1. A sampler that keeps a set K (top-p / top-k) and renormalises has
                        E_mu[rho | context] = pi(K), the trainer's mass on K, below 1. When the sampler's
                        untruncated distribution is the trainer's, rho = Z (the kept mass) on every kept token,
@@ -107,7 +110,7 @@ from .findings import (  # noqa: F401
     temperature_estimable,
     temperature_words,
 )
-from .intervals import intervals_words, sampler_intervals
+from .intervals import intervals_words, sampler_intervals, temperature_tail
 from .levels import (  # noqa: F401
     _NORMAL,
     CATASTROPHIC_LOG_RATIO,
@@ -290,12 +293,18 @@ def _diagnose(batch: Batch, group, z_detect: float = Z_DETECT) -> list[Finding]:
         findings.append(_temperature(t["temperature"], stats))
     if _fired(t["raw"]):
         findings.append(_raw_logprobs(t["raw"], stats))
-    if bool((~t["keep"]).any()):
-        findings.append(_catastrophic(pairs, ~t["keep"]))
+    bad = ~t["keep"]
+    temp_open = sampler_intervals(t, pairs.n_rollouts)["cannot_rule_out"].get("temperature", {"faulty": []})
+    tail = temperature_tail(pairs.a, pairs.l, t["keep"], bad, temp_open["faulty"])  # (N,) a temperature's own
+    caveated = bool(bad.any()) and bool(tail.equal(bad))  # every one: no kernel bug to lead with
+    if bool(bad.any()) and not caveated:
+        findings.append(_catastrophic(pairs, bad, tail, temp_open["faulty"]))
     if not any(_fired(t[k]) for k in ("truncation", "temperature", "raw")):  # no sampler fault: the trainer's?
         findings.append(_policy_lag(t["lag"], stats) if _fired(t["lag"]) else
                         _precision(pairs, t["keep"], stats, {k: t[k] for k in ("truncation", "temperature", "raw",
                                                                                "lag")}))
+    if caveated:  # said after the verdict that names the temperature it cannot rule out
+        findings.append(_catastrophic(pairs, bad, tail, temp_open["faulty"]))
     if all(f.severity == "ok" for f in findings):
         findings.append(Finding("healthy", "ok", "Trainer and sampler agree within the frameworks' guidance "
                                 f"(mean exp|l| {stats['mult_prob_error']:.4f} <= NeMo-RL's "

@@ -137,22 +137,37 @@ def _policy_lag(lag: dict[str, Any], stats: dict[str, float]) -> Finding:
         {"gain": lag["gain"], "ci": lag["ci"], "z": lag["z"], "n_rollouts": lag["n_rollouts"], **stats})
 
 
-def _catastrophic(p: _Pairs, bad: torch.Tensor) -> Finding:
+def _catastrophic(p: _Pairs, bad: torch.Tensor, tail: torch.Tensor | None = None,
+                  faulty: list[tuple[float, float]] = ()) -> Finding:
+    """|l| > ln 20 tokens. Those of them on the line of a temperature the batch cannot rule out (`tail`, see
+    `temperature_tail`) are said to be that temperature's rare tokens; when every one is, the finding is a warning
+    that names the temperature before a kernel bug (issue 45: fp8 rounding at 0.7 without the entropy)."""
     count = int(bad.sum())
     index = bad.nonzero()[:, 0]  # (count,)
     rows, pos = p.where(index)
     share_rollouts = len(set(rows.tolist())) / max(p.n_rollouts, 1)
     worst = p.l[index].abs().topk(min(count, 20)).indices
     low_prob = float((p.a[bad] < math.log(0.05)).double().mean())
-    severity = "bad" if share_rollouts > VERL_VETO_FRACTION else "warn"
+    on_line = 0 if tail is None else int(tail.sum())
+    severity = "bad" if share_rollouts > VERL_VETO_FRACTION and on_line < count else "warn"
+    said = (f"{count} token(s) ({count / p.l.numel():.2%} of loss tokens, in {share_rollouts:.1%} of rollouts) "
+            f"have |log-ratio| > ln 20, {low_prob:.0%} of them on tokens the trainer gives under 5%")
+    if on_line:
+        ranges = " or ".join(f"[{lo:.3g}, {hi:.3g}]" for lo, hi in faulty)
+        said += (f"; {'all' if on_line == count else on_line} of them lie within ln 20 of the log-ratio's line at a "
+                 f"temperature in {ranges}, which this batch cannot rule out: a sharper sampler's own rare tokens, "
+                 "pushed out further by a coarse format's rounding, look like this")
+        act = ("Settle the temperature first (the trainer's per-token entropy would tell); if it is the trainer's, "
+               "look for a kernel bug in the sampler at these tokens" if on_line == count else
+               "Look for a kernel bug in the sampler at the others")
+    else:
+        act = "Look for a kernel bug in the sampler at those tokens"
     return Finding(
         "catastrophic_tokens", severity,
-        f"{count} token(s) ({count / p.l.numel():.2%} of loss tokens, in {share_rollouts:.1%} of rollouts) "
-        f"have |log-ratio| > ln 20, {low_prob:.0%} of them on tokens the trainer gives under 5%: look for a "
-        "kernel bug in the sampler at those tokens, and meanwhile reject their rollouts (a token band, verl's "
-        f"veto at 1e-4 or a max criterion; verl calls a veto fraction above {VERL_VETO_FRACTION} too high).",
+        f"{said}. {act}, and meanwhile reject their rollouts (a token band, verl's veto at 1e-4 or a max "
+        f"criterion; verl calls a veto fraction above {VERL_VETO_FRACTION} too high).",
         {"count": count, "share": count / p.l.numel(), "rollout_share": share_rollouts, "low_prob_share": low_prob,
-         "max_abs_log_ratio": float(p.l.abs()[bad].max()),
+         "on_temperature_line": on_line, "max_abs_log_ratio": float(p.l.abs()[bad].max()),
          "where": [[int(rows[k]), int(pos[k])] for k in worst.tolist()]})
 
 
@@ -172,7 +187,7 @@ def _precision(p: _Pairs, keep: torch.Tensor, stats: dict[str, float], tests: di
               "source")
     return Finding(
         "precision_noise", level,
-        f"No sampler fault shows ({ruled_out}). What remains is two-sided noise of {size}: {what}; {advice}. "
+        f"No sampler fault is confirmed ({ruled_out}). What remains is two-sided noise of {size}: {what}; {advice}. "
         + _threshold_clause(stats),
         {"dtype": dtype, "dtypes": rounding_formats(floor), "noise_floor": floor,
          "roundoffs_bf16": floor / UNIT_ROUNDOFF["bf16"], "tests": _test_summary(tests), **stats})
@@ -187,7 +202,10 @@ def _ruled_out(tests: dict[str, Any]) -> str:
         out.append(f"E_mu[pi/mu] {t['kept_mass']:.4f}, 95% CI {lo:.4f}-{hi:.4f}: no truncation")
     temp = tests["temperature"]
     if temp is not None:
-        out.append(temperature_words(temp, ".3f"))
+        bare = "" if temp["uses_entropy"] or not temperature_estimable(temp) else (
+            " fitted without the trainer's entropy, which a coarse format's rounding pushes from 1: the temperature "
+            "lies between it and 1")
+        out.append(temperature_words(temp, ".3f") + bare)
     raw = tests["raw"]
     if raw is not None:
         lo, hi = raw["ci"]

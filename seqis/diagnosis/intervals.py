@@ -23,7 +23,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from .levels import MIN_DEFICIT, MIN_TEMPERATURE_SHIFT, Z_CI, Z_DETECT
+import torch
+
+from .levels import CATASTROPHIC_LOG_RATIO, MIN_DEFICIT, MIN_TEMPERATURE_SHIFT, Z_CI, Z_DETECT
 
 
 def rollouts_to_tell(n_rollouts: int, se: float, delta: float) -> int | None:
@@ -46,7 +48,8 @@ def temperature_interval(fit: dict[str, Any] | None, n_rollouts: int) -> dict[st
     faulty = [(lo, min(hi, 1 - MIN_TEMPERATURE_SHIFT))] if lo < 1 - MIN_TEMPERATURE_SHIFT else []
     faulty += [(max(lo, 1 + MIN_TEMPERATURE_SHIFT), hi)] if hi > 1 + MIN_TEMPERATURE_SHIFT else []
     far = max(abs(s_lo), abs(s_hi))  # the far end's slope: its distance from the null s = 0
-    return {"interval": [lo, hi], "faulty": faulty, "rollouts_to_tell": rollouts_to_tell(n_rollouts, se, far)}
+    return {"interval": [lo, hi], "faulty": faulty, "rollouts_to_tell": rollouts_to_tell(n_rollouts, se, far),
+            "bare": not fit.get("uses_entropy", True)}
 
 
 def kept_mass_interval(trunc: dict[str, Any] | None, n_rollouts: int) -> dict[str, Any] | None:
@@ -66,7 +69,7 @@ def sampler_intervals(tests: dict[str, Any], n_rollouts: int) -> dict[str, Any]:
     tested) and `cannot_rule_out`: per parameter, the faulty ranges and the rollouts that would tell."""
     temp = temperature_interval(tests.get("temperature"), n_rollouts)
     mass = kept_mass_interval(tests.get("truncation"), n_rollouts)
-    open_ = {name: {"faulty": x["faulty"], "rollouts_to_tell": x["rollouts_to_tell"]}
+    open_ = {name: {"faulty": x["faulty"], "rollouts_to_tell": x["rollouts_to_tell"], "bare": x.get("bare", False)}
              for name, x in (("temperature", temp), ("kept_mass", mass)) if x is not None and x["faulty"]}
     return {"temperature_interval": None if temp is None else temp["interval"],
             "kept_mass_interval": None if mass is None else mass["interval"], "cannot_rule_out": open_}
@@ -89,9 +92,32 @@ def intervals_words(ev: dict[str, Any], n_rollouts: int, skip: tuple[str, ...] =
         ranges = " or ".join(_range(lo, hi, spec) for lo, hi in x["faulty"])
         n = x["rollouts_to_tell"]
         tell = (f"; about {n:,} would tell" if n and n > n_rollouts else
+                "; without the trainer's per-token entropy its fit does not tell a temperature from the sampler's "
+                "rounding at any batch size (the rounding pushes it from 1), and the entropy column (extras["
+                "'entropy']) would tell" if n and x.get("bare") else
                 "; its test is significant at this size, but the fit does not explain the mismatch" if n else "")
         said.append(f"{what} {ranges} cannot be ruled out with {n_rollouts} rollouts{tell}")
     if not said:
         return ""
     text = "; ".join(said)
     return text[0].upper() + text[1:] + "."
+
+
+def temperature_tail(a: torch.Tensor, l: torch.Tensor, keep: torch.Tensor, bad: torch.Tensor,
+                     faulty: list[tuple[float, float]]) -> torch.Tensor:
+    """(N,) bool: the tokens of `bad` (|l| > ln 20) within ln 20 of the line of a temperature in one of the
+    `faulty` ranges the batch cannot rule out: a sharper sampler's rare tokens (l = s a + c grows with -log pi),
+    pushed further out by a coarse format's rounding, are that temperature's own tail, not a kernel's catastrophe.
+    The line is the bare fit's, s (a - mean a) + mean l over the kept tokens (linear in s, so the lines of a range
+    sweep the band between its ends' lines at each a); s = 1 - 1/tau, 1 at an unbounded end."""
+    out = torch.zeros_like(bad)
+    if not faulty or not bool(keep.any()):
+        return out
+    a64, l64 = a.double(), l.double()
+    centred = a64 - float(a64[keep].mean())  # (N,)
+    mean_l = float(l64[keep].mean())
+    for lo, hi in faulty:
+        ends = [centred * (1 - 1 / tau if math.isfinite(tau) else 1.0) + mean_l for tau in (lo, hi)]  # 2 x (N,)
+        low, high = torch.minimum(*ends), torch.maximum(*ends)
+        out |= bad & (l64 >= low - CATASTROPHIC_LOG_RATIO) & (l64 <= high + CATASTROPHIC_LOG_RATIO)
+    return out
