@@ -2,14 +2,13 @@
 
 `evaluate_many(comps, batch, agg, ratios)` evaluates compositions on one batch, sharing what they have in common:
 the batch's log-ratios and their per-rollout sums (`Ratios`, a frozen record made once per batch) and every
-piece several compositions read (a statistic, its per-rollout aggregates and row extremes, a clamped copy, a
-token-weight profile: a `Cache` that the call owns). Each composition takes one of two forms, chosen for the
+piece several compositions read (a statistic, its per-rollout aggregates and row extremes, a clamped copy: a
+`Cache` that the call owns). Each composition takes one of two forms, chosen for the
 whole composition (`correction`):
 
     rows    its weights and kept tokens are per-rollout values times the loss mask (a rollout gate, a sequence
-            or geometric weight), except in the few rollouts a token-level part touches (found by the row
-            extremes of the statistic), which carry their own (R, T) kept tokens and weights (`KeptRows`); every
-            other row weighs a token weight's untruncated value (a per-batch `Profile`). Loss and metrics are
+            or geometric weight), except in the few rollouts a token rule touches (found by the row extremes
+            of the statistic), which carry their own (R, T) kept tokens (`KeptRows`). Loss and metrics are
             per-rollout sums: no (B, T) tensor of its own in the forward, and the backward writes the gradient
             in one pass.
     tokens  its own (B, T) kept mask and weights, built in place, which become the gradient.
@@ -40,7 +39,7 @@ from ..core.types import Batch, EstimatorOutput
 from .kernels import band_keep, capped_exp, gated, in_log_band, outside_band
 from .outputs import outputs_of
 from .plain import AGGREGATIONS, log_of
-from .rows import Correction, clipped_tokens, exponent, profile_of, sparse_form, truncated_rows
+from .rows import Correction, clipped_tokens, exponent, sparse_form, truncated_rows
 from .rules import (
     Cache,
     batch_dropped,
@@ -117,7 +116,7 @@ def _rollout_weight(r: Ratios, cache: Cache, w: Weight, clamp, gate, rules, trip
     if gate is not None:
         weight = gated(gate, weight)
         clipped = clipped & gate if clipped is not None else None
-    sparse = sparse_form(r, cache, gate, rules, tripped, None, clamp, row_weight=weight, clipped=clipped)
+    sparse = sparse_form(r, cache, gate, rules, tripped, clamp, row_weight=weight, clipped=clipped)
     return sparse or _filtered(r, cache, gate, rules, tripped, {}, row_weight=weight, clipped=clipped)
 
 
@@ -160,26 +159,19 @@ def _gamma_weight(r: Ratios, cache: Cache, gamma, x: torch.Tensor, gate, rules, 
     weight = torch.where(up, _vespo(x, k_pos, lam_pos), _vespo(x, k_neg, lam_neg))  # (B,)
     if gate is not None:
         weight = gated(gate, weight)
-    sparse = sparse_form(r, cache, gate, rules, tripped, None, clamp, row_weight=weight)
+    sparse = sparse_form(r, cache, gate, rules, tripped, clamp, row_weight=weight)
     return sparse or _filtered(r, cache, gate, rules, tripped, {}, row_weight=weight)
 
 
 
 def _token_weight(r: Ratios, cache: Cache, w: Weight, clamp, gate, rules, tripped, each=False) -> Correction:
     """A token or prefix weight (B, T), or none (1 on every kept token)."""
-    sparse = sparse_form(r, cache, gate, rules, tripped, w, clamp, each=each, in_full=_token_weight)
-    if sparse is not None:
-        return sparse
     if w.level == "none":
-        return _filtered(r, cache, gate, rules, tripped, {})
+        return sparse_form(r, cache, gate, rules, tripped, clamp) or _filtered(r, cache, gate, rules, tripped, {})
     ex = exponent(r, cache, w.level, clamp, each)
     x = ex[2]
-    shared = cache.profiles and not w.truncated and not w.self_normalize  # exp(x) as it is: the shared profile
-    exact = w.edge_space == "ratio"  # torch.exp, as the framework that decides the band in ratio space
-    if shared:
-        weights = cache.memo(("profile", ex[0].clamp, ex[1], exact), lambda: profile_of(r, cache, x, exact)).values
-    else:
-        weights = capped_exp(x if w.clip_low == 0 else x.clamp(min=log_of(w.clip_low)), w.upper, exact)  # (B, T)
+    weights = capped_exp(x if w.clip_low == 0 else x.clamp(min=log_of(w.clip_low)), w.upper,
+                         w.edge_space == "ratio")  # (B, T); exact: torch.exp, as the framework deciding in ratios
     masks, clipped = {}, None
     if w.truncated:
         clipped = truncated_rows(r, cache, w, ex)
@@ -195,13 +187,12 @@ def _token_weight(r: Ratios, cache: Cache, w: Weight, clamp, gate, rules, trippe
         applied = weights * (band if band is not None else cache.mask_f(r))
         mean = applied.sum() / r.n_tokens.clamp(min=1)
         weights.div_(torch.where(mean > 1e-8, mean, 1.0))
-    return _filtered(r, cache, gate, rules, tripped, masks, token_weights=weights, clipped=clipped, band=band,
-                     shared_weights=bool(shared))
+    return _filtered(r, cache, gate, rules, tripped, masks, token_weights=weights, clipped=clipped, band=band)
 
 
 
 def _filtered(r: Ratios, cache: Cache, gate, rules, tripped, masks, *, row_weight=None, token_weights=None,
-              clipped=None, band=None, shared_weights=False) -> Correction:
+              clipped=None, band=None) -> Correction:
     """The Correction in the tokens form: kept = the loss tokens of the gated rollouts that every token rule
     (and the weight's band) keeps (the rows form when there is no token rule, band or token weight)."""
     tripped = [*tripped, *(partial(outside, rc, cache, c) for rc, c, _ in rules)]
@@ -214,8 +205,8 @@ def _filtered(r: Ratios, cache: Cache, gate, rules, tripped, masks, *, row_weigh
             keep.mul_(as_float(gate, r.dtype)[:, None])
         metrics["is_token_masked"] = (r.n_tokens - kept_len.sum()) / r.n_tokens.clamp(min=1)
         form = dict(keep=keep, kept_len=gated(gate, kept_len) if gate is not None else kept_len)
-    return Correction(row_weight=row_weight, token_weights=token_weights, shared_weights=shared_weights, gate=gate,
-                      clipped=clipped, masks=masks, metrics=metrics, **form)
+    return Correction(row_weight=row_weight, token_weights=token_weights, gate=gate, clipped=clipped, masks=masks,
+                      metrics=metrics, **form)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -223,17 +214,13 @@ def _filtered(r: Ratios, cache: Cache, gate, rules, tripped, masks, *, row_weigh
 
 
 def evaluate_many(named: dict[Composition, int], batch: Batch, agg: str = "token-mean",
-                  ratios: Ratios | None = None, *, profiles: bool | None = None
-                  ) -> dict[Composition, list[EstimatorOutput]]:
+                  ratios: Ratios | None = None) -> dict[Composition, list[EstimatorOutput]]:
     """Each composition on the batch, as many outputs as `named` says keys name it (each its own loss node;
-    the outputs of one composition share every other tensor). One Ratios and one Cache serve them all.
-    profiles: token weights on a shared profile (None: when there are several compositions; the tests force
-    it on and off to hold every form to the plain evaluator)."""
+    the outputs of one composition share every other tensor). One Ratios and one Cache serve them all."""
     if agg not in AGGREGATIONS:
         raise ValueError(f"agg must be one of {', '.join(AGGREGATIONS)}; got {agg!r}")
-    several = len(named) > 1
     r = ratios if ratios is not None else ratios_for(batch, named)  # given without k3: Cache.k3 makes it if read
-    pieces = Cache(profiles=several if profiles is None else profiles)  # pays when several share it
+    pieces = Cache()
     out = {}
     for comp, n in named.items():
         again = partial(correction, r, pieces, comp)

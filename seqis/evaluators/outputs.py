@@ -34,12 +34,9 @@ def token_scale(r: Ratios, n_kept: torch.Tensor, agg: str) -> torch.Tensor:
 
 
 def _token_weights(r: Ratios, mask_f: torch.Tensor, c: Correction) -> torch.Tensor:
-    """A token-level correction's (B, T) weights before adv_tau * A, built in place on its own tensors (its keep
-    mask becomes them when its token weights are a shared profile)."""
+    """A token-level correction's (B, T) weights before adv_tau * A, built in place on its own tensors."""
     if c.token_weights is None:
         w = c.keep
-    elif c.shared_weights:
-        w = c.keep.mul_(c.token_weights) if c.keep is not None else c.token_weights * mask_f
     else:
         w = c.token_weights.mul_(c.keep if c.keep is not None else mask_f)
     if c.keep is None and c.gate is not None:  # a rollout gate on token weights (geo_mask's hybrid)
@@ -129,21 +126,16 @@ def outputs_of(r: Ratios, pieces: Cache, batch: Batch, c: Correction, comp: Comp
         shared = SharedGradient(G, lambda: gradient(_token_weights(r, mask_f, again())), n)
         grad_of = lambda first, g: scaled(shared.take(first), g, shortcuts)
     else:
-        base = c.profile.values if c.profile is not None else mask  # each kept token's weight before token_w
         seq_w = c.row_weight if c.row_weight is not None else torch.ones_like(r.length)
-        token_w = gated(accepted, seq_w) if c.gate is not None else seq_w  # (B,) times base on each kept token
-        if c.profile is not None:  # mean applied weight over the loss tokens
-            weight = token_w * row_sums(c.profile.sums, kept_rows, "factor_sums") / length
-        else:
-            weight = token_w if kept_rows is None else token_w * kept_len / length
-        weights = once(lambda: spread(token_w, base, kept_rows, weighted=True))
+        token_w = gated(accepted, seq_w) if c.gate is not None else seq_w  # (B,) on each kept token
+        weight = token_w if kept_rows is None else token_w * kept_len / length
+        weights = once(lambda: spread(token_w, mask, kept_rows))
         if adv_tok is None:  # one coefficient per rollout: no (B, T) tensor in the forward
-            row_coef = row_adv * token_w  # (B,) d loss / d log pi on each kept token, per unit of base
-            full = c.profile.logp_sums if c.profile is not None else r.logp_rowsum
-            value = (row_coef * row_sums(full, kept_rows, "logp")).sum()
-            grad_of = lambda first, g: spread(row_coef * g, base, kept_rows, weighted=True)
+            row_coef = row_adv * token_w  # (B,) d loss / d log pi on each kept token
+            value = (row_coef * row_sums(r.logp_rowsum, kept_rows, "logp")).sum()
+            grad_of = lambda first, g: spread(row_coef * g, mask, kept_rows)
         else:
-            rebuild = lambda: gradient(spread(token_w, base, kept_rows, weighted=True))
+            rebuild = lambda: gradient(spread(token_w, mask, kept_rows))
             G = rebuild()
             value = dot(G, pieces.logp(r))
             shared = SharedGradient(G, rebuild, n)

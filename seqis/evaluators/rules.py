@@ -1,8 +1,7 @@
 """The fast evaluator's rejection rules (seqis/evaluators/fast.py): each criterion as a (B,) rollout verdict or a
 (B, T) token keep, read from the batch's `Ratios` and from a `Cache` of what several compositions of one call share
-(a statistic, its per-rollout aggregates and row extremes, a clamped copy, a token-weight profile, the sparse rows of
-a token-level part). Every function computes what seqis/evaluators/plain.py defines; tests/test_evaluators.py holds
-them to it.
+(a statistic, its per-rollout aggregates and row extremes, a clamped copy, the sparse rows of a token rule). Every
+function computes what seqis/evaluators/plain.py defines; tests/test_evaluators.py holds them to it.
 """
 
 from __future__ import annotations
@@ -35,13 +34,9 @@ from .plain import statistic as plain_statistic
 @dataclass(eq=False)
 class Cache:
     """The pieces several compositions of one call share, made when first asked: each statistic, its
-    per-rollout aggregates and row extremes, clamped copies, token-weight profiles, the sparse rows of a
-    token-level part. One per call (and one per sub-batch of sparse rows); never kept on a Ratios.
+    per-rollout aggregates and row extremes, clamped copies, the sparse rows of a token rule. One per call (and
+    one per sub-batch of sparse rows); never kept on a Ratios."""
 
-    profiles: a token weight in the rows form, on a per-batch profile (it pays when several compositions
-    share it: run_many turns it on for more than one)."""
-
-    profiles: bool = False
     _memo: dict = field(default_factory=dict)
 
     def memo(self, key, compute: Callable[[], object]):
