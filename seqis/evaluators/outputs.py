@@ -32,7 +32,6 @@ def token_scale(r: Ratios, n_kept: torch.Tensor, agg: str) -> torch.Tensor:
     return n_seq.reciprocal()  # seq-mean-token-sum
 
 
-
 def _token_weights(r: Ratios, mask_f: torch.Tensor, c: Correction) -> torch.Tensor:
     """A token-level correction's (B, T) weights before adv_tau * A, built in place on its own tensors."""
     if c.token_weights is None:
@@ -42,7 +41,6 @@ def _token_weights(r: Ratios, mask_f: torch.Tensor, c: Correction) -> torch.Tens
     if c.keep is None and c.gate is not None:  # a rollout gate on token weights (geo_mask's hybrid)
         w.mul_(as_float(c.gate, r.dtype)[:, None])
     return w if c.row_weight is None else w.mul_(c.row_weight[:, None])
-
 
 
 def outputs_of(r: Ratios, pieces: Cache, batch: Batch, c: Correction, comp: Composition, agg: str,
@@ -69,13 +67,10 @@ def outputs_of(r: Ratios, pieces: Cache, batch: Batch, c: Correction, comp: Comp
     # which tokens keep a gradient, per rollout (closures hold the mask, not the record: a sequence-level output
     # lets the batch's (B, T) log-ratios go)
     kept_rows, mask = c.kept_rows, r.mask
-    if c.keep is not None:
-        kept_len = c.kept_len if c.kept_len is not None else c.keep.sum(-1)  # (B,)
-        kept = lambda: rebuilt()[1]
+    if c.keep is not None:  # kept_len (B,): set with keep, and by the sparse form
+        kept_len, kept = c.kept_len, lambda: rebuilt()[1]
     elif kept_rows is not None:  # the sparse form: all loss tokens but in a few rows, times the gate
-        gate = c.gate if c.gate is not None else r.valid
-        kept_len = c.kept_len if c.kept_len is not None else gated(gate, row_sums(r.length, kept_rows, "count"))
-        dtype = r.dtype
+        gate, kept_len, dtype = c.gate if c.gate is not None else r.valid, c.kept_len, r.dtype
         kept = lambda: spread(as_float(gate, dtype), mask, kept_rows).bool()
     elif c.gate is not None:
         kept_len = gated(c.gate, r.length)
@@ -174,7 +169,6 @@ def outputs_of(r: Ratios, pieces: Cache, batch: Batch, c: Correction, comp: Comp
     if comp.centering is not None:  # score centering's term over the sampler's head: the plain evaluator's own
         add_centering(comp.centering, batch, r.mask, scale, adv, outs)
     return outs
-
 
 
 def _penalty(r: Ratios, cache: Cache, p: Penalty, scale: torch.Tensor):

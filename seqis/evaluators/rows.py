@@ -8,35 +8,29 @@ the backward writes the gradient in one pass (seqis/evaluators/outputs.py).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from functools import partial
 
 import torch
 
 from ..core.compose import Weight
 from ..core.ratios import Ratios, as_float
 from .kernels import (
-    above_on,
     any_per_row,
-    gated,
-    kept_k3_logp_sums,
-    rows_above,
-    rows_into,
+    dot_rows,
+    outside_band,
     rows_outside,
     tokens_of,
 )
 from .plain import log_of
 from .rules import (
     Cache,
-    Criterion,
     Drop,
     Shared,
     clamped_to,
     extremes,
-    outside,
-    rule_edges,
-    shared_parts,
+    log_edges,
     statistic,
     token_keep,
 )
@@ -45,12 +39,11 @@ from .rules import (
 @dataclass(eq=False)
 class KeptRows:
     """The few rows (R,) of a rows-form correction that carry their own tokens: `keep` (R, T) 0/1 floats, the
-    loss tokens they keep, with their per-row sums (R,): kept tokens ("count"), k3 over the kept tokens ("k3")
-    and the detached log pi over them ("logp"). Every other row keeps all its loss tokens."""
+    loss tokens they keep, with their per-row sums (R,) of k3 ("k3") and of the detached log pi ("logp") over
+    them. Every other row keeps all its loss tokens."""
 
     rows: torch.Tensor
     keep: torch.Tensor
-    count: torch.Tensor
     k3: torch.Tensor
     logp: torch.Tensor
 
@@ -92,7 +85,6 @@ class Correction:
         return self.keep is not None or self.token_weights is not None
 
 
-
 def exponent(r: Ratios, cache: Cache, level: str, clamp: float | None, each: bool = False) -> Shared:
     """A token or prefix weight's exponent (l_t or sum_{s<=t} l_s, clamped; each: the prefix sums of the
     clamped l_s) (B, T), shared: not to be written to. Off the loss mask it holds 0 or (a prefix) the value of
@@ -106,84 +98,55 @@ def exponent(r: Ratios, cache: Cache, level: str, clamp: float | None, each: boo
     return r, key, cache.memo((key, r.clamp), lambda: clamped_to(r.log_ratio.cumsum(-1), clamp))
 
 
-
 def truncated_rows(r: Ratios, cache: Cache, w: Weight, ex: Shared) -> torch.Tensor:
     """(B,) bool: the rows with a loss token whose weight exponent x lies beyond the truncation (from the row
     extremes where an edge is on the far side of 0, which padding holds, else from the mask)."""
     (x_max, x_min), x = extremes(cache, ex), ex[2]
     c = log_of(w.upper)
-    clipped = x_max > c if c >= 0 else rows_above(x, r.mask, c)
+    clipped = x_max > c if c >= 0 else any_per_row(outside_band(r.mask, x, -math.inf, c))
     if w.clip_low > 0:
         c = log_of(w.clip_low)
-        clipped |= x_min < c if c <= 0 else rows_above(x.neg(), r.mask, -c)
+        clipped |= x_min < c if c <= 0 else any_per_row(outside_band(r.mask, x, c, math.inf))
     return clipped
-
 
 
 def clipped_tokens(mask, gate, x, w: Weight) -> torch.Tensor:
     """(B, T) bool: the loss tokens (of gated rollouts) whose weight was truncated."""
     own = mask if gate is None else tokens_of(mask, gate)
-    out = above_on(own, x, log_of(w.upper))
-    if w.clip_low > 0:
-        out |= above_on(own, x.neg(), -log_of(w.clip_low))
-    return out
+    return outside_band(own, x, log_of(w.clip_low), log_of(w.upper))
 
 
 # ---------------------------------------------------------------------------------------------------------
 # the rows form: only the rows a token-level part touches, in full
 
 
-def sparse_form(r: Ratios, cache: Cache, gate, rules, tripped, clamp, *, row_weight=None,
-                clipped=None) -> Correction | None:
-    """The rows form of a correction with token rules, when shortcuts are on and they change the tokens of few
-    rollouts: the row maxima and minima of each statistic find those rows, only they are evaluated in full (on
-    a record of their own), and every other row keeps all its loss tokens. The rules' part is shared by the
-    corrections that have the same rules. None when it does not apply (a rule under per-token advantages; too
-    many rows): then the tokens form follows."""
-    if not r.shortcuts or not rules or any(cond is not None and cond.dim() == 2 for _, _, cond in rules):
+def sparse_rows(r: Ratios, cache: Cache, clamp, rules) -> tuple[KeptRows | None, torch.Tensor] | None:
+    """The rows form of token rules decided in log space, when shortcuts are on and they change the tokens of few
+    rollouts: the row maxima and minima of each statistic find those rows, only they are evaluated in full (on a
+    record of their own), and every other row keeps all its loss tokens. (KeptRows, kept tokens per rollout (B,)
+    before any gate) ((None, lengths) when no row is touched), shared by the corrections with the same rules;
+    None when it does not apply (a rule under per-token advantages or in ratio space; more than r.sparse_share of
+    the rollouts touched): then the tokens form follows."""
+    if not r.shortcuts or not rules or any(cond is not None and cond.dim() == 2 or
+                                           getattr(c, "edge_space", "") == "ratio" for _, c, cond in rules):
         return None
-    part = cache.memo(("sparse", tuple(c for _, c, _ in rules), clamp),
-                      lambda: sparse_rows(r, cache, clamp, rules))
-    if part is None:
-        return None
-    kept_rows, kept_len, sub_rc = part  # kept_len: (B,) before the gate
-    # a rule's tokens outside its band lie in the kept rows, unless an advantage condition exempted their row
-    tripped = [*tripped, *(partial(outside, rc, cache, c) if cond is not None or isinstance(c, Drop) else
-                           partial(torch.zeros_like, r.mask) if kept_rows is None else
-                           partial(_rows_outside_band, r.mask.shape, kept_rows.rows, sub_rc, c)
-                           for rc, c, cond in rules)]
-    masks = {}
-    metrics = shared_parts(r, gate, tripped, masks, clipped)
-    metrics["is_token_masked"] = (r.n_tokens - kept_len.sum()) / r.n_tokens.clamp(min=1)
-    return Correction(row_weight=row_weight, gate=gate, kept_rows=kept_rows,
-                      kept_len=gated(gate, kept_len) if gate is not None else kept_len, clipped=clipped,
-                      masks=masks, metrics=metrics)
+    return cache.memo(("sparse", tuple(c for _, c, _ in rules), clamp), lambda: _kept_rows(r, cache, clamp, rules))
 
 
-
-def _rows_outside_band(shape, rows: torch.Tensor, sub: Ratios, c: Criterion) -> torch.Tensor:
-    """(B, T) bool: the loss tokens outside the rule's band, found in the given rows (`sub` holds them)."""
-    return rows_into(shape, rows, outside(sub, Cache(), c))
-
-
-
-def sparse_rows(r: Ratios, cache: Cache, clamp, rules):
-    """(KeptRows, kept tokens per rollout (B,), their clamped record) of the token rules ((None, lengths, None)
-    when no row is touched), or None when they change the tokens of more than r.sparse_share of the rollouts."""
+def _kept_rows(r: Ratios, cache: Cache, clamp, rules):
     hit = torch.zeros_like(r.valid)
     for rc, c, cond in rules:
         if isinstance(c, Drop):  # the rows with a dropped token
             hit |= any_per_row(c.tokens)
             continue
-        lo, hi, strict = rule_edges(c, rc.dtype)
-        out = rows_outside(*extremes(cache, (rc, c.statistic, statistic(rc, cache, c.statistic))), lo, hi,
-                           strict=strict)
+        out = rows_outside(*extremes(cache, (rc, c.statistic, statistic(rc, cache, c.statistic))), *log_edges(c),
+                           strict=c.strict)
         hit |= out if cond is None else out & cond
     rows = hit.nonzero().squeeze(1)
     if len(rows) > r.sparse_share * len(hit):
         return None
     if len(rows) == 0:  # every rollout keeps all its loss tokens
-        return None, r.length, None
+        return None, r.length
     # the rows in full, on their own record (shortcuts off: the tokens form) and cache; a clamp that changes no
     # token's l in the batch changes none of theirs
     token_clamp = None if clamp is None or cache.clamped(r, clamp) is r else clamp
@@ -191,10 +154,10 @@ def sparse_rows(r: Ratios, cache: Cache, clamp, rules):
     sub_rc = sub_cache.clamped(sub, token_clamp)
     sub_rules = [(sub_rc, c.rows(rows) if isinstance(c, Drop) else c, None if cond is None else
                   cond.index_select(0, rows)) for _, c, cond in rules]
-    keep = token_keep(sub_cache, sub_rules, None)  # its kept tokens' k3 and log pi summed in one blocked pass
+    keep = token_keep(sub_cache, sub_rules, None)
     count = keep.sum(-1)
-    k3, logp = kept_k3_logp_sums(sub.log_ratio, sub.trainer_logprobs, keep)
-    return KeptRows(rows, keep, count, k3, logp), r.length.index_copy(0, rows, count), sub_rc
+    k3, logp = dot_rows(sub_cache.k3(sub), keep), dot_rows(sub_cache.logp(sub), keep)
+    return KeptRows(rows, keep, k3, logp), r.length.index_copy(0, rows, count)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -203,11 +166,10 @@ def sparse_rows(r: Ratios, cache: Cache, clamp, rules):
 
 def row_sums(full: torch.Tensor, kept_rows: KeptRows | None, sums: str) -> torch.Tensor:
     """(B,) per-rollout sums: `full` (the sums over all its loss tokens), but in the rows of kept_rows their own
-    sums named by `sums` ("count", "k3" or "logp": see KeptRows)."""
+    sums named by `sums` ("k3" or "logp": see KeptRows)."""
     if kept_rows is None or len(kept_rows.rows) == 0:
         return full
     return full.index_copy(0, kept_rows.rows, getattr(kept_rows, sums))
-
 
 
 def spread(row_values: torch.Tensor, mask: torch.Tensor, kept_rows: KeptRows | None) -> torch.Tensor:
