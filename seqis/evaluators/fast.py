@@ -72,10 +72,8 @@ def correction(r: Ratios, cache: Cache, comp: Composition) -> Correction:
             rules.append((rc, drop, None))
     w = comp.weight
     each = comp.weight_clamp_order == "token" and comp.log_ratio_clamp is not None  # the weight aggregates lc
-    if w.per_rollout:
-        out = _rollout_weight(r, cache, w, comp.log_ratio_clamp, gate, rules, tripped, each)
-    else:
-        out = _token_weight(r, cache, w, comp.log_ratio_clamp, gate, rules, tripped, each)
+    out = (_rollout_weight if w.per_rollout else _token_weight)(r, cache, w, comp.log_ratio_clamp, gate, rules,
+                                                                 tripped, each)
     left = left_out(r, rc, cache, comp.criteria, drop)
     if left is not None and not (r.shortcuts and not bool(left > 0)):  # the kept weights scale by N / N_after
         factor = r.n_tokens / (r.n_tokens - left).clamp(min=1)  # ()

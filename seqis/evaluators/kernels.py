@@ -77,11 +77,6 @@ def rows_outside(x_max: torch.Tensor, x_min: torch.Tensor, low: float, high: flo
     return out
 
 
-def rows_into(shape: tuple[int, int], rows: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
-    """(B, T) bool: values (R, T) in the given rows, False elsewhere."""
-    return torch.zeros(shape, dtype=torch.bool, device=values.device).index_copy_(0, rows, values)
-
-
 DOT_BLOCK = 1 << 16  # elements of a * b made at once by dot_rows on the CPU (256 KiB in float32)
 
 

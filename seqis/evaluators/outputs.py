@@ -14,7 +14,7 @@ import torch
 from ..core.compose import Composition, Penalty
 from ..core.ratios import Ratios, as_dtype, as_float, dot
 from ..core.types import Batch, EstimatorOutput, Masks
-from .kernels import SharedGradient, any_per_row, dot_rows, gated, known_losses, masked_mean, scaled, tokens_of
+from .kernels import SharedGradient, dot_rows, gated, known_losses, masked_mean, scaled, tokens_of
 from .plain import add_centering
 from .rows import Correction, row_sums, spread
 from .rules import Cache
@@ -145,15 +145,13 @@ def outputs_of(r: Ratios, pieces: Cache, batch: Batch, c: Correction, comp: Comp
     weight = weight * r.valid_f  # an empty rollout applies no weight (every weight is finite)
     metrics["seq_weight"] = masked_mean(weight, r.valid & (kept_len > 0))
 
-    own = dict(c.masks)
+    own = dict(c.masks)  # a truncated token weight's "clipped" tokens come with its clipped rows
     if c.gate is not None:  # a rollout gate: the loss tokens of the rollouts it rejects
         own.setdefault("traj_masked", partial(tokens_of, r.mask, ~c.gate))
+    clipped = c.clipped & r.valid if c.clipped is not None else torch.zeros_like(r.valid)
     if c.clipped is not None:
-        clipped = c.clipped & r.valid
         own.setdefault("clipped", partial(tokens_of, r.mask, clipped))
     masks = Masks({"kept": kept, **own})
-    if c.clipped is None:
-        clipped = any_per_row(masks["clipped"]) if "clipped" in masks else torch.zeros_like(r.valid)
     rollouts = {
         "length": r.length,
         "seq_log_ratio": r.seq_log_ratio,

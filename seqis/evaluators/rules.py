@@ -64,7 +64,6 @@ class Cache:
         return r.k3 if r.k3 is not None else self.memo(("k3", r.clamp), lambda: k3_of(r.log_ratio)[0])
 
 
-
 # ---------------------------------------------------------------------------------------------------------
 # the rejection rules
 
