@@ -39,9 +39,10 @@ from ..core.types import Batch, EstimatorOutput
 from .kernels import band_keep, capped_exp, gated, in_band, outside_band
 from .outputs import outputs_of
 from .plain import AGGREGATIONS, log_of, within
-from .rows import Correction, clipped_tokens, exponent, sparse_rows, truncated_rows
+from .rows import Correction, clipped_tokens, exponent, outside_rows, sparse_rows, truncated_rows
 from .rules import (
     Cache,
+    Drop,
     batch_dropped,
     clamped_to,
     criteria,
@@ -180,10 +181,11 @@ def _filtered(r: Ratios, cache: Cache, gate, rules, tripped, masks, *, clamp=Non
     """The Correction: kept = the loss tokens of the gated rollouts that every token rule (and the weight's band)
     keeps; in the rows form with no token weight, where the rules change the tokens of few rollouts (sparse_rows)
     or there is none, else in the tokens form (a (B, T) keep)."""
-    tripped = [*tripped, *(partial(outside, rc, cache, c) for rc, c, _ in rules)]
+    sparse = sparse_rows(r, cache, clamp, rules) if token_weights is None else None
+    tripped = [*tripped, *(partial(outside, rc, cache, c) if sparse is None or cond is not None or isinstance(c, Drop)
+                           else outside_rows(sparse[0], r.mask, c) for rc, c, cond in rules)]
     metrics = shared_parts(r, gate, tripped, masks, clipped)
     form, kept_len = {}, None  # kept_len: (B,) before the gate
-    sparse = sparse_rows(r, cache, clamp, rules) if token_weights is None else None
     if sparse is not None:
         form["kept_rows"], kept_len = sparse
     elif (keep := token_keep(cache, rules, band)) is not None:

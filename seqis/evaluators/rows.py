@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 
 import torch
 
@@ -31,6 +32,7 @@ from .rules import (
     clamped_to,
     extremes,
     log_edges,
+    outside,
     statistic,
     token_keep,
 )
@@ -46,6 +48,7 @@ class KeptRows:
     keep: torch.Tensor
     k3: torch.Tensor
     logp: torch.Tensor
+    record: Ratios  # their clamped record, which their token_masked mask reads (none of the batch's)
 
 
 @dataclass(eq=False)
@@ -120,6 +123,15 @@ def clipped_tokens(mask, gate, x, w: Weight) -> torch.Tensor:
 # the rows form: only the rows a token-level part touches, in full
 
 
+def outside_rows(kept_rows: KeptRows | None, mask: torch.Tensor, c) -> Callable[[], torch.Tensor]:
+    """() -> (B, T) bool: a sparse rule's loss tokens outside its band, every one in the kept rows, built from
+    their own record (so that a rows-form output holds none of the batch's (B, T) tensors but the mask)."""
+    if kept_rows is None:
+        return partial(torch.zeros_like, mask)
+    rows = kept_rows.rows
+    return lambda: torch.zeros_like(mask).index_copy_(0, rows, outside(kept_rows.record, Cache(), c))
+
+
 def sparse_rows(r: Ratios, cache: Cache, clamp, rules) -> tuple[KeptRows | None, torch.Tensor] | None:
     """The rows form of token rules decided in log space, when shortcuts are on and they change the tokens of few
     rollouts: the row maxima and minima of each statistic find those rows, only they are evaluated in full (on a
@@ -157,7 +169,7 @@ def _kept_rows(r: Ratios, cache: Cache, clamp, rules):
     keep = token_keep(sub_cache, sub_rules, None)
     count = keep.sum(-1)
     k3, logp = dot_rows(sub_cache.k3(sub), keep), dot_rows(sub_cache.logp(sub), keep)
-    return KeptRows(rows, keep, k3, logp), r.length.index_copy(0, rows, count)
+    return KeptRows(rows, keep, k3, logp, sub_rc), r.length.index_copy(0, rows, count)
 
 
 # ---------------------------------------------------------------------------------------------------------
