@@ -142,7 +142,7 @@ def run_many(
     ratios: Ratios | None = None,
 ) -> dict[Correctable, EstimatorOutput]:
     """Evaluate several corrections on one batch, computing what they share once (log-ratios, sums, counts,
-    geometric ratios, k3, each statistic and its row aggregates and extremes, token-weight profiles), and a
+    geometric ratios, k3, each statistic and its row aggregates and extremes), and a
     composition that several keys name once: those keys get outputs of their own (each its own loss node and
     gradient) that share their weights, masks and metric tensors (all detached; not to be written to).
     `estimators` is names, preset keys or Compositions, (x, cfg) pairs, or an {x: cfg} dict; the result is keyed

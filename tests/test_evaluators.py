@@ -88,15 +88,15 @@ def same_output(a, b, batch: Batch, what: str) -> None:
                                    msg=f"{what}: rollouts {k}")
 
 
-# the fast evaluator's forms: CPU shortcuts, the GPU's passes (shortcuts off), token-level parts always in the
-# sparse rows form on a shared profile (as run_many of several does), never sparse
-FORMS = [dict(), dict(shortcuts=False), dict(sparse_share=1.0, profiles=True), dict(sparse_share=-1.0)]
+# the fast evaluator's forms: CPU shortcuts, the GPU's passes (shortcuts off), token rules always in the sparse
+# rows form, never sparse
+FORMS = [dict(), dict(shortcuts=False), dict(sparse_share=1.0), dict(sparse_share=-1.0)]
 FORM_IDS = ["cpu", "passes", "sparse", "dense"]
 
 
 def fast(comp, batch: Batch, agg: str, form: dict):
-    r = Ratios.of(batch, **{k: v for k, v in form.items() if k in ("shortcuts", "sparse_share")})
-    return fast_module.evaluate_many({comp: 1}, batch, agg, r, profiles=form.get("profiles"))[comp][0]
+    r = Ratios.of(batch, **form)
+    return fast_module.evaluate_many({comp: 1}, batch, agg, r)[comp][0]
 
 
 def fast_agrees(comp, batch: Batch, agg: str, form: dict, want, what: str) -> None:

@@ -370,9 +370,9 @@ def check_composition(comp: Composition, batch: Batch, agg: str, out=None):
     check(out, batch, reference(batch, rows, agg, comp.adv_tau, comp.penalty, norm))
 
 
-# the CPU shortcuts, the GPU's passes (shortcuts off), or token rules and token weights always in their sparse
-# rows form (the few rows in full, every other row on the shared profile, as run_many of several does)
-PATHS = [dict(), dict(shortcuts=False), dict(sparse_share=1.0, profiles=True)]
+# the CPU shortcuts, the GPU's passes (shortcuts off), or token rules always in their sparse rows form (the few
+# rows in full)
+PATHS = [dict(), dict(shortcuts=False), dict(sparse_share=1.0)]
 
 
 def fast_output(x, cfg, batch: Batch, agg: str, paths: dict):
@@ -380,8 +380,8 @@ def fast_output(x, cfg, batch: Batch, agg: str, paths: dict):
     comp = resolve(x, cfg)
     if not fast.supports(comp):  # a part the fast evaluator does not know: the registry runs the plain one
         return evaluate(comp, batch, agg)
-    r = Ratios.of(batch, **{k: v for k, v in paths.items() if k != "profiles"})
-    return fast.evaluate_many({comp: 1}, batch, agg, r, profiles=paths.get("profiles"))[comp][0]
+    r = Ratios.of(batch, **paths)
+    return fast.evaluate_many({comp: 1}, batch, agg, r)[comp][0]
 
 
 def _preset_keys() -> list[str]:

@@ -103,36 +103,6 @@ def test_row_dots_in_blocks_equal_the_plain_formula():
     torch.testing.assert_close(dot_rows(a, b), (a * b).sum(-1), rtol=1e-12, atol=1e-12)
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-@pytest.mark.parametrize("T", [1000, 4096, 37])
-def test_a_sparse_filters_kept_sums_in_one_pass_equal_the_formula(dtype, T):
-    # kept_k3_logp_sums: the sums over the kept tokens of k3 = expm1(l) - l and of the cleaned log pi, made in
-    # blocks of rows; against the formula written out on the whole (R, T) tensors, float64 sums of the same
-    # products, and the values the two row dots give to the bit
-    from seqis.core.ratios import k3_of
-    from seqis.evaluators.kernels import DOT_BLOCK, dot_rows, kept_k3_logp_sums
-
-    g = torch.Generator().manual_seed(T)
-    R = 2 * (DOT_BLOCK // T) + 3  # several blocks and a short last one
-    lengths = torch.randint(0, T + 1, (R,), generator=g)
-    mask = torch.arange(T)[None, :] < lengths[:, None]  # (R, T), an empty rollout among them likely
-    l = torch.where(mask, torch.randn(R, T, generator=g) * 0.3, 0.0).to(dtype)  # (R, T) 0 off the mask
-    l[0, 0] = 3.0 if lengths[0] else 0.0  # a catastrophic token
-    logp = torch.where(mask, -torch.rand(R, T, generator=g) * 5, torch.tensor(-torch.inf)).to(dtype)
-    logp[1, -1] = torch.nan  # padding may hold anything
-    keep = (mask & (l.abs() < 1.0)).to(dtype)  # (R, T) 0/1, 0 off the mask; drops the catastrophic token
-    k3, lp = kept_k3_logp_sums(l, logp, keep)
-    clean = torch.where(mask, logp, 0.0)
-    want_k3 = ((torch.expm1(l.double()) - l.double()) * keep.double()).sum(-1)
-    want_lp = (clean.double() * keep.double()).sum(-1)
-    tol = dict(rtol=1e-5, atol=1e-5) if dtype == torch.float32 else dict(rtol=1e-12, atol=1e-12)
-    torch.testing.assert_close(k3.double(), want_k3, **tol)
-    torch.testing.assert_close(lp.double(), want_lp, **tol)
-    assert torch.equal(k3, dot_rows(k3_of(l)[0], keep))  # what the two row dots gave before
-    assert torch.equal(lp, dot_rows(torch.nan_to_num(logp, 0.0, 0.0, 0.0) * mask.to(dtype), keep))
-    assert [x.shape for x in kept_k3_logp_sums(l[:0], logp[:0], keep[:0])] == [(0,), (0,)]  # no rows
-
-
 def test_the_sparse_rows_form_on_a_batch_of_many_rollouts():
     # 300 rollouts (the row-dot blocks and the sparse rows at scale): every preset through run_many equals its
     # run alone

@@ -2,14 +2,13 @@
 
 `evaluate_many(comps, batch, agg, ratios)` evaluates compositions on one batch, sharing what they have in common:
 the batch's log-ratios and their per-rollout sums (`Ratios`, a frozen record made once per batch) and every
-piece several compositions read (a statistic, its per-rollout aggregates and row extremes, a clamped copy, a
-token-weight profile: a `Cache` that the call owns). Each composition takes one of two forms, chosen for the
+piece several compositions read (a statistic, its per-rollout aggregates and row extremes, a clamped copy: a
+`Cache` that the call owns). Each composition takes one of two forms, chosen for the
 whole composition (`correction`):
 
     rows    its weights and kept tokens are per-rollout values times the loss mask (a rollout gate, a sequence
-            or geometric weight), except in the few rollouts a token-level part touches (found by the row
-            extremes of the statistic), which carry their own (R, T) kept tokens and weights (`KeptRows`); every
-            other row weighs a token weight's untruncated value (a per-batch `Profile`). Loss and metrics are
+            or geometric weight), except in the few rollouts a token rule touches (found by the row extremes
+            of the statistic), which carry their own (R, T) kept tokens (`KeptRows`). Loss and metrics are
             per-rollout sums: no (B, T) tensor of its own in the forward, and the backward writes the gradient
             in one pass.
     tokens  its own (B, T) kept mask and weights, built in place, which become the gradient.
@@ -37,21 +36,20 @@ import torch
 from ..core.compose import Composition, Weight
 from ..core.ratios import MAX_LOG_WEIGHT, Ratios, as_float
 from ..core.types import Batch, EstimatorOutput
-from .kernels import band_keep, capped_exp, gated, in_log_band, outside_band
+from .kernels import band_keep, capped_exp, gated, in_band, outside_band
 from .outputs import outputs_of
-from .plain import AGGREGATIONS, log_of
-from .rows import Correction, clipped_tokens, exponent, profile_of, sparse_form, truncated_rows
+from .plain import AGGREGATIONS, log_of, within
+from .rows import Correction, clipped_tokens, exponent, outside_rows, sparse_rows, truncated_rows
 from .rules import (
     Cache,
+    Drop,
     batch_dropped,
     clamped_to,
     criteria,
-    extremes,
     left_out,
     outside,
     shared_parts,
     token_keep,
-    weight_band,
 )
 
 # ---------------------------------------------------------------------------------------------------------
@@ -75,16 +73,13 @@ def correction(r: Ratios, cache: Cache, comp: Composition) -> Correction:
             rules.append((rc, drop, None))
     w = comp.weight
     each = comp.weight_clamp_order == "token" and comp.log_ratio_clamp is not None  # the weight aggregates lc
-    if w.per_rollout:
-        out = _rollout_weight(r, cache, w, comp.log_ratio_clamp, gate, rules, tripped, each)
-    else:
-        out = _token_weight(r, cache, w, comp.log_ratio_clamp, gate, rules, tripped, each)
+    out = (_rollout_weight if w.per_rollout else _token_weight)(r, cache, w, comp.log_ratio_clamp, gate, rules,
+                                                                 tripped, each)
     left = left_out(r, rc, cache, comp.criteria, drop)
     if left is not None and not (r.shortcuts and not bool(left > 0)):  # the kept weights scale by N / N_after
         factor = r.n_tokens / (r.n_tokens - left).clamp(min=1)  # ()
         out.row_weight = factor.expand(r.length.shape) if out.row_weight is None else out.row_weight * factor
     return out
-
 
 
 def _rollout_weight(r: Ratios, cache: Cache, w: Weight, clamp, gate, rules, tripped, each=False) -> Correction:
@@ -108,45 +103,35 @@ def _rollout_weight(r: Ratios, cache: Cache, w: Weight, clamp, gate, rules, trip
     if w.band is not None:  # outside the band the rollout is dropped (edges in ratio space: no tolerance)
         tol = 0.0 if w.edge_space == "ratio" else (
             rw.edge_tolerance if w.level == "geometric" else rw.edge_tolerance * r.length)
-        ok = r.valid & in_log_band(x, *weight_band(w, r.dtype), tol)
+        ok = r.valid & (within(x, "ratio", *w.band, space="ratio") if w.edge_space == "ratio" else
+                        in_band(x, *w.band, tol))
         gate = ok if gate is None else gate & ok
     if w.self_normalize:  # by the mean over valid rollouts, before the criteria
         count = max(len(r.valid), 1) if w.normalize_all else r.n_valid  # slime's: every rollout, empty ones too
         mean = gated(r.valid & (ok if w.band is not None else r.valid), weight).sum() / count
         weight = weight / torch.where(mean > 1e-8, mean, 1.0)
-    if gate is not None:
+    return _per_rollout(r, cache, gate, rules, tripped, clamp, weight, clipped)
+
+
+def _per_rollout(r: Ratios, cache: Cache, gate, rules, tripped, clamp, weight=None, clipped=None) -> Correction:
+    """One weight per rollout (None: 1), gated: the rows form, or the tokens form where a token rule needs it."""
+    if gate is not None and weight is not None:
         weight = gated(gate, weight)
         clipped = clipped & gate if clipped is not None else None
-    sparse = sparse_form(r, cache, gate, rules, tripped, None, clamp, row_weight=weight, clipped=clipped)
-    return sparse or _filtered(r, cache, gate, rules, tripped, {}, row_weight=weight, clipped=clipped)
-
+    return _filtered(r, cache, gate, rules, tripped, {}, clamp=clamp, row_weight=weight, clipped=clipped)
 
 
 def _token_clipped_sum(r: Ratios, cache: Cache, clamp: float | None, token_clip: float) -> torch.Tensor:
     """(B,) sum over each rollout's loss tokens of min(l_t, log token_clip), l_t clamped to [-c, c] (TRL's token
-    TIS inside VESPO), once per call. With shortcuts only the rows with a token above the clip are summed anew
-    (found by the row maxima, which padding's 0 can only over-report); every other row's sum is S_j itself."""
+    TIS inside VESPO), once per call."""
     rc, a = cache.clamped(r, clamp), log_of(token_clip)
-
-    def compute():
-        if a == math.inf:
-            return rc.seq_log_ratio
-        if not rc.shortcuts:
-            return torch.where(rc.mask, rc.log_ratio.clamp(max=a), 0.0).sum(-1)
-        rows = (extremes(cache, (rc, "ratio", rc.log_ratio))[0] > a).nonzero().squeeze(1)  # (R,)
-        if len(rows) == 0:
-            return rc.seq_log_ratio
-        l, m = rc.log_ratio.index_select(0, rows), rc.mask.index_select(0, rows)  # (R, T)
-        return rc.seq_log_ratio.index_copy(0, rows, torch.where(m, l.clamp(max=a), 0.0).sum(-1))
-
-    return cache.memo(("token clipped sum", rc.clamp, a), compute)
-
+    return cache.memo(("token clipped sum", rc.clamp, a), lambda: rc.seq_log_ratio if a == math.inf else
+                      torch.where(rc.mask, rc.log_ratio.clamp(max=a), 0.0).sum(-1))
 
 
 def _vespo(x: torch.Tensor, k: float, lam: float) -> torch.Tensor:
     """VESPO's phi(W) = exp(lambda + k log W - lambda W) for log W = x, with the e^40 cap every weight keeps."""
     return torch.exp((lam + k * x - lam * torch.exp(x)).clamp(max=MAX_LOG_WEIGHT))
-
 
 
 def _gamma_weight(r: Ratios, cache: Cache, gamma, x: torch.Tensor, gate, rules, tripped, clamp) -> Correction:
@@ -158,28 +143,17 @@ def _gamma_weight(r: Ratios, cache: Cache, gamma, x: torch.Tensor, gate, rules, 
         weights = torch.where(up, _vespo(x, k_pos, lam_pos)[:, None], _vespo(x, k_neg, lam_neg)[:, None])  # (B, T)
         return _filtered(r, cache, gate, rules, tripped, {}, token_weights=weights)
     weight = torch.where(up, _vespo(x, k_pos, lam_pos), _vespo(x, k_neg, lam_neg))  # (B,)
-    if gate is not None:
-        weight = gated(gate, weight)
-    sparse = sparse_form(r, cache, gate, rules, tripped, None, clamp, row_weight=weight)
-    return sparse or _filtered(r, cache, gate, rules, tripped, {}, row_weight=weight)
-
+    return _per_rollout(r, cache, gate, rules, tripped, clamp, weight)
 
 
 def _token_weight(r: Ratios, cache: Cache, w: Weight, clamp, gate, rules, tripped, each=False) -> Correction:
     """A token or prefix weight (B, T), or none (1 on every kept token)."""
-    sparse = sparse_form(r, cache, gate, rules, tripped, w, clamp, each=each, in_full=_token_weight)
-    if sparse is not None:
-        return sparse
     if w.level == "none":
-        return _filtered(r, cache, gate, rules, tripped, {})
+        return _per_rollout(r, cache, gate, rules, tripped, clamp)
     ex = exponent(r, cache, w.level, clamp, each)
     x = ex[2]
-    shared = cache.profiles and not w.truncated and not w.self_normalize  # exp(x) as it is: the shared profile
-    exact = w.edge_space == "ratio"  # torch.exp, as the framework that decides the band in ratio space
-    if shared:
-        weights = cache.memo(("profile", ex[0].clamp, ex[1], exact), lambda: profile_of(r, cache, x, exact)).values
-    else:
-        weights = capped_exp(x if w.clip_low == 0 else x.clamp(min=log_of(w.clip_low)), w.upper, exact)  # (B, T)
+    weights = capped_exp(x if w.clip_low == 0 else x.clamp(min=log_of(w.clip_low)), w.upper,
+                         w.edge_space == "ratio")  # (B, T); exact: torch.exp, as the framework deciding in ratios
     masks, clipped = {}, None
     if w.truncated:
         clipped = truncated_rows(r, cache, w, ex)
@@ -187,35 +161,43 @@ def _token_weight(r: Ratios, cache: Cache, w: Weight, clamp, gate, rules, trippe
             clipped &= gate
         masks["clipped"] = partial(clipped_tokens, r.mask, gate, x, w)  # built if read
     band = None
-    if w.band is not None:  # outside the band the token is dropped
-        edges_ = weight_band(w, r.dtype)
-        band = band_keep(x, cache.mask_f(r), *edges_)  # (B, T) 0/1
-        tripped = [partial(outside_band, r.mask, x, *edges_), *tripped]
+    if w.band is not None:  # outside the band the token is dropped (in ratio space: exp(x) against the edges)
+        if w.edge_space == "ratio":
+            inside = within(x, "ratio", *w.band, space="ratio")  # (B, T) bool
+            band, out = as_float(inside, r.dtype).mul_(cache.mask_f(r)), r.mask & ~inside
+        else:
+            lo, hi = log_of(w.band[0]), log_of(w.band[1])
+            band, out = band_keep(x, cache.mask_f(r), lo, hi), partial(outside_band, r.mask, x, lo, hi)  # 0/1
+        tripped = [out, *tripped]
     if w.self_normalize:  # by the mean over all loss tokens, before the criteria
         applied = weights * (band if band is not None else cache.mask_f(r))
         mean = applied.sum() / r.n_tokens.clamp(min=1)
         weights.div_(torch.where(mean > 1e-8, mean, 1.0))
-    return _filtered(r, cache, gate, rules, tripped, masks, token_weights=weights, clipped=clipped, band=band,
-                     shared_weights=bool(shared))
+    return _filtered(r, cache, gate, rules, tripped, masks, token_weights=weights, clipped=clipped, band=band)
 
 
-
-def _filtered(r: Ratios, cache: Cache, gate, rules, tripped, masks, *, row_weight=None, token_weights=None,
-              clipped=None, band=None, shared_weights=False) -> Correction:
-    """The Correction in the tokens form: kept = the loss tokens of the gated rollouts that every token rule
-    (and the weight's band) keeps (the rows form when there is no token rule, band or token weight)."""
-    tripped = [*tripped, *(partial(outside, rc, cache, c) for rc, c, _ in rules)]
+def _filtered(r: Ratios, cache: Cache, gate, rules, tripped, masks, *, clamp=None, row_weight=None,
+              token_weights=None, clipped=None, band=None) -> Correction:
+    """The Correction: kept = the loss tokens of the gated rollouts that every token rule (and the weight's band)
+    keeps; in the rows form with no token weight, where the rules change the tokens of few rollouts (sparse_rows)
+    or there is none, else in the tokens form (a (B, T) keep)."""
+    sparse = sparse_rows(r, cache, clamp, rules) if token_weights is None else None
+    tripped = [*tripped, *(partial(outside, rc, cache, c) if sparse is None or cond is not None or isinstance(c, Drop)
+                           else outside_rows(sparse[0], r.mask, c) for rc, c, cond in rules)]
     metrics = shared_parts(r, gate, tripped, masks, clipped)
-    form = {}
-    keep = token_keep(cache, rules, band)
-    if keep is not None:
-        kept_len = keep.sum(-1)  # (B,) before the gate
+    form, kept_len = {}, None  # kept_len: (B,) before the gate
+    if sparse is not None:
+        form["kept_rows"], kept_len = sparse
+    elif (keep := token_keep(cache, rules, band)) is not None:
+        kept_len = keep.sum(-1)
         if gate is not None:
             keep.mul_(as_float(gate, r.dtype)[:, None])
+        form["keep"] = keep
+    if kept_len is not None:
         metrics["is_token_masked"] = (r.n_tokens - kept_len.sum()) / r.n_tokens.clamp(min=1)
-        form = dict(keep=keep, kept_len=gated(gate, kept_len) if gate is not None else kept_len)
-    return Correction(row_weight=row_weight, token_weights=token_weights, shared_weights=shared_weights, gate=gate,
-                      clipped=clipped, masks=masks, metrics=metrics, **form)
+        form["kept_len"] = gated(gate, kept_len) if gate is not None else kept_len
+    return Correction(row_weight=row_weight, token_weights=token_weights, gate=gate, clipped=clipped, masks=masks,
+                      metrics=metrics, **form)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -223,17 +205,13 @@ def _filtered(r: Ratios, cache: Cache, gate, rules, tripped, masks, *, row_weigh
 
 
 def evaluate_many(named: dict[Composition, int], batch: Batch, agg: str = "token-mean",
-                  ratios: Ratios | None = None, *, profiles: bool | None = None
-                  ) -> dict[Composition, list[EstimatorOutput]]:
+                  ratios: Ratios | None = None) -> dict[Composition, list[EstimatorOutput]]:
     """Each composition on the batch, as many outputs as `named` says keys name it (each its own loss node;
-    the outputs of one composition share every other tensor). One Ratios and one Cache serve them all.
-    profiles: token weights on a shared profile (None: when there are several compositions; the tests force
-    it on and off to hold every form to the plain evaluator)."""
+    the outputs of one composition share every other tensor). One Ratios and one Cache serve them all."""
     if agg not in AGGREGATIONS:
         raise ValueError(f"agg must be one of {', '.join(AGGREGATIONS)}; got {agg!r}")
-    several = len(named) > 1
     r = ratios if ratios is not None else ratios_for(batch, named)  # given without k3: Cache.k3 makes it if read
-    pieces = Cache(profiles=several if profiles is None else profiles)  # pays when several share it
+    pieces = Cache()
     out = {}
     for comp, n in named.items():
         again = partial(correction, r, pieces, comp)
@@ -241,13 +219,11 @@ def evaluate_many(named: dict[Composition, int], batch: Batch, agg: str = "token
     return out
 
 
-
 WEIGHT_LEVELS = ("none", "token", "sequence", "geometric", "prefix")
 
 AGGREGATES = ("token", "sum", "mean", "max", "min")
 
 PENALTIES = ("squared_log_ratio", "k3")
-
 
 
 def ratios_for(batch: Batch, comps: Iterable[Composition], *, k3: bool | None = None, chi2: bool = False
@@ -263,7 +239,6 @@ def ratios_for(batch: Batch, comps: Iterable[Composition], *, k3: bool | None = 
                      tokens=chi2 or not all(reads_row_sums_only(comp) for comp in comps))
 
 
-
 def reads_row_sums_only(comp: Composition) -> bool:
     """Whether the composition reads only the per-rollout sums of l (a sequence or geometric weight, rules on a
     rollout's sum or mean of l or k3), so that Ratios.of need not keep l (B, T); a record made without it makes
@@ -275,12 +250,9 @@ def reads_row_sums_only(comp: Composition) -> bool:
                     for c in comp.criteria))
 
 
-
 def reads_extremes(comp: Composition) -> bool:
-    """Whether a token rule on the ratio, or a sequence weight's token clip, will ask for the rows' extremes of l
-    (Ratios.of makes them with l)."""
-    return any(c.statistic == "ratio" for c in comp.token_rules) or comp.weight.token_clip not in (None, math.inf)
-
+    """Whether a token rule on the ratio will ask for the rows' extremes of l (Ratios.of makes them with l)."""
+    return any(c.statistic == "ratio" for c in comp.token_rules)
 
 
 def supports(comp: Composition) -> bool:

@@ -12,11 +12,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from functools import cache
 
 import torch
 
-from ..core.ratios import MAX_LOG_WEIGHT, as_dtype, expm1
+from ..core.ratios import MAX_LOG_WEIGHT
 from .plain import log_of
 
 LOG2_E = 1 / math.log(2)
@@ -46,63 +45,10 @@ def in_log_band(x: torch.Tensor, lo: float, hi: float, tol: torch.Tensor | float
     return ok
 
 
-@cache
-def ratio_edges(low: float, high: float, dtype: torch.dtype, strict: bool = False) -> tuple[float, float]:
-    """(lo, hi), values of dtype: low <= exp(x) <= high (strict: low < exp(x) < high), with exp and the
-    comparison in dtype (the edges rounded to it, as `torch.exp(l) <= C` rounds C), holds for an x of dtype
-    exactly when lo <= x <= hi. So a band in ratio space is decided in log space with no exp per token.
-
-    exp is monotone in each dtype (torch's is faithfully rounded), so each side is one crossing, found by
-    bisection over the dtype's values near log(edge); it can sit many ulps of x from log(edge) (near ratio 1
-    an ulp of the ratio spans many of x). An open side stays open (-inf, inf), except that a strict edge at 0
-    or inf drops the x whose exp underflows to 0 or overflows to inf."""
-    def keeps_low(v: float) -> bool:
-        e = torch.exp(torch.tensor(v, dtype=dtype))
-        return bool(e > low) if strict else bool(e >= low)
-
-    def keeps_high(v: float) -> bool:
-        e = torch.exp(torch.tensor(v, dtype=dtype))
-        return bool(e < high) if strict else bool(e <= high)
-
-    info = torch.finfo(dtype)
-    lo = -math.inf if low == 0 and not strict else _crossing(
-        keeps_low, math.log(low) if low > 0 else math.log(info.smallest_normal * info.eps), dtype, rising=True)
-    hi = math.inf if high == math.inf and not strict else _crossing(
-        keeps_high, math.log(high) if high < math.inf else math.log(info.max), dtype, rising=False)
-    return lo, hi
-
-
-def _crossing(keeps: Callable[[float], bool], guess: float, dtype: torch.dtype, *, rising: bool) -> float:
-    """The dtype value where a monotone predicate of x turns: rising, the smallest x that keeps (False below,
-    True from it on); falling, the largest x that keeps (True up to it)."""
-    as_d = lambda v: float(torch.tensor(v, dtype=dtype))  # noqa: E731
-    step = 1e-5 * (1 + abs(guess))
-    a, b = as_d(guess - step), as_d(guess + step)  # a below the crossing, b above it, widened until they are
-    while keeps(a) == rising or keeps(b) != rising:
-        step *= 4
-        a, b = as_d(guess - step), as_d(guess + step)
-    up = torch.tensor(math.inf, dtype=dtype)
-    after = lambda v: float(torch.nextafter(torch.tensor(v, dtype=dtype), up))  # noqa: E731  the next value up
-    while after(a) < b:  # a and b not yet neighbours
-        mid = as_d((a + b) / 2)
-        if mid in (a, b):
-            mid = after(a)
-        if keeps(mid) == rising:
-            b = mid
-        else:
-            a = mid
-    return b if rising else a
-
-
 def band_f(x: torch.Tensor, lo: float, hi: float) -> torch.Tensor:
     """1.0 where lo <= x <= hi (log-ratio edges), else 0.0, as a new float tensor (x finite): clamp and
     compare in place. On the CPU a comparison that writes a bool tensor is a slow path; this is not."""
     return x.clamp(lo, hi).eq_(x)
-
-
-def outside_f(x: torch.Tensor, lo: float, hi: float) -> torch.Tensor:
-    """1.0 where x lies outside [lo, hi] (log-ratio edges), else 0.0, as a new float tensor (x finite)."""
-    return x.clamp(lo, hi).ne_(x)
 
 
 def tokens_of(mask: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
@@ -112,8 +58,9 @@ def tokens_of(mask: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
 
 
 def outside_band(mask: torch.Tensor, x: torch.Tensor, lo: float, hi: float) -> torch.Tensor:
-    """(B, T) bool: the mask's tokens where x lies outside [lo, hi] (log-ratio edges; x finite)."""
-    return mask & outside_f(x, lo, hi).bool()
+    """(B, T) bool: the mask's tokens where x lies outside [lo, hi] (log-ratio edges; x finite), through the fast
+    float path of band_f."""
+    return mask & x.clamp(lo, hi).ne_(x).bool()
 
 
 def rows_outside(x_max: torch.Tensor, x_min: torch.Tensor, low: float, high: float, *,
@@ -130,11 +77,6 @@ def rows_outside(x_max: torch.Tensor, x_min: torch.Tensor, low: float, high: flo
     return out
 
 
-def rows_into(shape: tuple[int, int], rows: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
-    """(B, T) bool: values (R, T) in the given rows, False elsewhere."""
-    return torch.zeros(shape, dtype=torch.bool, device=values.device).index_copy_(0, rows, values)
-
-
 DOT_BLOCK = 1 << 16  # elements of a * b made at once by dot_rows on the CPU (256 KiB in float32)
 
 
@@ -147,67 +89,9 @@ def dot_rows(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return torch.cat([(x * y).sum(-1) for x, y in zip(a.split(rows), b.split(rows))])
 
 
-def kept_k3_logp_sums(l: torch.Tensor, logp: torch.Tensor, keep: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(R,) and (R,): each row's sums over its kept tokens of k3 = expm1(l) - l and of log pi, for the few rows of
-    a sparse filter. l (R, T) log-ratios, logp (R, T) log pi as given (inf / NaN on padding are cleaned), keep
-    (R, T) 0/1 floats, 0 off the loss mask. The values of dot_rows(k3_of(l)[0], keep) and dot_rows(cleaned log pi,
-    keep) to the bit (the same expm1), made on the CPU in blocks of rows (a multiple of 64 elements each, as
-    blockwise's) instead of through two (R, T) tensors and two products."""
-    R, T = l.shape
-    rows = max(1, R) if l.device.type != "cpu" else aligned_block_rows(T)
-    k3, lp = [], []
-    for a in range(0, max(1, R), rows):  # one (empty) block for no rows
-        lb, kb = l[a:a + rows], keep[a:a + rows]
-        k3.append(expm1(lb).sub_(lb).mul_(kb).sum(-1))
-        lp.append(torch.nan_to_num(as_dtype(logp[a:a + rows], l.dtype), 0.0, 0.0, 0.0).mul_(kb).sum(-1))
-    return torch.cat(k3), torch.cat(lp)
-
-
-def aligned_block_rows(T: int) -> int:
-    """Rows of T positions in a CPU block of about DOT_BLOCK elements, a multiple of 64 elements: every element of
-    a block takes the path (SIMD or the scalar tail) it takes in one pass over the whole, so blocked elementwise
-    work gives the whole pass's values to the bit."""
-    step = 64 // math.gcd(T, 64) if T else 1  # rows whose element count is a multiple of 64
-    return max(step, DOT_BLOCK // max(1, T) // step * step)
-
-
-def blockwise(fn: Callable[..., torch.Tensor], *xs: torch.Tensor) -> torch.Tensor:
-    """fn(*xs) for an elementwise fn of (B, T) tensors, made on the CPU in blocks of rows of about DOT_BLOCK
-    elements (in cache; a chain of elementwise steps over fresh (B, T) temporaries pays their page faults), each
-    block a multiple of 64 elements, so every element takes the path (SIMD or the scalar tail) it takes in one
-    pass over the whole: the same values to the bit. One pass on a GPU, or when one block covers the rows."""
-    B, T = xs[0].shape
-    rows = aligned_block_rows(T)
-    if xs[0].device.type != "cpu" or B <= rows:
-        return fn(*xs)
-    out = torch.empty_like(xs[0])
-    for a in range(0, B, rows):
-        out[a:a + rows] = fn(*(x[a:a + rows] for x in xs))
-    return out
-
-
 def band_keep(x: torch.Tensor, mask_f: torch.Tensor, lo: float, hi: float) -> torch.Tensor:
     """(B, T) 0/1 floats: the loss tokens with lo <= x <= hi (log-ratio edges; x finite, 0 on padding)."""
     return band_f(x, lo, hi).mul_(mask_f)
-
-
-def above(x: torch.Tensor, c: float) -> torch.Tensor:
-    """x > c as a bool tensor (x finite), through the fast float path of band_f."""
-    return x.clamp(max=c).ne_(x).bool()
-
-
-def above_on(mask: torch.Tensor, x: torch.Tensor, c: float) -> torch.Tensor:
-    """(B, T) bool: the mask's tokens where x > c (x finite)."""
-    return mask & above(x, c)
-
-
-def rows_above(x: torch.Tensor, mask: torch.Tensor, c: float) -> torch.Tensor:
-    """(B,) bool: the rows with a loss token where x > c, for an x that off the mask holds 0 or repeats a
-    value of the row's loss tokens (log-ratios, their prefix sums). Then for c >= 0 (a clip at or above
-    ratio 1) one max per row answers, with no (B, T) mask; below that the mask is built."""
-    if c >= 0:
-        return x.amax(-1) > c if x.shape[-1] else torch.zeros(x.shape[:-1], dtype=torch.bool, device=x.device)
-    return any_per_row(above_on(mask, x, c))
 
 
 def any_per_row(mask: torch.Tensor) -> torch.Tensor:

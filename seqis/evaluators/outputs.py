@@ -14,7 +14,7 @@ import torch
 from ..core.compose import Composition, Penalty
 from ..core.ratios import Ratios, as_dtype, as_float, dot
 from ..core.types import Batch, EstimatorOutput, Masks
-from .kernels import SharedGradient, any_per_row, dot_rows, gated, known_losses, masked_mean, scaled, tokens_of
+from .kernels import SharedGradient, dot_rows, gated, known_losses, masked_mean, scaled, tokens_of
 from .plain import add_centering
 from .rows import Correction, row_sums, spread
 from .rules import Cache
@@ -32,20 +32,15 @@ def token_scale(r: Ratios, n_kept: torch.Tensor, agg: str) -> torch.Tensor:
     return n_seq.reciprocal()  # seq-mean-token-sum
 
 
-
 def _token_weights(r: Ratios, mask_f: torch.Tensor, c: Correction) -> torch.Tensor:
-    """A token-level correction's (B, T) weights before adv_tau * A, built in place on its own tensors (its keep
-    mask becomes them when its token weights are a shared profile)."""
+    """A token-level correction's (B, T) weights before adv_tau * A, built in place on its own tensors."""
     if c.token_weights is None:
         w = c.keep
-    elif c.shared_weights:
-        w = c.keep.mul_(c.token_weights) if c.keep is not None else c.token_weights * mask_f
     else:
         w = c.token_weights.mul_(c.keep if c.keep is not None else mask_f)
     if c.keep is None and c.gate is not None:  # a rollout gate on token weights (geo_mask's hybrid)
         w.mul_(as_float(c.gate, r.dtype)[:, None])
     return w if c.row_weight is None else w.mul_(c.row_weight[:, None])
-
 
 
 def outputs_of(r: Ratios, pieces: Cache, batch: Batch, c: Correction, comp: Composition, agg: str,
@@ -72,13 +67,10 @@ def outputs_of(r: Ratios, pieces: Cache, batch: Batch, c: Correction, comp: Comp
     # which tokens keep a gradient, per rollout (closures hold the mask, not the record: a sequence-level output
     # lets the batch's (B, T) log-ratios go)
     kept_rows, mask = c.kept_rows, r.mask
-    if c.keep is not None:
-        kept_len = c.kept_len if c.kept_len is not None else c.keep.sum(-1)  # (B,)
-        kept = lambda: rebuilt()[1]
+    if c.keep is not None:  # kept_len (B,): set with keep, and by the sparse form
+        kept_len, kept = c.kept_len, lambda: rebuilt()[1]
     elif kept_rows is not None:  # the sparse form: all loss tokens but in a few rows, times the gate
-        gate = c.gate if c.gate is not None else r.valid
-        kept_len = c.kept_len if c.kept_len is not None else gated(gate, row_sums(r.length, kept_rows, "count"))
-        dtype = r.dtype
+        gate, kept_len, dtype = c.gate if c.gate is not None else r.valid, c.kept_len, r.dtype
         kept = lambda: spread(as_float(gate, dtype), mask, kept_rows).bool()
     elif c.gate is not None:
         kept_len = gated(c.gate, r.length)
@@ -129,21 +121,16 @@ def outputs_of(r: Ratios, pieces: Cache, batch: Batch, c: Correction, comp: Comp
         shared = SharedGradient(G, lambda: gradient(_token_weights(r, mask_f, again())), n)
         grad_of = lambda first, g: scaled(shared.take(first), g, shortcuts)
     else:
-        base = c.profile.values if c.profile is not None else mask  # each kept token's weight before token_w
         seq_w = c.row_weight if c.row_weight is not None else torch.ones_like(r.length)
-        token_w = gated(accepted, seq_w) if c.gate is not None else seq_w  # (B,) times base on each kept token
-        if c.profile is not None:  # mean applied weight over the loss tokens
-            weight = token_w * row_sums(c.profile.sums, kept_rows, "factor_sums") / length
-        else:
-            weight = token_w if kept_rows is None else token_w * kept_len / length
-        weights = once(lambda: spread(token_w, base, kept_rows, weighted=True))
+        token_w = gated(accepted, seq_w) if c.gate is not None else seq_w  # (B,) on each kept token
+        weight = token_w if kept_rows is None else token_w * kept_len / length
+        weights = once(lambda: spread(token_w, mask, kept_rows))
         if adv_tok is None:  # one coefficient per rollout: no (B, T) tensor in the forward
-            row_coef = row_adv * token_w  # (B,) d loss / d log pi on each kept token, per unit of base
-            full = c.profile.logp_sums if c.profile is not None else r.logp_rowsum
-            value = (row_coef * row_sums(full, kept_rows, "logp")).sum()
-            grad_of = lambda first, g: spread(row_coef * g, base, kept_rows, weighted=True)
+            row_coef = row_adv * token_w  # (B,) d loss / d log pi on each kept token
+            value = (row_coef * row_sums(r.logp_rowsum, kept_rows, "logp")).sum()
+            grad_of = lambda first, g: spread(row_coef * g, mask, kept_rows)
         else:
-            rebuild = lambda: gradient(spread(token_w, base, kept_rows, weighted=True))
+            rebuild = lambda: gradient(spread(token_w, mask, kept_rows))
             G = rebuild()
             value = dot(G, pieces.logp(r))
             shared = SharedGradient(G, rebuild, n)
@@ -158,15 +145,13 @@ def outputs_of(r: Ratios, pieces: Cache, batch: Batch, c: Correction, comp: Comp
     weight = weight * r.valid_f  # an empty rollout applies no weight (every weight is finite)
     metrics["seq_weight"] = masked_mean(weight, r.valid & (kept_len > 0))
 
-    own = dict(c.masks)
+    own = dict(c.masks)  # a truncated token weight's "clipped" tokens come with its clipped rows
     if c.gate is not None:  # a rollout gate: the loss tokens of the rollouts it rejects
         own.setdefault("traj_masked", partial(tokens_of, r.mask, ~c.gate))
+    clipped = c.clipped & r.valid if c.clipped is not None else torch.zeros_like(r.valid)
     if c.clipped is not None:
-        clipped = c.clipped & r.valid
         own.setdefault("clipped", partial(tokens_of, r.mask, clipped))
     masks = Masks({"kept": kept, **own})
-    if c.clipped is None:
-        clipped = any_per_row(masks["clipped"]) if "clipped" in masks else torch.zeros_like(r.valid)
     rollouts = {
         "length": r.length,
         "seq_log_ratio": r.seq_log_ratio,
@@ -182,7 +167,6 @@ def outputs_of(r: Ratios, pieces: Cache, batch: Batch, c: Correction, comp: Comp
     if comp.centering is not None:  # score centering's term over the sampler's head: the plain evaluator's own
         add_centering(comp.centering, batch, r.mask, scale, adv, outs)
     return outs
-
 
 
 def _penalty(r: Ratios, cache: Cache, p: Penalty, scale: torch.Tensor):

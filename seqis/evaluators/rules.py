@@ -1,8 +1,7 @@
 """The fast evaluator's rejection rules (seqis/evaluators/fast.py): each criterion as a (B,) rollout verdict or a
 (B, T) token keep, read from the batch's `Ratios` and from a `Cache` of what several compositions of one call share
-(a statistic, its per-rollout aggregates and row extremes, a clamped copy, a token-weight profile, the sparse rows of
-a token-level part). Every function computes what seqis/evaluators/plain.py defines; tests/test_evaluators.py holds
-them to it.
+(a statistic, its per-rollout aggregates and row extremes, a clamped copy, the sparse rows of a token rule). Every
+function computes what seqis/evaluators/plain.py defines; tests/test_evaluators.py holds them to it.
 """
 
 from __future__ import annotations
@@ -14,34 +13,27 @@ from functools import partial
 
 import torch
 
-from ..core.compose import BatchRule, Criterion, Weight
+from ..core.compose import BatchRule, Criterion
 from ..core.ratios import Ratios, as_float, dot, k3_of, row_extremes
 from .kernels import (
     any_per_row,
     band_f,
-    blockwise,
     gated,
     in_band,
     outside_band,
-    ratio_edges,
-    rows_into,
     rows_outside,
     tokens_of,
 )
-from .plain import log_of, m2po_dropped
+from .plain import edges, log_of, m2po_dropped, within
 from .plain import statistic as plain_statistic
 
 
 @dataclass(eq=False)
 class Cache:
     """The pieces several compositions of one call share, made when first asked: each statistic, its
-    per-rollout aggregates and row extremes, clamped copies, token-weight profiles, the sparse rows of a
-    token-level part. One per call (and one per sub-batch of sparse rows); never kept on a Ratios.
+    per-rollout aggregates and row extremes, clamped copies, the sparse rows of a token rule. One per call (and
+    one per sub-batch of sparse rows); never kept on a Ratios."""
 
-    profiles: a token weight in the rows form, on a per-batch profile (it pays when several compositions
-    share it: run_many turns it on for more than one)."""
-
-    profiles: bool = False
     _memo: dict = field(default_factory=dict)
 
     def memo(self, key, compute: Callable[[], object]):
@@ -71,14 +63,6 @@ class Cache:
         """(B, T) k3 per token of r (shared, not to be written to)."""
         return r.k3 if r.k3 is not None else self.memo(("k3", r.clamp), lambda: k3_of(r.log_ratio)[0])
 
-    def k3_rows(self, r: Ratios, rows: torch.Tensor, sub: Ratios | None = None) -> torch.Tensor:
-        """(R, T) k3 of the given rollouts: taken from the (B, T) k3 if it was made, else made for them alone
-        (from sub's l: r.rows(rows), when the caller has it)."""
-        k3 = r.k3 if r.k3 is not None else self._memo.get(("k3", r.clamp))
-        if k3 is not None:
-            return k3.index_select(0, rows)
-        return k3_of(sub.log_ratio if sub is not None else r.log_ratio.index_select(0, rows))[0]
-
 
 # ---------------------------------------------------------------------------------------------------------
 # the rejection rules
@@ -87,7 +71,6 @@ class Cache:
 SIGN = {"positive": torch.gt, "negative": torch.lt, "non-negative": torch.ge, "non-positive": torch.le}
 
 Shared = tuple[Ratios, object, torch.Tensor]  # a (B, T) tensor shared per call: (its owner, its key, itself)
-
 
 
 def criteria(r: Ratios, cache: Cache, rules: tuple[Criterion, ...]):
@@ -112,23 +95,19 @@ def criteria(r: Ratios, cache: Cache, rules: tuple[Criterion, ...]):
             if c.agg in ("max", "min"):
                 tripped.append(partial(outside, r, cache, c))
     if every_token:  # max_t rho_t <= hi and min_t rho_t >= lo: a rollout with any token outside [lo, hi] goes
-        lo = max([c.low for c in every_token if c.low is not None], default=0.0)
-        hi = min([c.high for c in every_token if c.high is not None], default=math.inf)
-        if r.shortcuts and log_of(lo) <= 0 <= log_of(hi):  # padding's l = 0 is inside: the row extremes answer,
-            fail = rows_outside(*extremes(cache, (r, "ratio", r.log_ratio)), log_of(lo), log_of(hi))  # and the
-            rows = fail.nonzero().squeeze(1)  # mask keeps only the failing rows' tokens
-            l_rows = r.log_ratio.index_select(0, rows)
-            out = partial(rows_into, r.mask.shape, rows, outside_band(r.mask.index_select(0, rows), l_rows,
-                                                                      log_of(lo), log_of(hi)))
+        lo = log_of(max([c.low for c in every_token if c.low is not None], default=0.0))
+        hi = log_of(min([c.high for c in every_token if c.high is not None], default=math.inf))
+        out = partial(outside_band, r.mask, r.log_ratio, lo, hi)  # (B, T), built if read
+        if r.shortcuts and lo <= 0 <= hi:  # padding's l = 0 is inside: the row extremes answer
+            fail = rows_outside(*extremes(cache, (r, "ratio", r.log_ratio)), lo, hi)
         else:
-            out = outside_band(r.mask, r.log_ratio, log_of(lo), log_of(hi))  # (B, T)
+            out = out()
             fail = any_per_row(out)
         gate = ~fail if gate is None else gate & ~fail
         tripped.append(out)
     if gate is not None:
         gate &= r.valid
     return gate, token_rules, tripped
-
 
 
 @dataclass(frozen=True, eq=False)
@@ -141,7 +120,6 @@ class Drop:
 
     def rows(self, rows: torch.Tensor) -> Drop:
         return Drop(self.tokens.index_select(0, rows))
-
 
 
 def batch_dropped(r: Ratios, cache: Cache, rule: BatchRule) -> Drop | None:
@@ -158,39 +136,17 @@ def batch_dropped(r: Ratios, cache: Cache, rule: BatchRule) -> Drop | None:
     return cache.memo(("batch rule", rule.threshold), compute)
 
 
-
-def edges(c: Criterion) -> tuple[float, float]:
-    """The band's edges, open sides as 0 (a ratio) or -inf, and inf."""
-    return (c.low if c.low is not None else (0.0 if c.statistic == "ratio" else -math.inf),
-            c.high if c.high is not None else math.inf)
-
-
-
-def rule_edges(c: Criterion, dtype: torch.dtype) -> tuple[float, float, bool]:
-    """(lo, hi, strict): the rule's band in its statistic's space, a ratio's as log-ratio edges; a ratio band in
-    ratio space (exp(x) against C in the dtype) as the inclusive log-ratio edges that decide the same."""
+def log_edges(c: Criterion) -> tuple[float, float]:
+    """A rule's band in its statistic's space, a ratio's as log-ratio edges (for a band decided in log space)."""
     lo, hi = edges(c)
-    if c.statistic != "ratio":
-        return lo, hi, c.strict
-    if c.edge_space == "ratio":
-        return (*ratio_edges(lo, hi, dtype, c.strict), False)
-    return log_of(lo), log_of(hi), c.strict
-
-
-
-def weight_band(w: Weight, dtype: torch.dtype) -> tuple[float, float]:
-    """The weight's band as inclusive log-ratio edges (in ratio space: the ones that decide the same)."""
-    lo, hi = w.band
-    return ratio_edges(lo, hi, dtype) if w.edge_space == "ratio" else (log_of(lo), log_of(hi))
-
+    return (log_of(lo), log_of(hi)) if c.statistic == "ratio" else (lo, hi)
 
 
 def compared(c: Criterion, x: torch.Tensor) -> torch.Tensor:
     """(same shape) bool: x inside the rule's band, x in the statistic's space (a ratio's log): inclusive, or
-    open edges (strict) with no rounding tolerance; a nan is inside no band."""
-    lo, hi, strict = rule_edges(c, x.dtype)
-    return (x > lo) & (x < hi) if strict else (x >= lo) & (x <= hi)
-
+    open edges (strict) with no rounding tolerance, or in ratio space exp(x) against the edges in x's dtype (the
+    definition's own comparison); a nan is inside no band."""
+    return within(x, c.statistic, *edges(c), c.strict, c.edge_space)
 
 
 def statistic(r: Ratios, cache: Cache, name: str) -> torch.Tensor:
@@ -206,15 +162,12 @@ def statistic(r: Ratios, cache: Cache, name: str) -> torch.Tensor:
             # torch.exp, not exp2: the decision on a band edge follows prime-rl's own arithmetic to the bit
             "prob_diff": lambda: torch.exp(cache.logp(r)).sub_(torch.exp(cache.logq(r)))}.get(name)
     if make is None:  # e^|l|, |rho - 1|, the binary KLs: the definition's own elementwise pass, 0 off the mask
-        def make():  # in blocks of rows (blockwise: the same values as one pass)
+        def make():
             if name in ("exp_abs_log_ratio", "abs_ratio_minus_one"):  # from l alone, finite off the mask (l = 0)
-                return blockwise(lambda lc, mf: plain_statistic(name, lc, None, None).mul_(mf), r.log_ratio,
-                                 cache.mask_f(r))
+                return plain_statistic(name, r.log_ratio, None, None).mul_(cache.mask_f(r))
             # the binary KLs: off the mask log pi = log mu = 0, and in float32 1 - 1e-8 is 1 (0 * log 0: nan)
-            return blockwise(lambda lc, p, q, m: plain_statistic(name, lc, p, q).masked_fill_(~m, 0.0), r.log_ratio,
-                             cache.logp(r), cache.logq(r), r.mask)
+            return plain_statistic(name, r.log_ratio, cache.logp(r), cache.logq(r)).masked_fill_(~r.mask, 0.0)
     return cache.memo((name, r.clamp), make)
-
 
 
 def aggregate(r: Ratios, cache: Cache, name: str, agg: str) -> torch.Tensor:
@@ -238,7 +191,6 @@ def aggregate(r: Ratios, cache: Cache, name: str, agg: str) -> torch.Tensor:
     return cache.memo(("aggregate", r.clamp, name, agg), compute)
 
 
-
 def outside(r: Ratios, cache: Cache, c: Criterion) -> torch.Tensor:
     """(B, T) bool: the loss tokens whose own statistic lies outside the band (built when a mask is read)."""
     if isinstance(c, Drop):
@@ -247,7 +199,6 @@ def outside(r: Ratios, cache: Cache, c: Criterion) -> torch.Tensor:
         lo, hi = edges(c)
         return outside_band(r.mask, r.log_ratio, log_of(lo), log_of(hi))
     return r.mask & ~compared(c, statistic(r, cache, c.statistic))
-
 
 
 def rollout_fails(r: Ratios, cache: Cache, c: Criterion) -> torch.Tensor:
@@ -270,19 +221,17 @@ def rollout_fails(r: Ratios, cache: Cache, c: Criterion) -> torch.Tensor:
     return ~compared(c, clamped_to(x, clamp))  # nan fails
 
 
-
 def keep_of(r: Ratios, cache: Cache, c: Criterion, cond: torch.Tensor | None) -> torch.Tensor:
     """(B, T) 0/1 floats: the loss tokens a token rule keeps (a rollout rule under per-token advantages: all
     but the failing rollouts' tokens of the advantage's sign; a Drop: every loss token it does not drop)."""
     if isinstance(c, Drop):
         return cache.mask_f(r) - as_float(c.tokens, r.dtype)  # (B, T) a new tensor: the caller writes to it
     if c.agg == "token":
-        lo, hi = edges(c)
         x = statistic(r, cache, c.statistic)
         if c.strict or c.edge_space == "ratio":
             keep = as_float(compared(c, x), r.dtype)  # (B, T) 1.0 inside the open band (or the ratio's)
         else:
-            keep = band_f(x, log_of(lo), log_of(hi)) if c.statistic == "ratio" else x.clamp(lo, hi).eq_(x)
+            keep = band_f(x, *log_edges(c))
     else:
         keep = as_float(~rollout_fails(r, cache, c), r.dtype)[:, None]  # (B, 1)
     if cond is not None:  # the rule drops only where A has the sign: every other token is kept
@@ -296,14 +245,12 @@ def keep_of(r: Ratios, cache: Cache, c: Criterion, cond: torch.Tensor | None) ->
     return keep.mul_(mask_f) if keep.shape == mask_f.shape else keep * mask_f
 
 
-
 def extremes(cache: Cache, shared: Shared) -> tuple[torch.Tensor, torch.Tensor]:
     """(B,) row maxima and minima of a shared (B, T) tensor, made once per call."""
     owner, key, x = shared
     if x is owner.log_ratio and owner.row_max is not None:  # made with the log-ratios
         return owner.row_max, owner.row_min
     return cache.memo(("extremes", owner.clamp, key), lambda: row_extremes(x))
-
 
 
 def token_keep(cache: Cache, rules, band) -> torch.Tensor | None:
@@ -346,10 +293,8 @@ def left_out(r: Ratios, rc: Ratios, cache: Cache, rules: tuple[Criterion, ...], 
     return n
 
 
-
 def clamped_to(x: torch.Tensor, clamp: float | None) -> torch.Tensor:
     return x if clamp is None else x.clamp(-clamp, clamp)
-
 
 
 def union(parts) -> torch.Tensor:
@@ -359,7 +304,6 @@ def union(parts) -> torch.Tensor:
     for m in built[1:]:
         out = out | m
     return out
-
 
 
 def shared_parts(r: Ratios, gate, tripped, masks, clipped) -> dict:
