@@ -168,6 +168,12 @@ def is_about_columns(message: str) -> bool:
     return any(s in message for s in (": looked for ", "(given for ", "is not a role"))
 
 
+def _a_scenario(src: data.Source) -> bool:
+    """A batch the chooser's scenario knobs make (Diagnose's faults are synthetic batches of other generators: they
+    reach Explore through its file source, which shows the held batch)."""
+    return src.kind == "synthetic" and isinstance(src.config, SCENARIOS.get(src.name, ()))
+
+
 def knobs_of(src: data.Source) -> dict[str, object]:
     """The chooser's widget values that make a synthetic Source: the scenario, its knobs and the seed."""
     name = src.name
@@ -179,7 +185,7 @@ def batch_source() -> tuple[data.Source, bytes | None]:
     """Draw the batch chooser (main area and sidebar) and return the batch to show: on a page just arrived at, the
     batch the session holds (Explore's), whatever the URL kept of it."""
     held = current_batch()
-    if arrived() and held is not None and held[0].kind == "synthetic":
+    if arrived() and held is not None and _a_scenario(held[0]):
         keep_view(knobs_of(held[0]))
     box = st.container(border=True)
     kind = bound(box.radio, "Batch", f"{P}source", "synthetic", options=list(SOURCES), format_func=SOURCES.get,
