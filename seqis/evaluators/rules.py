@@ -97,11 +97,13 @@ def criteria(r: Ratios, cache: Cache, rules: tuple[Criterion, ...]):
     if every_token:  # max_t rho_t <= hi and min_t rho_t >= lo: a rollout with any token outside [lo, hi] goes
         lo = log_of(max([c.low for c in every_token if c.low is not None], default=0.0))
         hi = log_of(min([c.high for c in every_token if c.high is not None], default=math.inf))
-        out = partial(outside_band, r.mask, r.log_ratio, lo, hi)  # (B, T), built if read
-        if r.shortcuts and lo <= 0 <= hi:  # padding's l = 0 is inside: the row extremes answer
-            fail = rows_outside(*extremes(cache, (r, "ratio", r.log_ratio)), lo, hi)
+        if r.shortcuts and lo <= 0 <= hi:  # padding's l = 0 is inside: the row extremes answer, and the mask is
+            fail = rows_outside(*extremes(cache, (r, "ratio", r.log_ratio)), lo, hi)  # the failing rows' tokens,
+            rows, mask = fail.nonzero().squeeze(1), r.mask  # found now: built when read without holding l (B, T)
+            few = outside_band(mask.index_select(0, rows), r.log_ratio.index_select(0, rows), lo, hi)
+            out = lambda: torch.zeros_like(mask).index_copy_(0, rows, few)  # noqa: E731
         else:
-            out = out()
+            out = outside_band(r.mask, r.log_ratio, lo, hi)  # (B, T)
             fail = any_per_row(out)
         gate = ~fail if gate is None else gate & ~fail
         tripped.append(out)
