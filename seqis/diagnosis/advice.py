@@ -36,7 +36,6 @@ from ..core.compose import Composition
 from ..core.ratios import Ratios
 from ..core.types import Batch, Config, EstimatorOutput
 from ..estimators import ESTIMATORS
-from ..evaluators.plain import evaluate as evaluate_plain
 from ..presets import PRESETS
 from ..registry import head_fields, lacking, resolve, resolve_config, run_many
 from ..samplers.generators import one_thread
@@ -359,18 +358,15 @@ def scope_text(given: bool, candidates: list, readings: list[EstimatorReading]) 
 
 
 def weighed(comps: list[Composition], batch: Batch, r: Ratios) -> dict[Composition, EstimatorOutput]:
-    """Each composition's weights, kept masks and per-rollout values, all the advice reads. A score-centering term
-    changes none of them (it adds to the loss and the head's coefficients: evaluators/plain.py, step 6), so a
-    centered composition is evaluated without it, by the plain evaluator that evaluates it with it (the fast one
-    takes no centering): the same numbers, without the (B, T, K) head tensors (8 of 12 s of the comparison on a
-    loaded host, 256 x 4096 with a head of 8). A batch without the head they read gets run_many's error."""
-    centered = {c for c in comps if c.centering is not None and not lacking(c, batch)}
-    outs = run_many([c for c in comps if c not in centered], batch, ratios=r)
-    bare: dict[Composition, EstimatorOutput] = {}  # centered compositions differing only in their centering
-    for comp in (c for c in comps if c in centered):  # in order
-        plain = dataclasses.replace(comp, centering=None)
-        outs[comp] = bare[plain] = bare[plain] if plain in bare else evaluate_plain(plain, batch)
-    return outs
+    """Each composition's weights, kept masks and per-rollout values, all the advice reads, through one run_many. A
+    score-centering term changes none of them (it adds to the loss and the head's coefficients: evaluators/plain.py,
+    step 6), so a centered composition is read without it: the same numbers, without the (B, T, K) head tensors (8
+    of 12 s of the comparison on a loaded host, 256 x 4096 with a head of 8); one that differs from another only in
+    its centering shares its output. A batch without the head a correction reads gets run_many's error."""
+    bare = {c: dataclasses.replace(c, centering=None) if c.centering is not None and not lacking(c, batch) else c
+            for c in comps}
+    outs = run_many(list(dict.fromkeys(bare.values())), batch, ratios=r)
+    return {c: outs[b] for c, b in bare.items()}
 
 
 @torch.no_grad()
